@@ -1,0 +1,12 @@
+"""bcgprof: profile the GPU memory of breakable CUDA graph capture across size buckets."""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The capture API pulls in torch; keep `import bcgprof` (and the CLI start) light.
+    if name in ("capture_buckets", "CaptureResult"):
+        from bcgprof import capture
+
+        return getattr(capture, name)
+    raise AttributeError(f"module 'bcgprof' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from bcgprof.cli import main
+
+main()

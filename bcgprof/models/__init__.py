@@ -1,0 +1,1 @@
+"""Layer stacks of the model families bcgprof profiles, built from a Hugging Face config.json."""
