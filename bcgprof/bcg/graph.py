@@ -1,0 +1,184 @@
+"""Breakable CUDA graphs: a forward captured as graph segments around eager breaks.
+
+A :class:`BreakableGraph` records one forward pass as a sequence of
+``torch.cuda.CUDAGraph`` segments. Whenever the forward reaches
+:func:`bcgprof.bcg.breaks.graph_break`, the segment being captured ends, the break
+runs eagerly (and is remembered), and a new segment begins. :meth:`replay` runs the
+segments and breaks in capture order.
+
+Memory and lifetime rules:
+
+* Every segment allocates from the pool given to the graph. Share one pool across
+  all buckets, capture the largest first, and replay graphs of that pool one at a
+  time: a later capture may reuse memory an earlier one freed.
+* The tensors a break reads and writes are remembered as *non-owning* views. Once
+  the capture returns, the pool gets their memory back unless the forward's caller
+  still holds the tensors (the output, typically). Keeping strong references here
+  would pin every intermediate that crosses a break, for every bucket.
+* A break must write its results into tensors it was given and return None, so
+  nothing it creates outlives it.
+* Work forked with :func:`bcgprof.bcg.breaks.side_stream` inside a segment is
+  joined back into the capture stream before that segment ends; a capture cannot
+  end with unjoined work.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from bcgprof.bcg.breaks import break_handler, join_side_streams
+
+# --------------------------------------------------------------------- views
+
+
+def non_owning_view(t: torch.Tensor) -> torch.Tensor:
+    """A tensor over ``t``'s memory that does not keep that memory allocated."""
+    storage = torch._C._construct_storage_from_data_pointer(
+        t.untyped_storage().data_ptr(), t.device, t.untyped_storage().nbytes()
+    )
+    view = torch.empty((0,), dtype=t.dtype, device=t.device)
+    view.set_(storage, t.storage_offset(), t.size(), t.stride())
+    return view
+
+
+def _detach_refs(value: Any) -> Any:
+    """Replace every tensor in (nested) break arguments with a non-owning view."""
+    if isinstance(value, torch.Tensor):
+        return non_owning_view(value) if value.is_cuda else value
+    if isinstance(value, tuple):
+        return tuple(_detach_refs(v) for v in value)
+    if isinstance(value, list):
+        return [_detach_refs(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _detach_refs(v) for k, v in value.items()}
+    return value
+
+
+# ------------------------------------------------------------ the graph itself
+
+
+def _graph_node_count(graph: torch.cuda.CUDAGraph) -> Optional[int]:
+    """Nodes of a kept graph, through the CUDA Python bindings when they are installed."""
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError:
+        return None
+    try:
+        err, _, count = cudart.cudaGraphGetNodes(graph.raw_cuda_graph(), 0)
+    except Exception:
+        return None
+    return int(count) if int(err) == 0 else None
+
+
+def _new_cuda_graph() -> tuple[torch.cuda.CUDAGraph, bool]:
+    try:
+        return torch.cuda.CUDAGraph(keep_graph=True), True
+    except TypeError:  # torch without keep_graph: no node counts
+        return torch.cuda.CUDAGraph(), False
+
+
+@dataclass
+class _Break:
+    fn: Callable[..., None]
+    args: tuple
+    kwargs: dict
+
+
+@dataclass
+class BreakableGraph:
+    """One bucket's forward as graph segments and eager breaks. Build with :meth:`capture`."""
+
+    pool: Any
+    stream: torch.cuda.Stream
+    steps: list = field(default_factory=list)  # CUDAGraph | _Break, in capture order
+    graph_nodes: Optional[int] = 0
+    capture_ms: float = 0.0
+
+    @property
+    def segments(self) -> int:
+        return sum(isinstance(s, torch.cuda.CUDAGraph) for s in self.steps)
+
+    @property
+    def breaks(self) -> int:
+        return sum(isinstance(s, _Break) for s in self.steps)
+
+    @classmethod
+    def capture(
+        cls,
+        fn: Callable[..., Any],
+        *args: Any,
+        pool: Any,
+        stream: torch.cuda.Stream,
+        epilogue: Optional[Callable[[Any], Any]] = None,
+    ) -> tuple["BreakableGraph", Any]:
+        """Capture ``fn(*args)``; return the graph and what ``fn`` (then ``epilogue``) returned.
+
+        ``epilogue`` runs inside the last segment, so its kernels are part of the
+        graph: shared-output mode uses it to copy the output into the shared buffer.
+        """
+        graph = cls(pool=pool, stream=stream)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.cuda.stream(stream):
+            graph._begin_segment()
+            try:
+                with break_handler(graph._on_break):
+                    out = fn(*args)
+                    if epilogue is not None:
+                        out = epilogue(out)
+            except BaseException:
+                graph._abort_segment()
+                raise
+            graph._end_segment()
+        torch.cuda.synchronize()
+        graph.capture_ms = (time.perf_counter() - start) * 1000.0
+        return graph, out
+
+    def _begin_segment(self) -> None:
+        g, kept = _new_cuda_graph()
+        if not kept:
+            self.graph_nodes = None
+        g.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+        self.steps.append(g)
+
+    def _end_segment(self) -> None:
+        g = self.steps[-1]
+        join_side_streams()  # a capture cannot end with forked work unjoined
+        g.capture_end()
+        if self.graph_nodes is not None:
+            nodes = _graph_node_count(g)
+            self.graph_nodes = None if nodes is None else self.graph_nodes + nodes
+        # With keep_graph the executable is built here, not at the first replay, so
+        # its device memory lands in this bucket's figures.
+        if hasattr(g, "instantiate"):
+            g.instantiate()
+
+    def _abort_segment(self) -> None:
+        """End a capture that failed part-way, so the stream leaves capture mode."""
+        g = self.steps[-1] if self.steps else None
+        if isinstance(g, torch.cuda.CUDAGraph):
+            try:
+                g.capture_end()
+            except Exception:
+                pass
+        self.steps.clear()
+
+    def _on_break(self, fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
+        self._end_segment()
+        fn(*args, **kwargs)  # eagerly, on the capture stream, between segments
+        self.steps.append(_Break(fn, _detach_refs(args), _detach_refs(kwargs)))
+        self._begin_segment()
+
+    def replay(self) -> None:
+        """Run segments and breaks in capture order on the capture stream."""
+        with torch.cuda.stream(self.stream):
+            for step in self.steps:
+                if isinstance(step, _Break):
+                    step.fn(*step.args, **step.kwargs)
+                else:
+                    step.replay()
+        torch.cuda.current_stream().wait_stream(self.stream)

@@ -1,0 +1,301 @@
+"""Capture one mode over a bucket list and measure what each bucket costs.
+
+The public entry point is :func:`capture_buckets`; it takes any callable whose
+eager-only ops go through :func:`bcgprof.bcg.breaks.graph_break`, static input
+buffers sized for the largest bucket (bucket dimension first), and a bucket list.
+It captures every bucket as a :class:`~bcgprof.bcg.graph.BreakableGraph` into one
+shared pool, largest first, and returns one :class:`~bcgprof.report.BucketRecord`
+per bucket together with the graphs, so they can be replayed.
+
+Modes:
+
+* ``per-bucket``: each bucket keeps the output its capture produced, in the pool.
+* ``shared``: one output buffer for the largest bucket, allocated once outside the
+  pool; each capture ends by copying its output into the leading rows (the copy is
+  the last kernel of the graph) and keeps a view of them.
+* ``floor``: only the largest bucket; the least any bucket set containing it costs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import torch
+
+from bcgprof.bcg.graph import BreakableGraph
+from bcgprof.errors import CaptureError, NoGPUError
+from bcgprof.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
+from bcgprof.report import MODES, BucketRecord
+
+VERIFY_CHOICES = ("smallest-largest", "all", "none")
+
+
+@dataclass
+class BucketCapture:
+    bucket: int
+    graph: BreakableGraph
+    output: torch.Tensor  # per-bucket: the tensor in the pool; shared: a view of the shared buffer
+    record: BucketRecord
+
+
+@dataclass
+class CaptureResult:
+    mode: str
+    records: list[BucketRecord] = field(default_factory=list)
+    captures: dict[int, BucketCapture] = field(default_factory=dict)
+    pool: Any = None
+    shared_output: Optional[torch.Tensor] = None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.records)
+
+    def replay(self, bucket: int) -> torch.Tensor:
+        """Replay one bucket's graph on the current contents of the input buffers."""
+        cap = self.captures[bucket]
+        cap.graph.replay()
+        return cap.output
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def default_refill(inputs: Sequence[torch.Tensor], generator: torch.Generator) -> None:
+    """Fresh random contents for input buffers: floats ~ N(0, 1), integers within their current range."""
+    for x in inputs:
+        if x.is_floating_point():
+            x.normal_(generator=generator)
+        else:
+            lo, hi = int(x.min()), int(x.max()) + 1
+            x.copy_(torch.randint(lo, max(hi, lo + 1), x.shape, device=x.device, generator=generator))
+
+
+class Capturer:
+    """Runs one mode: warm-up, capture and measurement of each bucket, then replay checks."""
+
+    def __init__(
+        self,
+        fn: Callable[..., torch.Tensor],
+        inputs: Sequence[torch.Tensor],
+        buckets: Sequence[int],
+        *,
+        mode: str = "per-bucket",
+        warmup: int = 2,
+        device: Optional[torch.device] = None,
+        memory: Optional[DeviceMemory] = None,
+        sample_interval_ms: float = 2.0,
+        shared_output: Optional[torch.Tensor] = None,
+        rank: int = 0,
+        prewarm: bool = True,
+    ):
+        if mode not in MODES:
+            raise CaptureError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        if not torch.cuda.is_available():
+            raise NoGPUError("no CUDA device: capture needs a GPU")
+        if not buckets:
+            raise CaptureError("no buckets to capture")
+        rows = min(int(x.shape[0]) for x in inputs)
+        order = sorted(set(int(b) for b in buckets), reverse=True)
+        if order[0] > rows:
+            raise CaptureError(f"bucket {order[0]} exceeds the input buffers' {rows} rows; size them for the largest bucket")
+        self.fn = fn
+        self.inputs = list(inputs)
+        self.buckets = order[:1] if mode == "floor" else order
+        self.mode = mode
+        self.warmup = warmup
+        self.device = torch.device(device) if device is not None else self.inputs[0].device
+        self.memory = memory or DeviceMemory(self.device)
+        self.sampler = PeakSampler(self.memory, sample_interval_ms)
+        self.stream = torch.cuda.Stream(self.device)
+        self.pool = torch.cuda.graph_pool_handle()
+        self.rank = rank
+        self.prewarm = prewarm
+        self.result = CaptureResult(mode=mode, pool=self.pool, shared_output=shared_output)
+        self.prewarm_ms = 0.0
+
+    def _sliced(self, bucket: int) -> list[torch.Tensor]:
+        return [x[:bucket] for x in self.inputs]
+
+    def _eager(self, bucket: int) -> torch.Tensor:
+        with torch.cuda.stream(self.stream):
+            out = self.fn(*self._sliced(bucket))
+        torch.cuda.current_stream().wait_stream(self.stream)
+        return out
+
+    def _prewarm(self) -> None:
+        """Eager runs at the largest and smallest sizes before anything is measured.
+
+        They load kernels, create library handles on the capture stream (a matmul in
+        the very first capture otherwise fails) and size workspaces, as an engine's
+        warm-up would; none of it belongs to one bucket's cost.
+        """
+        start = time.perf_counter()
+        for b in {self.buckets[0], self.buckets[-1]}:
+            out = self._eager(b)
+            del out
+        settle(self.device)
+        self.prewarm_ms = (time.perf_counter() - start) * 1000.0
+
+    def _shared_epilogue(self, bucket: int, template: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        shared = self.result.shared_output
+        if shared is None:  # sized by the largest bucket, the first captured
+            shared = self.result.shared_output = torch.empty_like(template)
+        if template.dim() != shared.dim() or template.shape[1:] != shared.shape[1:] or template.shape[0] > shared.shape[0]:
+            raise CaptureError(
+                f"bucket {bucket}'s output {tuple(template.shape)} does not fit the shared output buffer "
+                f"{tuple(shared.shape)}; the shared buffer must be sized for the largest bucket"
+            )
+        return lambda out: shared[: out.shape[0]].copy_(out)
+
+    def run(self) -> Iterator[BucketRecord]:
+        """Capture bucket after bucket, largest first; yield each record as it is finished.
+
+        After an out-of-memory error or any other failure the failing bucket is
+        yielded with status ``oom`` or ``error`` and the mode stops there.
+        """
+        if self.prewarm:
+            self._prewarm()
+        for order, bucket in enumerate(self.buckets):
+            record = self._capture_one(order, bucket)
+            self.result.records.append(record)
+            yield record
+            if record.status != "ok":
+                return
+
+    def _capture_one(self, order: int, bucket: int) -> BucketRecord:
+        record = BucketRecord(mode=self.mode, bucket=bucket, order=order, status="ok", rank=self.rank)
+        before = read(self.memory, self.pool)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.sampler.start_window(before.device_used)
+        graph = out = None
+        try:
+            start = time.perf_counter()
+            warm = None
+            for _ in range(self.warmup):
+                warm = self._eager(bucket)
+            if warm is None:  # no warm-up asked for: the shape still has to be known
+                warm = self._eager(bucket)
+            torch.cuda.synchronize(self.device)
+            record.warmup_ms = (time.perf_counter() - start) * 1000.0
+            epilogue = None
+            if self.mode == "shared":
+                epilogue = self._shared_epilogue(bucket, warm)
+            del warm
+            graph, out = BreakableGraph.capture(
+                self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue
+            )
+            record.capture_ms = graph.capture_ms
+        except CaptureError as e:
+            record.status, record.detail = "error", str(e)
+        except Exception as e:
+            record.status = "oom" if _is_oom(e) else "error"
+            record.detail = _first_line(e)
+        peak_allocated = torch.cuda.max_memory_allocated(self.device)
+        after = read(self.memory, self.pool)
+        device_peak = self.sampler.window_peak(after.device_used)
+        record.pool_bytes = after.pool
+        record.pool_delta_bytes = after.pool - before.pool
+        record.torch_allocated_delta_bytes = after.allocated - before.allocated
+        record.torch_reserved_delta_bytes = after.reserved - before.reserved
+        record.device_used_delta_bytes = after.device_used - before.device_used
+        record.non_torch_delta_bytes = record.device_used_delta_bytes - record.torch_reserved_delta_bytes
+        record.peak_transient_bytes = max(0, peak_allocated - before.allocated)
+        if before.process_used is not None and after.process_used is not None:
+            record.process_used_delta_bytes = after.process_used - before.process_used
+        if device_peak is not None:
+            record.device_peak_delta_bytes = device_peak - before.device_used
+        record.free_bytes = after.free
+        if graph is not None and record.status == "ok":
+            record.segments = graph.segments
+            record.graph_nodes = graph.graph_nodes
+            record.retained_output_bytes = self._retained(order, out)
+            self.result.captures[bucket] = BucketCapture(bucket, graph, out, record)
+        return record
+
+    def _retained(self, order: int, out: torch.Tensor) -> int:
+        if self.mode == "shared":  # the shared buffer, counted once, on the bucket that made it
+            shared = self.result.shared_output
+            return shared.untyped_storage().nbytes() if order == 0 else 0
+        return out.untyped_storage().nbytes() if storage_in_pool(out, self.pool) else 0
+
+    def verify(
+        self,
+        which: str = "smallest-largest",
+        refill: Callable[[Sequence[torch.Tensor], torch.Generator], None] = default_refill,
+        seed: int = 1234,
+        atol: float = 0.0,
+    ) -> list[BucketRecord]:
+        """Replay buckets on fresh inputs and compare with an eager forward of the same inputs.
+
+        Sets ``replay_max_abs_diff`` on the checked records; a difference above
+        ``atol`` marks the bucket ``error``. Returns the records it checked.
+        """
+        if which == "none" or not self.result.captures:
+            return []
+        if which not in VERIFY_CHOICES:
+            raise CaptureError(f"unknown verify choice {which!r}; use one of {', '.join(VERIFY_CHOICES)}")
+        captured = sorted(self.result.captures)
+        targets = captured if which == "all" else sorted({captured[0], captured[-1]})
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(seed)
+        checked = []
+        for bucket in targets:
+            cap = self.result.captures[bucket]
+            refill(self.inputs, generator)
+            replayed = self.result.replay(bucket).clone()
+            eager = self._eager(bucket)
+            diff = (replayed.float() - eager.float()).abs().max().item() if replayed.numel() else 0.0
+            if not (diff == diff):  # NaN never passes
+                diff = float("inf")
+            cap.record.replay_max_abs_diff = diff
+            if diff > atol:
+                cap.record.status = "error"
+                cap.record.detail = f"replay differs from eager by {diff:g} (allowed {atol:g})"
+            checked.append(cap.record)
+            del replayed, eager
+        settle(self.device)
+        return checked
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def capture_buckets(
+    fn: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    buckets: Sequence[int],
+    *,
+    mode: str = "per-bucket",
+    warmup: int = 2,
+    verify: str = "smallest-largest",
+    refill: Callable[[Sequence[torch.Tensor], torch.Generator], None] = default_refill,
+    sample_interval_ms: float = 2.0,
+    shared_output: Optional[torch.Tensor] = None,
+    on_record: Optional[Callable[[BucketRecord], None]] = None,
+) -> CaptureResult:
+    """Capture ``fn`` as breakable CUDA graphs for every bucket, measuring each.
+
+    ``inputs`` are static buffers sized for the largest bucket; bucket ``b`` runs on
+    ``[x[:b] for x in inputs]``. ``fn`` must return one tensor whose first
+    dimension grows with the bucket. Graphs share one pool and are captured largest
+    first. ``on_record`` sees each record as soon as its bucket is measured.
+    """
+    capturer = Capturer(fn, inputs, buckets, mode=mode, warmup=warmup,
+                        sample_interval_ms=sample_interval_ms, shared_output=shared_output)
+    try:
+        for record in capturer.run():
+            if on_record is not None:
+                on_record(record)
+        if capturer.result.ok:
+            capturer.verify(verify, refill=refill)
+    finally:
+        capturer.close()
+    return capturer.result
