@@ -78,6 +78,23 @@ def default_refill(inputs: Sequence[torch.Tensor], generator: torch.Generator) -
             x.copy_(torch.randint(lo, max(hi, lo + 1), x.shape, device=x.device, generator=generator))
 
 
+_capture_streams: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """One capture stream per device, reused by every capture in the process.
+
+    cuBLAS keeps a workspace per stream for the life of the process; a new stream
+    per mode would leave one more workspace behind each time.
+    """
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device not in _capture_streams:
+        _capture_streams[device] = torch.cuda.Stream(device)
+    return _capture_streams[device]
+
+
 class Capturer:
     """Runs one mode: warm-up, capture and measurement of each bucket, then replay checks."""
 
@@ -114,7 +131,7 @@ class Capturer:
         self.device = torch.device(device) if device is not None else self.inputs[0].device
         self.memory = memory or DeviceMemory(self.device)
         self.sampler = PeakSampler(self.memory, sample_interval_ms)
-        self.stream = torch.cuda.Stream(self.device)
+        self.stream = capture_stream(self.device)
         self.pool = torch.cuda.graph_pool_handle()
         self.rank = rank
         self.prewarm = prewarm
