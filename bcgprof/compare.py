@@ -1,0 +1,160 @@
+"""Two reports side by side: per-mode totals and per-bucket deltas, largest growth first.
+
+Everything here is a pure function of two :class:`~bcgprof.report.Report` objects;
+`bcgprof compare` prints the result and `bcgprof gate` builds its decisions on the
+same pairing of rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bcgprof.report import MODES, BucketRecord, Report, RunInfo, SummaryRecord
+from bcgprof.report_format import pct_change
+
+# Totals compared per mode, in the order they are shown.
+TOTAL_METRICS = ("pool_bytes", "device_used_bytes", "non_torch_bytes", "torch_reserved_bytes",
+                 "retained_output_bytes", "peak_transient_bytes", "segments", "capture_s")
+# Per-bucket figures compared side by side.
+BUCKET_METRICS = ("pool_delta_bytes", "device_used_delta_bytes", "non_torch_delta_bytes",
+                  "retained_output_bytes", "peak_transient_bytes")
+
+BOTH, OLD_ONLY, NEW_ONLY = "both", "old-only", "new-only"
+
+
+@dataclass
+class Change:
+    """One figure in both reports; ``delta`` > 0 is growth."""
+
+    metric: str
+    old: Optional[float]
+    new: Optional[float]
+
+    @property
+    def delta(self) -> Optional[float]:
+        if self.old is None or self.new is None:
+            return None
+        return self.new - self.old
+
+    @property
+    def pct(self) -> Optional[float]:
+        return pct_change(self.old, self.new)
+
+
+@dataclass
+class TotalComparison:
+    mode: str
+    rank: str
+    presence: str  # both | old-only | new-only
+    old: Optional[SummaryRecord]
+    new: Optional[SummaryRecord]
+    changes: dict[str, Change] = field(default_factory=dict)
+
+
+@dataclass
+class BucketComparison:
+    mode: str
+    rank: int
+    bucket: int
+    presence: str  # both | old-only | new-only
+    old: Optional[BucketRecord]
+    new: Optional[BucketRecord]
+    changes: dict[str, Change] = field(default_factory=dict)
+
+    @property
+    def growth(self) -> int:
+        """Device-used growth of this bucket's capture (the sort key); 0 when one side is missing."""
+        delta = self.changes["device_used_delta_bytes"].delta if self.changes else None
+        return int(delta or 0)
+
+
+@dataclass
+class Comparison:
+    old: Report
+    new: Report
+    totals: list[TotalComparison]
+    buckets: list[BucketComparison]  # rows in both, largest growth first; then rows in one report only
+    differences: list[str]  # run.json facts that differ (model, GPU, bucket list, ...)
+
+    @property
+    def multi_rank(self) -> bool:
+        return any(t.rank not in ("0",) for t in self.totals)
+
+
+def _mode_index(mode: str) -> int:
+    return MODES.index(mode) if mode in MODES else len(MODES)
+
+
+def _rank_sort(rank: str):
+    return (0, int(rank), "") if rank.isdigit() else (1, 0, rank)
+
+
+def _fmt_list(values: list) -> str:
+    if len(values) > 8:
+        return f"{len(values)} buckets {values[0]}..{values[-1]}"
+    return ",".join(str(v) for v in values) or "none"
+
+
+def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
+    """What makes two reports measure different things: model, GPU, buckets, layers, dtype, phase, modes, TP.
+
+    Each entry is one sentence naming both values. An empty list means the reports are comparable.
+    """
+    out = []
+    if old.config_hash and new.config_hash:
+        if old.config_hash != new.config_hash:
+            out.append(f"model differs: {old.model} (config {old.config_hash}) vs {new.model} (config {new.config_hash})")
+    elif old.model != new.model:
+        out.append(f"model differs: {old.model} vs {new.model}")
+    if old.gpu_name != new.gpu_name:
+        out.append(f"GPU differs: {old.gpu_name or 'unknown'} vs {new.gpu_name or 'unknown'}")
+    if list(old.buckets) != list(new.buckets):
+        only_old = sorted(set(old.buckets) - set(new.buckets))
+        only_new = sorted(set(new.buckets) - set(old.buckets))
+        detail = []
+        if only_old:
+            detail.append(f"only in old: {_fmt_list(only_old)}")
+        if only_new:
+            detail.append(f"only in new: {_fmt_list(only_new)}")
+        out.append(f"bucket list differs ({'; '.join(detail) or 'same sizes, different order'})")
+    for name, label in (("layers", "layers"), ("dtype", "dtype"), ("phase", "phase"), ("tp", "tensor-parallel ranks")):
+        a, b = getattr(old, name), getattr(new, name)
+        if a != b:
+            out.append(f"{label} differ: {a} vs {b}")
+    if sorted(old.modes) != sorted(new.modes):
+        out.append(f"modes differ: {','.join(old.modes) or 'none'} vs {','.join(new.modes) or 'none'}")
+    return out
+
+
+def _changes(old, new, metrics) -> dict[str, Change]:
+    return {m: Change(m, getattr(old, m), getattr(new, m)) for m in metrics}
+
+
+def compare_reports(old: Report, new: Report) -> Comparison:
+    """Pair the summary rows by (mode, rank) and the bucket rows by (mode, rank, bucket)."""
+    old_totals = {(s.mode, s.rank): s for s in old.summary}
+    new_totals = {(s.mode, s.rank): s for s in new.summary}
+    totals = []
+    for key in sorted(set(old_totals) | set(new_totals), key=lambda k: (_mode_index(k[0]), _rank_sort(k[1]))):
+        a, b = old_totals.get(key), new_totals.get(key)
+        presence = BOTH if a and b else (OLD_ONLY if a else NEW_ONLY)
+        totals.append(TotalComparison(key[0], key[1], presence, a, b,
+                                      _changes(a, b, TOTAL_METRICS) if presence == BOTH else {}))
+
+    old_rows = {(r.mode, r.rank, r.bucket): r for r in old.buckets}
+    new_rows = {(r.mode, r.rank, r.bucket): r for r in new.buckets}
+    paired, one_sided = [], []
+    for key in set(old_rows) | set(new_rows):
+        a, b = old_rows.get(key), new_rows.get(key)
+        if a and b:
+            paired.append(BucketComparison(*key, BOTH, a, b, _changes(a, b, BUCKET_METRICS)))
+        else:
+            one_sided.append(BucketComparison(*key, OLD_ONLY if a else NEW_ONLY, a, b))
+
+    def pool_growth(c: BucketComparison) -> int:
+        return int(c.changes["pool_delta_bytes"].delta or 0)
+
+    paired.sort(key=lambda c: (-c.growth, -pool_growth(c), _mode_index(c.mode), c.rank, c.bucket))
+    one_sided.sort(key=lambda c: (_mode_index(c.mode), c.rank, c.presence, c.bucket))
+    return Comparison(old, new, totals, paired + one_sided, run_differences(old.run, new.run))

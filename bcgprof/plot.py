@@ -1,0 +1,104 @@
+"""`bcgprof plot`: a report's capture cost as a PNG (matplotlib, Agg backend, imported only here).
+
+Top panel: cumulative cost against the buckets in capture order (largest first),
+one colour per mode; solid lines are device used (NVML), dashed lines the graph
+pool. The floor (largest bucket alone) is a horizontal reference. Bottom panel: each
+bucket's graph-pool delta, per mode, on a symmetric log scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bcgprof.errors import BcgprofError
+from bcgprof.report import Report
+from bcgprof.report_format import GIB, MIB
+
+COLOURS = {"per-bucket": "#d62728", "shared": "#1f77b4", "floor": "#2ca02c"}
+
+
+def _rows(report: Report, mode: str, rank: int):
+    return sorted((r for r in report.buckets if r.mode == mode and r.rank == rank), key=lambda r: r.order)
+
+
+def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 120) -> Path:
+    """Write the figure to ``out`` (PNG, or any format matplotlib knows by the suffix); return the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    out = Path(out)
+    curves = [m for m in ("per-bucket", "shared") if _rows(report, m, rank)]
+    floor = _rows(report, "floor", rank)
+    extra = [m for m in report.modes() if m not in ("per-bucket", "shared", "floor") and _rows(report, m, rank)]
+    curves += extra
+    if not curves and not floor:
+        ranks = sorted({r.rank for r in report.buckets})
+        raise BcgprofError(f"{report.path} has no rows for rank {rank} to plot"
+                           + (f"; it has ranks {', '.join(map(str, ranks))}" if ranks else "; it is empty"))
+    # Every mode captures the same buckets in the same order (largest first); the x axis is that order.
+    reference = max((_rows(report, m, rank) for m in curves), key=len, default=floor)
+    labels = [r.bucket for r in reference]
+    x_of = {r.bucket: i for i, r in enumerate(reference)}
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 2]}, constrained_layout=True)
+    gib = FuncFormatter(lambda v, _: f"{v / GIB:.2f}")
+    for mode in curves:
+        rows = [r for r in _rows(report, mode, rank) if r.bucket in x_of]
+        xs = [x_of[r.bucket] for r in rows]
+        used, pool = [], []
+        total = 0
+        for r in rows:
+            total += r.device_used_delta_bytes
+            used.append(total)
+            pool.append(r.pool_bytes)
+        colour = COLOURS.get(mode)
+        top.plot(xs, used, "-o", color=colour, markersize=3, label=f"{mode}: device used")
+        top.plot(xs, pool, "--", color=colour, alpha=0.7, label=f"{mode}: graph pool")
+        failed = [(x, u) for x, u, r in zip(xs, used, rows) if r.status != "ok"]
+        if failed:
+            top.plot(*zip(*failed), "x", color="black", markersize=9, label=f"{mode}: failed bucket")
+    if floor:
+        f = floor[-1]
+        floor_used = sum(r.device_used_delta_bytes for r in floor)
+        top.axhline(floor_used, color=COLOURS["floor"], linewidth=1.5,
+                    label=f"floor (bucket {f.bucket} alone): device used {floor_used / GIB:.2f} GiB")
+        top.axhline(f.pool_bytes, color=COLOURS["floor"], linewidth=1, linestyle=":",
+                    label=f"floor: graph pool {f.pool_bytes / GIB:.2f} GiB")
+    top.yaxis.set_major_formatter(gib)
+    top.set_ylabel("cumulative capture cost (GiB)")
+    top.set_ylim(bottom=0)
+    top.grid(True, alpha=0.3)
+    top.legend(loc="lower right", fontsize=8)
+    run = report.run
+    status = "" if run.status == "complete" else f" [{run.status}]"
+    tp = f", rank {rank} of {run.tp}" if run.tp and run.tp > 1 else ""
+    top.set_title(f"{run.model}: {run.layers} layers, {run.dtype}, {run.phase}, {len(labels)} buckets"
+                  f"{tp} on {run.gpu_name or 'unknown GPU'}{status}")
+
+    width = 0.8 / max(len(curves), 1)
+    for i, mode in enumerate(curves):
+        rows = [r for r in _rows(report, mode, rank) if r.bucket in x_of]
+        xs = [x_of[r.bucket] + (i - (len(curves) - 1) / 2) * width for r in rows]
+        bottom.bar(xs, [r.pool_delta_bytes / MIB for r in rows], width=width, color=COLOURS.get(mode), label=mode)
+    bottom.set_yscale("symlog", linthresh=1.0)
+    bottom.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    bottom.set_ylabel("graph-pool delta per bucket (MiB, symlog)")
+    bottom.set_xlabel("bucket, in capture order (largest first)")
+    bottom.grid(True, axis="y", alpha=0.3)
+    bottom.legend(loc="upper right", fontsize=8)
+    step = max(1, len(labels) // 24)  # at most ~24 tick labels
+    ticks = list(range(0, len(labels), step))
+    bottom.set_xticks(ticks)
+    bottom.set_xticklabels([str(labels[i]) for i in ticks], rotation=60, fontsize=8)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=dpi)
+    except (OSError, ValueError) as e:
+        raise BcgprofError(f"cannot write {out}: {e}") from None
+    finally:
+        plt.close(fig)
+    return out
