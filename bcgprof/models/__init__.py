@@ -1,1 +1,124 @@
-"""Layer stacks of the model families bcgprof profiles, built from a Hugging Face config.json."""
+"""Layer stacks of the model families bcgprof profiles, built from a Hugging Face config.json.
+
+One module per family (``gpt_oss``, ``llama``, ``qwen3``, ``qwen3_moe``), chosen from the
+config's ``architectures`` / ``model_type``. A stack is the unit a serving engine captures
+for prefill: ``forward(input_ids [T], positions [T]) -> [T, hidden]``, the final-norm
+hidden states. The embedding lookup is part of it; the LM head is not.
+
+    >>> from bcgprof.models import load
+    >>> model = load("gpt-oss-20b", device="cuda")                 # dummy weights, bf16
+    >>> model = load("/ckpt/gpt-oss-20b", weights="safetensors", num_layers=2)
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bcgprof.errors import ModelConfigError, NoGPUError
+from bcgprof.models.config import ModelSpec, resolve_model
+
+# family -> "module:Class"
+MODEL_CLASSES = {
+    "gpt_oss": "bcgprof.models.gpt_oss:GptOssModel",
+    "llama": "bcgprof.models.llama:LlamaModel",
+    "qwen3": "bcgprof.models.qwen3:Qwen3Model",
+    "qwen3_moe": "bcgprof.models.qwen3_moe:Qwen3MoeModel",
+}
+
+DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+}
+
+__all__ = ["load", "build_meta", "model_class", "MODEL_CLASSES"]
+
+
+def model_class(family: str) -> type[nn.Module]:
+    """The top-level module class of a family."""
+    try:
+        module_name, cls_name = MODEL_CLASSES[family].split(":")
+    except KeyError:
+        raise ModelConfigError(
+            f"unsupported model family {family!r}; bcgprof supports {', '.join(sorted(MODEL_CLASSES))}"
+        ) from None
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def _spec(model: str | Path | ModelSpec) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else resolve_model(str(model))
+
+
+def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
+    if dtype is None:
+        dtype = spec.dtype
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).replace("torch.", "").lower()
+    if name not in DTYPES:
+        raise ModelConfigError(f"unsupported dtype {dtype!r}; use one of bfloat16, float16, float32")
+    return DTYPES[name]
+
+
+def build_meta(model: str | Path | ModelSpec, num_layers: int | None = None) -> nn.Module:
+    """The stack on the ``meta`` device: shapes, parameter counts and sizes, no memory."""
+    spec = _spec(model)
+    with torch.device("meta"):
+        return model_class(spec.family)(spec.config, num_layers=num_layers)
+
+
+def load(
+    model: str | Path | ModelSpec,
+    weights: str = "dummy",
+    device: str | torch.device = "cuda",
+    dtype: torch.dtype | str | None = None,
+    num_layers: int | None = None,
+    seed: int = 0,
+) -> nn.Module:
+    """Build a model's layer stack on ``device`` with dummy or checkpoint weights.
+
+    ``model``: a preset name (``gpt-oss-20b``), a config.json path or a checkpoint
+    directory. ``weights``: ``"dummy"`` (seeded random values made on the device, in the
+    dtype) or ``"safetensors"`` (a checkpoint directory in the published Hugging Face
+    layout, gpt-oss's MXFP4 experts dequantised). ``dtype``: default from the config
+    (bf16 for the presets). ``num_layers``: keep only the first N layers.
+
+    The module is built on ``meta``, cast, then materialised uninitialised on the device
+    in its final dtype (no CPU staging, no float32 detour), then filled. Returned in eval
+    mode with gradients off; ``forward(input_ids, positions) -> [T, hidden]``.
+    """
+    spec = _spec(model)
+    if weights not in ("dummy", "safetensors"):
+        raise ModelConfigError(f"weights must be 'dummy' or 'safetensors', got {weights!r}")
+    if weights == "safetensors" and spec.checkpoint_dir is None:
+        raise ModelConfigError(
+            f"{spec.name} is a preset with no checkpoint; pass a checkpoint directory for weights='safetensors'"
+        )
+    torch_dtype = _dtype(dtype, spec)
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise NoGPUError(f"device {device} requested but CUDA is not available; use device='cpu'")
+
+    module = build_meta(spec, num_layers)
+    module = module.to(dtype=torch_dtype)  # still meta: nothing allocated
+    module = module.to_empty(device=device)
+
+    from bcgprof.models import weights as weight_loading
+
+    if weights == "dummy":
+        weight_loading.init_dummy(module, seed)
+    else:
+        weight_loading.load_safetensors(module, spec.checkpoint_dir)
+    module.reset_buffers()
+    module.eval()
+    module.requires_grad_(False)
+    return module

@@ -1,0 +1,108 @@
+"""gpt-oss (GptOssForCausalLM): openai/gpt-oss-20b and gpt-oss-120b.
+
+Published details, each implemented here and tested against transformers:
+attention sinks (a learned per-head logit in the softmax denominator); sliding-window
+(``sliding_window``, 128) and full attention alternating by ``layer_types`` (sliding on
+even layers when the config omits it); YaRN RoPE; biases on the Q/K/V and output
+projections; a router with bias whose top-k logits go through a softmax over the k
+selected; experts with the clamped SwiGLU ``(clamp(up, ±limit) + 1) * g * sigmoid(alpha g)``,
+``g = clamp(gate, max=limit)``, gate and up interleaved in the columns of ``gate_up_proj``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bcgprof.models.common import (
+    Attention,
+    CheckpointTarget,
+    DecoderLayer,
+    DecoderModel,
+    ModelArgs,
+    RoutedExperts,
+    fused_moe,
+)
+
+
+class GptOssRouter(nn.Module):
+    """Linear with bias over the E experts; softmax over the top-k logits."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.num_experts = args.num_experts
+        self.top_k = args.top_k
+        self.weight = nn.Parameter(torch.zeros(args.num_experts, args.hidden_size))  # [E, H]
+        self.bias = nn.Parameter(torch.zeros(args.num_experts))  # [E]
+
+    def forward(self, x: torch.Tensor) -> RoutedExperts:
+        logits = F.linear(x, self.weight, self.bias)  # [T, E]
+        top, ids = torch.topk(logits, self.top_k, dim=-1)  # [T, k]
+        return RoutedExperts(ids, torch.softmax(top, dim=-1))
+
+
+def clamped_swiglu(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    """gpt-oss's activation over interleaved columns (gate = 0::2, up = 1::2): [M, 2I] -> [M, I]."""
+    gate, up = gate_up[..., 0::2], gate_up[..., 1::2]
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+
+
+class GptOssExperts(nn.Module):
+    """E experts stored as transformers' bf16 layout: gate_up_proj [E, H, 2I] (gate/up
+    interleaved), down_proj [E, I, H], with biases."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        E, H, I = args.num_experts, args.hidden_size, args.moe_intermediate_size
+        self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
+        self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
+        self.gate_up_proj = nn.Parameter(torch.zeros(E, H, 2 * I))
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(E, 2 * I))
+        self.down_proj = nn.Parameter(torch.zeros(E, I, H))
+        self.down_proj_bias = nn.Parameter(torch.zeros(E, H))
+
+    def activation(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return clamped_swiglu(gate_up, self.alpha, self.limit)
+
+    def forward(self, x: torch.Tensor, route: RoutedExperts) -> torch.Tensor:
+        return fused_moe(
+            x, route, self.gate_up_proj, self.down_proj, self.activation, self.gate_up_proj_bias, self.down_proj_bias
+        )  # [T, H]
+
+
+class GptOssMLP(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.router = GptOssRouter(args)
+        self.experts = GptOssExperts(args)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.experts(x, self.router(x))  # [T, H]
+
+    def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
+        E, H, I = self.experts.num_experts, self.experts.hidden_size, self.experts.intermediate_size
+        shapes = {
+            "router.weight": (E, H),
+            "router.bias": (E,),
+            "experts.gate_up_proj": (E, H, 2 * I),
+            "experts.gate_up_proj_bias": (E, 2 * I),
+            "experts.down_proj": (E, I, H),
+            "experts.down_proj_bias": (E, H),
+        }
+        for name, shape in shapes.items():
+            yield CheckpointTarget(f"{ckpt}.{name}", f"{param}.{name}", (), shape)
+
+
+class GptOssModel(DecoderModel):
+    family = "gpt_oss"
+    norm_fp32_weight = True  # gpt-oss scales in float32, then casts
+
+    def make_layer(self, layer_idx: int) -> nn.Module:
+        a = self.args
+        attn = Attention(a, layer_idx, sinks=True)
+        return DecoderLayer(a, layer_idx, attn, GptOssMLP(a), self.norm_fp32_weight)
