@@ -9,11 +9,8 @@ vocab x hidden for it (none of these models ties it to the embedding).
 import pytest
 import torch
 
+from bcgprof import models
 from bcgprof.models.weights import count_parameters, parameter_bytes
-
-models = pytest.importorskip("bcgprof.models")
-if not hasattr(models, "build_meta"):
-    pytest.skip("bcgprof.models.build_meta is not there yet", allow_module_level=True)
 
 PUBLISHED = {  # model cards
     "gpt-oss-20b": 20.9e9,

@@ -461,3 +461,108 @@ def test_index_naming_an_absent_shard(tmp_path):
 def test_unreadable_index(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text("{not json")
     assert "model.safetensors.index.json" in load_error(tiny(), tmp_path)
+
+
+# ---------------------------------------------------------------------------------------
+# a real family: a tiny gpt-oss checkpoint in the published layout, through models.load
+
+
+def tiny_gpt_oss(tmp_path, num_layers=3, extra_layers=1, seed=0):
+    """config.json + model.safetensors shaped like openai/gpt-oss-20b, only small.
+
+    Returns the checkpoint tensors and the dequantised experts (transformers' reference)."""
+    from bcgprof.models.config import presets_dir
+
+    H, I, E, V, heads, kv, d = 64, 64, 4, 100, 4, 2, 16
+    config = json.loads((presets_dir() / "gpt-oss-20b.json").read_text())
+    config.update(hidden_size=H, intermediate_size=I, num_attention_heads=heads, num_key_value_heads=kv, head_dim=d,
+                  num_local_experts=E, num_experts_per_tok=2, experts_per_token=2, num_hidden_layers=num_layers,
+                  vocab_size=V, pad_token_id=V - 1, eos_token_id=V - 2, sliding_window=4,
+                  layer_types=["sliding_attention", "full_attention"] * num_layers)
+    config["layer_types"] = config["layer_types"][:num_layers]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def rn(*shape, std=0.1):
+        return (torch.randn(*shape, generator=gen) * std).to(torch.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": rn(V, H, std=1.0), "model.norm.weight": 1 + rn(H), "lm_head.weight": rn(V, H)}
+    experts = {}
+    for i in range(num_layers + extra_layers):
+        p = f"model.layers.{i}."
+        tensors.update({
+            p + "input_layernorm.weight": 1 + rn(H), p + "post_attention_layernorm.weight": 1 + rn(H),
+            p + "self_attn.q_proj.weight": rn(heads * d, H), p + "self_attn.q_proj.bias": rn(heads * d),
+            p + "self_attn.k_proj.weight": rn(kv * d, H), p + "self_attn.k_proj.bias": rn(kv * d),
+            p + "self_attn.v_proj.weight": rn(kv * d, H), p + "self_attn.v_proj.bias": rn(kv * d),
+            p + "self_attn.o_proj.weight": rn(H, heads * d), p + "self_attn.o_proj.bias": rn(H),
+            p + "self_attn.sinks": rn(heads, std=1.0),
+            p + "mlp.router.weight": rn(E, H, std=1.0), p + "mlp.router.bias": rn(E),
+            p + "mlp.experts.gate_up_proj_bias": rn(E, 2 * I), p + "mlp.experts.down_proj_bias": rn(E, H),
+        })
+        # packed as published: gate_up [E, 2I, H/32, 16], down [E, H, I/32, 16]
+        for name, rows, cols in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
+            blocks = torch.randint(0, 256, (E, rows, cols // 32, 16), dtype=torch.uint8, generator=gen)
+            scales = torch.randint(118, 124, (E, rows, cols // 32), dtype=torch.uint8, generator=gen)
+            tensors[f"{p}mlp.experts.{name}_blocks"], tensors[f"{p}mlp.experts.{name}_scales"] = blocks, scales
+            experts[f"{p}mlp.experts.{name}"] = reference_dequant(blocks.clone(), scales.clone())
+    save_file(tensors, tmp_path / "model.safetensors")
+    return config, tensors, experts
+
+
+def test_gpt_oss_mxfp4_checkpoint_loads_and_matches_transformers(tmp_path):
+    from bcgprof.models import load
+
+    transformers = pytest.importorskip("transformers")
+    L = 3
+    config, tensors, experts = tiny_gpt_oss(tmp_path, num_layers=L)
+    ours = load(tmp_path, weights="safetensors", device="cpu", dtype=torch.float32)
+    for i in range(L):
+        for name in EXPERTS:
+            got = ours.get_parameter(f"layers.{i}.mlp.experts.{name}")
+            assert torch.equal(got, experts[f"model.layers.{i}.mlp.experts.{name}"].float()), (i, name)
+
+    # the same weights in transformers' own gpt-oss, experts from its reference dequantisation
+    hf_config = transformers.GptOssConfig(**{k: v for k, v in config.items() if k != "quantization_config"},
+                                          attn_implementation="eager")
+    theirs = transformers.GptOssForCausalLM(hf_config).float().eval()
+    state = {k: v for k, v in {**tensors, **experts}.items()
+             if not k.endswith(("_blocks", "_scales")) and not k.startswith(f"model.layers.{L}.")}
+    missing, unexpected = theirs.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    assert not missing and not unexpected
+    ids = torch.randint(0, config["vocab_size"], (12,), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(12)
+    with torch.no_grad():
+        want = theirs.model(input_ids=ids[None], position_ids=positions[None]).last_hidden_state[0]
+        got = ours(ids, positions)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_gpt_oss_mxfp4_checkpoint_in_bf16_and_truncated(tmp_path):
+    from bcgprof.models import load
+
+    _, tensors, experts = tiny_gpt_oss(tmp_path, num_layers=3)
+    ours = load(tmp_path, weights="safetensors", device="cpu", dtype=torch.bfloat16, num_layers=1)
+    assert len(ours.layers) == 1
+    # MXFP4 values are exact in bf16: dequantised straight into the module's dtype
+    got = ours.layers[0].mlp.experts.down_proj
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, experts["model.layers.0.mlp.experts.down_proj"])
+    assert torch.equal(ours.embed_tokens.weight, tensors["model.embed_tokens.weight"])
+
+
+def test_gpt_oss_checkpoint_for_another_config_is_refused(tmp_path):
+    from bcgprof.models import load
+
+    config, _, _ = tiny_gpt_oss(tmp_path)
+    config["num_local_experts"] = 8  # the config says 8 experts, the weights hold 4
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        load(tmp_path, weights="safetensors", device="cpu", dtype=torch.float32)
+    message = str(err.value)
+    assert "\n" not in message
+    # 3 layers x (router weight and bias, 2 expert tensors and their biases); the first few shown
+    assert "18 with a different shape (checkpoint vs model): " in message
+    assert "model.layers.0.mlp.experts.down_proj [4, 64, 64] vs [8, 64, 64]" in message  # named after dequantising
+    assert "and 15 more" in message
