@@ -45,7 +45,11 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 2]}, constrained_layout=True)
-    gib = FuncFormatter(lambda v, _: f"{v / GIB:.2f}")
+    # Plot in GiB, or in MiB for captures under 1 GiB, so the axis gets round ticks.
+    peak = max([abs(sum(r.device_used_delta_bytes for r in _rows(report, m, rank))) for m in curves + ["floor"]]
+               + [abs(r.pool_bytes) for r in report.buckets if r.rank == rank] + [1])
+    unit, scale = ("GiB", GIB) if peak >= GIB else ("MiB", MIB)
+    highest = 0.0
     for mode in curves:
         rows = [r for r in _rows(report, mode, rank) if r.bucket in x_of]
         xs = [x_of[r.bucket] for r in rows]
@@ -56,6 +60,9 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
             used.append(total)
             pool.append(r.pool_bytes)
         colour = COLOURS.get(mode)
+        used = [u / scale for u in used]
+        pool = [p / scale for p in pool]
+        highest = max([highest, *used, *pool])
         top.plot(xs, used, "-o", color=colour, markersize=3, label=f"{mode}: device used")
         top.plot(xs, pool, "--", color=colour, alpha=0.7, label=f"{mode}: graph pool")
         failed = [(x, u) for x, u, r in zip(xs, used, rows) if r.status != "ok"]
@@ -63,14 +70,15 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
             top.plot(*zip(*failed), "x", color="black", markersize=9, label=f"{mode}: failed bucket")
     if floor:
         f = floor[-1]
-        floor_used = sum(r.device_used_delta_bytes for r in floor)
+        floor_used = sum(r.device_used_delta_bytes for r in floor) / scale
+        floor_pool = f.pool_bytes / scale
+        highest = max(highest, floor_used, floor_pool)
         top.axhline(floor_used, color=COLOURS["floor"], linewidth=1.5,
-                    label=f"floor (bucket {f.bucket} alone): device used {floor_used / GIB:.2f} GiB")
-        top.axhline(f.pool_bytes, color=COLOURS["floor"], linewidth=1, linestyle=":",
-                    label=f"floor: graph pool {f.pool_bytes / GIB:.2f} GiB")
-    top.yaxis.set_major_formatter(gib)
-    top.set_ylabel("cumulative capture cost (GiB)")
-    top.set_ylim(bottom=0)
+                    label=f"floor (bucket {f.bucket} alone): device used {floor_used:.2f} {unit}")
+        top.axhline(floor_pool, color=COLOURS["floor"], linewidth=1, linestyle=":",
+                    label=f"floor: graph pool {floor_pool:.2f} {unit}")
+    top.set_ylabel(f"cumulative capture cost ({unit})")
+    top.set_ylim(0, highest * 1.08 or 1)
     top.grid(True, alpha=0.3)
     top.legend(loc="lower right", fontsize=8)
     run = report.run

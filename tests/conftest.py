@@ -1,0 +1,74 @@
+"""Shared fixtures for the CPU tests: the hand-made reports under tests/data/ and a way to make variants."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _load_maker():
+    spec = importlib.util.spec_from_file_location("make_reports", DATA / "make_reports.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+maker = _load_maker()
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
+
+
+@pytest.fixture
+def report_copy(tmp_path):
+    """Copy a report from tests/data/ into tmp_path (so a test may alter it) and return its path."""
+
+    def copy(name: str) -> Path:
+        dest = tmp_path / name
+        shutil.copytree(DATA / name, dest)
+        return dest
+
+    return copy
+
+
+@pytest.fixture
+def write_report(tmp_path):
+    """write_report(name, rows=None, **run_changes) -> path of a fresh report built like tests/data/baseline."""
+    from bcgprof.report import ReportWriter
+
+    def write(name: str, rows=None, **run_changes) -> Path:
+        rows = maker.all_rows() if rows is None else rows
+        run = maker.run_info(**run_changes)
+        if "buckets" not in run_changes:
+            run = dataclasses.replace(run, buckets=sorted({r.bucket for r in rows}))
+        path = tmp_path / name
+        ReportWriter(path, run, rows)
+        return path
+
+    return write
+
+
+class Rows(dict):
+    """Baseline rows by mode and bucket: rows['per-bucket'][4096] is a mutable BucketRecord."""
+
+    def all(self) -> list:
+        return [r for mode in self.values() for r in mode.values()]
+
+
+@pytest.fixture
+def rows():
+    """rows(**mode_rows_kwargs) -> fresh :class:`Rows` shaped like tests/data/baseline."""
+
+    def build(**kwargs) -> Rows:
+        return Rows({mode: {r.bucket: r for r in maker.mode_rows(mode, **kwargs)}
+                     for mode in ("per-bucket", "shared", "floor")})
+
+    return build

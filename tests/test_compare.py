@@ -1,0 +1,63 @@
+from bcgprof.compare import BOTH, NEW_ONLY, OLD_ONLY, compare_reports, run_differences
+from bcgprof.report import read_report
+
+MIB = 1024 ** 2
+
+
+def test_identical_reports_have_no_growth_and_no_differences(data_dir):
+    report = read_report(data_dir / "baseline")
+    cmp = compare_reports(report, report)
+    assert cmp.differences == []
+    assert all(c.growth == 0 and c.presence == BOTH for c in cmp.buckets)
+    assert [(t.mode, t.presence) for t in cmp.totals] == [("per-bucket", BOTH), ("shared", BOTH), ("floor", BOTH)]
+
+
+def test_totals_side_by_side(data_dir):
+    cmp = compare_reports(read_report(data_dir / "baseline"), read_report(data_dir / "grown"))
+    per_bucket = cmp.totals[0]
+    assert per_bucket.mode == "per-bucket"
+    pool = per_bucket.changes["pool_bytes"]
+    assert (pool.old, pool.new, pool.delta) == (300 * MIB, 340 * MIB, 40 * MIB)
+    assert round(pool.pct, 2) == 13.33
+    assert cmp.totals[1].changes["device_used_bytes"].delta == 0
+
+
+def test_largest_growth_first(write_report, rows):
+    base = write_report("base")
+    grouped = rows()
+    growth = {("shared", 512): 3 * MIB, ("per-bucket", 2048): 30 * MIB, ("per-bucket", 256): 7 * MIB,
+              ("floor", 4096): -5 * MIB}
+    for (mode, bucket), g in growth.items():
+        grouped[mode][bucket].device_used_delta_bytes += g
+    cmp = compare_reports(read_report(base), read_report(write_report("cur", grouped.all())))
+    order = [(c.mode, c.bucket) for c in cmp.buckets]
+    assert order[:3] == [("per-bucket", 2048), ("per-bucket", 256), ("shared", 512)]
+    assert order[-1] == ("floor", 4096)  # the only shrink comes last
+    assert [c.growth for c in cmp.buckets][:3] == [30 * MIB, 7 * MIB, 3 * MIB]
+
+
+def test_buckets_in_one_report_only_are_listed_as_such(write_report, rows):
+    base = write_report("base")
+    grouped = rows(buckets=[128, 256, 512, 1024, 2048])  # lost 4096, gained 128
+    cmp = compare_reports(read_report(base), read_report(write_report("cur", grouped.all())))
+    one_sided = [(c.mode, c.bucket, c.presence) for c in cmp.buckets if c.presence != BOTH]
+    assert ("per-bucket", 4096, OLD_ONLY) in one_sided
+    assert ("per-bucket", 128, NEW_ONLY) in one_sided
+    # one-sided rows come after every paired row
+    presences = [c.presence for c in cmp.buckets]
+    assert presences.index(OLD_ONLY) > max(i for i, p in enumerate(presences) if p == BOTH)
+    assert any("bucket list differs (only in old: 4096; only in new: 128)" == d for d in cmp.differences)
+
+
+def test_modes_present_in_one_report(data_dir):
+    cmp = compare_reports(read_report(data_dir / "baseline"), read_report(data_dir / "partial"))
+    assert [(t.mode, t.presence) for t in cmp.totals] == [("per-bucket", BOTH), ("shared", BOTH),
+                                                          ("floor", OLD_ONLY)]
+    assert sum(c.presence == OLD_ONLY for c in cmp.buckets) == 4  # shared 1024/512/256 and floor 4096
+
+
+def test_run_differences_name_both_values(data_dir):
+    a = read_report(data_dir / "baseline").run
+    b = read_report(data_dir / "other-model").run
+    assert run_differences(a, b) == [
+        "model differs: gpt-oss-20b (config 5d1b7c0e2a9f4e61) vs Qwen3-8B (config 9a04c3e1b7d25f80)"]
