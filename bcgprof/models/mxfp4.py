@@ -26,9 +26,10 @@ FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2
 SCALE_BIAS = 127
 GROUP = 32  # values per scale
 
-# 32-value groups per chunk: 2M groups = 64M values = 128 MiB in bf16, plus the int32
-# nibble indices (2 x 128 MiB) and the fp32 product inside ldexp (256 MiB)
-ROWS_PER_CHUNK = 1 << 21
+# 32-value groups per chunk: 1M groups = 32M values = 64 MiB in bf16, plus the int32
+# nibble indices (2 x 64 MiB) and the fp32 product inside ldexp (128 MiB). Large enough
+# that a GPU stays busy (a gpt-oss-20b layer dequantises in milliseconds).
+ROWS_PER_CHUNK = 1 << 20
 
 
 def dequantized_shape(blocks_shape, scales_shape=None) -> tuple[int, ...]:
