@@ -350,6 +350,10 @@ class ReportWriter:
             setattr(self.run, k, v)
         self._flush()
 
+    def flush(self) -> None:
+        """Rewrite the files from ``records`` and ``run`` (after changing a record in place, e.g. a replay check)."""
+        self._flush()
+
     def _flush(self) -> None:
         atomic_write_text(self.path / "buckets.csv", records_to_csv(self.records, BucketRecord))
         atomic_write_text(self.path / "summary.csv", records_to_csv(summarize(self.records), SummaryRecord))

@@ -216,3 +216,12 @@ def test_partial_fixture_says_so(data_dir):
     assert report.run.status == "interrupted"
     assert report.modes() == ["per-bucket", "shared"]
     assert {s.mode: s.buckets for s in report.summary} == {"per-bucket": 5, "shared": 2}
+
+
+def test_flush_writes_records_changed_in_place(tmp_path, rows):
+    records = rows().all()
+    writer = ReportWriter(tmp_path / "r", RunInfo(model="m"), records)
+    writer.records[0].replay_max_abs_diff = 0.25  # a replay check fills this in after the capture
+    assert read_report(tmp_path / "r").buckets[0].replay_max_abs_diff == 0.0
+    writer.flush()
+    assert read_report(tmp_path / "r").buckets[0].replay_max_abs_diff == 0.25
