@@ -229,6 +229,12 @@ def verdict_line(report: Report) -> str:
         verb = "saves" if shared.saved_vs_per_bucket_bytes >= 0 else "costs"
         parts.append(f"sharing the output buffer {verb} {fmt_bytes(abs(shared.saved_vs_per_bucket_bytes))}{pct} "
                      f"of device memory against per-bucket")
+        per_bucket = by_mode["per-bucket"]
+        ok_counts = (shared.buckets, per_bucket.buckets)
+        if shared.failed or per_bucket.failed or ok_counts[0] != ok_counts[1]:
+            # Totals over different bucket sets are not a like-for-like saving.
+            parts[-1] += (f" (not like for like: shared has {ok_counts[0]} buckets ok, "
+                          f"per-bucket {ok_counts[1]})")
     ratios = [f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}" for m in ("per-bucket", "shared")
               if m in by_mode and by_mode[m].ratio_to_floor is not None]
     if ratios:
@@ -466,7 +472,8 @@ def gate_headline(result: GateResult) -> str:
         worst = result.worst()
         text = f"FAIL: {n_reg} regression{'s' if n_reg != 1 else ''}"
         if worst is not None:
-            text += f"; worst: {worst.where} {worst.metric} {worst.detail}"
+            what = worst.where if worst.metric == "status" else f"{worst.where} {worst.metric}"
+            text += f"; worst: {what}: {worst.detail}"
     if n_imp:
         text += f" ({n_imp} improvement{'s' if n_imp != 1 else ''})"
     return text

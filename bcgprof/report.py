@@ -325,6 +325,28 @@ def read_report(path: str | Path) -> Report:
     return Report(path, run, buckets, summarize(buckets))
 
 
+def report_frames(report: Report) -> dict:
+    """``{"buckets": DataFrame, "summary": DataFrame}`` of a report, columns as in the CSV files.
+
+    Integer columns that may be empty (``graph_nodes``, ...) use pandas' nullable ``Int64``,
+    so bytes stay integers.
+    """
+    import pandas as pd
+
+    def frame(records: list, cls) -> "pd.DataFrame":
+        hints = _hints(cls)
+        df = pd.DataFrame([dataclasses.asdict(r) for r in records], columns=[f.name for f in fields(cls)])
+        for name, hint in hints.items():
+            base = next((a for a in getattr(hint, "__args__", ()) if a is not type(None)), hint)
+            if base is int:
+                df[name] = df[name].astype("Int64")
+            elif base is float:
+                df[name] = df[name].astype("Float64")
+        return df
+
+    return {"buckets": frame(report.buckets, BucketRecord), "summary": frame(report.summary, SummaryRecord)}
+
+
 class ReportWriter:
     """Keeps a report directory valid after every row: each write replaces whole files atomically."""
 

@@ -111,6 +111,24 @@ def test_show_partial_report_says_so(data_dir):
     result = run("show", data_dir / "partial")
     assert result.exit_code == 0
     assert "this report is interrupted" in result.stdout
+    assert "not like for like: shared has 2 buckets ok, per-bucket 5" in result.stdout
+
+
+def test_show_failed_bucket_and_tensor_parallel_ranks(write_report, rows):
+    tp_rows = []
+    for rank in (0, 1):
+        grouped = rows()
+        for r in grouped.all():
+            r.rank = rank
+        tp_rows += grouped.all()
+    tp_rows[-2].status, tp_rows[-2].detail = "oom", "CUDA out of memory. Tried to allocate 2.00 GiB"
+    path = write_report("tp", tp_rows, tp=2)
+    out = run("show", path).stdout
+    assert "shared rank 1 (capture order)" in out
+    assert "bucket 256: oom: CUDA out of memory. Tried to allocate 2.00 GiB" in out
+    assert "worst rank: sharing the output buffer" in out
+    summary = json.loads(run("show", path, "-f", "json", "--section", "summary").stdout)["summary"]
+    assert [s["rank"] for s in summary if s["mode"] == "shared"] == ["0", "1", "max", "sum"]
 
 
 @pytest.mark.parametrize("name, message", [

@@ -225,3 +225,18 @@ def test_flush_writes_records_changed_in_place(tmp_path, rows):
     assert read_report(tmp_path / "r").buckets[0].replay_max_abs_diff == 0.0
     writer.flush()
     assert read_report(tmp_path / "r").buckets[0].replay_max_abs_diff == 0.25
+
+
+def test_report_frames_keep_bytes_as_integers(data_dir):
+    from bcgprof.report import report_frames
+
+    report = read_report(data_dir / "baseline")
+    frames = report_frames(report)
+    buckets, summary = frames["buckets"], frames["summary"]
+    assert list(buckets.columns) == [f.name for f in dataclasses.fields(BucketRecord)]
+    assert str(buckets["pool_bytes"].dtype) == "Int64" and str(buckets["graph_nodes"].dtype) == "Int64"
+    assert buckets["pool_delta_bytes"].tolist() == [r.pool_delta_bytes for r in report.buckets]
+    assert buckets["replay_max_abs_diff"].isna().sum() == sum(r.replay_max_abs_diff is None for r in report.buckets)
+    shared = summary.set_index("mode").loc["shared"]
+    assert shared["saved_vs_per_bucket_bytes"] == 24 * 1024 ** 2
+    assert summary.loc[summary["mode"] == "per-bucket", "saved_vs_per_bucket_bytes"].isna().all()
