@@ -163,8 +163,7 @@ def run_line(report: Report) -> str:
             f"status {run.status}")
 
 
-def bucket_sheets(report: Report) -> list[Sheet]:
-    """One sheet per mode (and rank), rows in capture order."""
+def _bucket_columns(report: Report) -> list[Column]:
     multi = _multi_rank(report)
     any_nodes = any(r.graph_nodes is not None for r in report.buckets)
     any_diff = any(r.replay_max_abs_diff is not None for r in report.buckets)
@@ -181,6 +180,13 @@ def bucket_sheets(report: Report) -> list[Sheet]:
         Column("warmup_ms", "warm-up", fmt_ms),
         Column("capture_ms", "capture", fmt_ms),
     ] + ([Column("replay_max_abs_diff", "replay diff", lambda v: "-" if v is None else f"{v:.3g}")] if any_diff else [])
+    return columns
+
+
+def bucket_sheets(report: Report) -> list[Sheet]:
+    """One sheet per mode (and rank), rows in capture order."""
+    multi = _multi_rank(report)
+    columns = _bucket_columns(report)
     groups: dict[tuple[str, int], list] = {}
     for r in report.buckets:
         groups.setdefault((r.mode, r.rank), []).append(r)
@@ -279,9 +285,8 @@ def show_report(report: Report, console: Console, fmt: str = "table", section: s
         # One bucket block across modes (the rows carry their mode), then the summary.
         merged = []
         if section in ("all", "buckets"):
-            first = bucket_sheets(report)
-            columns = [Column("mode", "mode", numeric=False)] + (first[0].columns if first else [])
-            merged.append(Sheet("buckets", "", columns, [r for s in first for r in s.rows]))
+            rows = [r for sheet in bucket_sheets(report) for r in sheet.rows]
+            merged.append(Sheet("buckets", "", _bucket_columns(report), rows))
         if section in ("all", "summary"):
             merged.append(summary_sheet(report))
         render_sheets(merged, "csv", console)
