@@ -13,6 +13,11 @@ from bcgprof.models.config import resolve_model
 from test_models_tiny import inputs, tiny_config, write_config
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+
+
 @pytest.fixture
 def tiny_dir(tmp_path):
     def make(family="gpt_oss", **overrides):

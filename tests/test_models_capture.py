@@ -20,6 +20,11 @@ from test_models_tiny import inputs, randomize_, tiny_config
 
 aten = torch.ops.aten
 
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+
 # ops that read a device value on the host or size their output by the values
 HOST_SYNC = {
     aten._local_scalar_dense.default,  # .item(), bool(t), int(t), .tolist()

@@ -23,6 +23,11 @@ transformers = pytest.importorskip("transformers")
 FAMILIES = ["gpt_oss", "llama", "qwen3", "qwen3_moe"]
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+
+
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Query blocks of 16 rows, key blocks of 24 columns: boundaries everywhere."""

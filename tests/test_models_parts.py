@@ -27,6 +27,11 @@ from test_models_tiny import close, inputs, randomize_, tiny_config
 transformers = pytest.importorskip("transformers")
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+
+
 def qkv(T=70, Hq=8, Hkv=2, D=16, seed=0, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(T, h, D, generator=g).to(dtype) for h in (Hq, Hkv, Hkv))
@@ -226,11 +231,13 @@ def test_rope_dialect_details():
 
 
 def test_rope_buffers_stay_float32_through_casts_and_meta():
-    model = build_meta("gpt-oss-20b", num_layers=1)
+    with torch.device("meta"):
+        model = model_class("gpt_oss")(tiny_config("gpt_oss"))
     model = model.to(torch.bfloat16).to_empty(device="cpu")
     rope = model.rotary["r0"]
     assert rope.inv_freq.dtype == torch.float32 and rope.inv_freq.device.type == "cpu"
-    want, _ = rope_inv_freq(rope.params, 64, 131072)
+    want, factor = rope_inv_freq(rope.params, 16, 131072)
+    assert rope.attention_scaling == factor > 1  # YaRN
     assert torch.equal(rope.inv_freq, want)
     model.to(torch.float16)
     assert torch.equal(rope.inv_freq, want)
@@ -305,11 +312,13 @@ def test_qwen3_moe_router_norm_topk_prob(norm):
 
     config = tiny_config("qwen3_moe", norm_topk_prob=norm, num_experts=128, num_experts_per_tok=8)
     router = Qwen3MoeRouter(model_class("qwen3_moe")(dict(config, num_hidden_layers=1)).args)
-    torch.nn.init.normal_(router.weight, std=0.5)
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        router.weight.copy_(torch.randn(router.weight.shape, generator=gen) * 0.1)
     hf = Qwen3MoeTopKRouter(Qwen3MoeConfig(hidden_size=64, num_experts=128, num_experts_per_tok=8,
                                            norm_topk_prob=norm))
     hf.load_state_dict(router.state_dict())
-    x = torch.randn(40, 64)
+    x = torch.randn(40, 64, generator=gen)
     _, scores, ids = hf(x)
     route = router(x)
     assert torch.equal(route.ids, ids)
@@ -318,7 +327,7 @@ def test_qwen3_moe_router_norm_topk_prob(norm):
     if norm:
         torch.testing.assert_close(sums, torch.ones(40))
     else:
-        assert (sums < 0.999).all()
+        assert (sums < 0.99).all()  # 8 of 128 experts hold only part of the mass
 
 
 def _naive_moe(x, route, w1, w2, act, b1=None, b2=None):

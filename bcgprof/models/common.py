@@ -462,13 +462,14 @@ def _chunked_attention(
         bq = qe - qs
         # [bq, Hq, D] -> [Hkv, G * bq, D]: query head h = kv * G + g reads KV head kv
         qf = q[qs:qe].to(torch.float32).view(bq, Hkv, G, D).permute(1, 2, 0, 3).reshape(Hkv, G * bq, D)
+        qf.mul_(scale)  # scale the queries once instead of every score tile
         m = torch.full((Hkv, G * bq, 1), neg_inf, dtype=torch.float32, device=q.device)
         l = torch.zeros((Hkv, G * bq, 1), dtype=torch.float32, device=q.device)
         acc = torch.zeros((Hkv, G * bq, D), dtype=torch.float32, device=q.device)
         k_lo = 0 if window is None else max(0, qs - window + 1)
         for ks in range(k_lo, qe, block_k):
             ke = min(ks + block_k, qe)
-            s = torch.bmm(qf, kf[:, :, ks:ke]).mul_(scale)  # [Hkv, G*bq, bk]
+            s = torch.bmm(qf, kf[:, :, ks:ke])  # [Hkv, G*bq, bk] scaled scores
             crosses_diagonal = ke - 1 > qs
             leaves_window = window is not None and ks <= qe - 1 - window
             if crosses_diagonal or leaves_window:
