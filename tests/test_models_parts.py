@@ -110,6 +110,19 @@ def test_sdpa_path_matches_reference_on_cpu():
     torch.testing.assert_close(out, reference_attention(q, k, v, scale=0.3), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_flash_sinks_path_matches_reference_on_cpu(dtype, tol):
+    # the CUDA path for full attention with sinks (flash output rescaled by its
+    # log-sum-exp), through the CPU twin of the same aten op
+    q, k, v = qkv(T=45, dtype=dtype)
+    sinks = torch.randn(8, generator=torch.Generator().manual_seed(4)) * 2
+    out = torch.empty_like(q)
+    common._sdpa_causal_sinks(q, k, v, out, scale=0.25, sinks=sinks)
+    want = reference_attention(q.float(), k.float(), v.float(), scale=0.25, sinks=sinks)
+    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+    torch.testing.assert_close(out.float(), chunked(q.float(), k.float(), v.float(), sinks=sinks), rtol=tol, atol=tol)
+
+
 def test_attention_goes_through_one_graph_break_and_writes_a_preallocated_output():
     from bcgprof.bcg.breaks import break_handler
 

@@ -386,15 +386,64 @@ def _attention_core(
 ) -> None:
     """The op a breakable graph runs eagerly: reads q, k, v (and sinks), writes ``out``.
 
-    Uses nothing but its arguments. Plain causal attention on CUDA goes to a flash /
-    memory-efficient SDPA kernel; sliding windows and sinks (and every CPU case) go to
-    the chunked online-softmax path, whose memory is bounded independently of T.
+    Uses nothing but its arguments. On CUDA, full causal attention goes to a flash /
+    memory-efficient SDPA kernel, with sinks applied from the flash kernel's log-sum-exp
+    where it has one (bf16/fp16); sliding windows, and every CPU case, go to the chunked
+    online-softmax path, whose memory is bounded independently of T.
     """
-    if q.is_cuda and window is None and sinks is None:
-        _sdpa_causal(q, k, v, out, scale=scale)
+    if q.is_cuda and window is None:
+        if sinks is None:
+            _sdpa_causal(q, k, v, out, scale=scale)
+            return
+        if _flash_lse_supported(q):
+            try:
+                _sdpa_causal_sinks(q, k, v, out, scale=scale, sinks=sinks)
+                return
+            except (RuntimeError, TypeError):  # a torch without this (private) op: the chunked path
+                pass
+    _chunked_attention(q, k, v, out, scale=scale, window=window, sinks=sinks, block_q=block_q,
+                       tile_elems=tile_elems)
+
+
+def _expand_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """[T, H, D] -> [1, Hq, T, D] each, KV heads repeated to the query heads."""
+    group = q.shape[1] // k.shape[1]
+    qh = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, T, D]
+    kh = k.transpose(0, 1).repeat_interleave(group, dim=0).unsqueeze(0)  # [1, Hq, T, D]
+    vh = v.transpose(0, 1).repeat_interleave(group, dim=0).unsqueeze(0)
+    return qh, kh, vh
+
+
+def _flash_lse_supported(q: torch.Tensor) -> bool:
+    D = q.shape[-1]
+    return q.dtype in (torch.bfloat16, torch.float16) and D % 8 == 0 and D <= 256
+
+
+def _flash_causal_with_lse(qh, kh, vh, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal flash attention that also returns each row's log-sum-exp of the scaled
+    scores: out [1, H, T, D], lse [1, H, T] float32. The public SDPA does not return
+    the lse, so this calls the aten op SDPA itself dispatches to (CUDA or CPU)."""
+    if qh.is_cuda:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(qh, kh, vh, 0.0, True, False, scale=scale)[:2]
     else:
-        _chunked_attention(q, k, v, out, scale=scale, window=window, sinks=sinks, block_q=block_q,
-                           tile_elems=tile_elems)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh, 0.0, True, scale=scale)
+    return out, lse
+
+
+def _sdpa_causal_sinks(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, scale: float, sinks: torch.Tensor
+) -> None:
+    """Full causal attention with sinks from one flash kernel call.
+
+    A sink adds exp(sink_h) to each row's softmax denominator, so the result is the
+    plain attention output times exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink),
+    lse the row's log-sum-exp. Memory: expanded K/V and the output (3 x T x Hq x D), a
+    float32 copy of the output for the rescale, the lse (T x Hq floats); no score matrix.
+    """
+    qh, kh, vh = _expand_heads(q, k, v)
+    o, lse = _flash_causal_with_lse(qh, kh, vh, scale)
+    keep = torch.sigmoid(lse[0] - sinks.to(torch.float32)[:, None])  # [Hq, T]
+    out.copy_((o[0].to(torch.float32) * keep[..., None]).transpose(0, 1))  # [T, Hq, D]
 
 
 def _sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, scale: float) -> None:
@@ -404,10 +453,7 @@ def _sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     matrix, 64 GiB on the H200), so K and V are expanded explicitly (2 x T x Hq x D
     extra) and only the flash / memory-efficient kernels are allowed on CUDA.
     """
-    group = q.shape[1] // k.shape[1]
-    qh = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, T, D]
-    kh = k.transpose(0, 1).repeat_interleave(group, dim=0).unsqueeze(0)  # [1, Hq, T, D]
-    vh = v.transpose(0, 1).repeat_interleave(group, dim=0).unsqueeze(0)
+    qh, kh, vh = _expand_heads(q, k, v)
     if q.is_cuda:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
