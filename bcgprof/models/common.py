@@ -437,13 +437,14 @@ def _sdpa_causal_sinks(
 
     A sink adds exp(sink_h) to each row's softmax denominator, so the result is the
     plain attention output times exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink),
-    lse the row's log-sum-exp. Memory: expanded K/V and the output (3 x T x Hq x D), a
-    float32 copy of the output for the rescale, the lse (T x Hq floats); no score matrix.
+    lse the row's log-sum-exp. Memory: expanded K/V and the flash output (3 x T x Hq x D)
+    and the lse (T x Hq floats); no score matrix.
     """
     qh, kh, vh = _expand_heads(q, k, v)
     o, lse = _flash_causal_with_lse(qh, kh, vh, scale)
-    keep = torch.sigmoid(lse[0] - sinks.to(torch.float32)[:, None])  # [Hq, T]
-    out.copy_((o[0].to(torch.float32) * keep[..., None]).transpose(0, 1))  # [T, Hq, D]
+    keep = torch.sigmoid(lse[0] - sinks.to(torch.float32)[:, None])  # [Hq, T] float32
+    out.copy_(o[0].transpose(0, 1))  # [T, Hq, D]
+    out.mul_(keep.t()[..., None])  # computed in float32, rounded once into out's dtype
 
 
 def _sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, scale: float) -> None:
@@ -723,13 +724,13 @@ def fused_moe(
     h = grouped_mm(xs, w1, offs)  # [T*k, N1]
     del xs
     if b1 is not None:
-        h = h + b1[sorted_ids]
+        h += b1[sorted_ids]  # in place: one [T*k, N1] gather alive beside h, not two
     a = activation(h)  # [T*k, I]
     del h
     y = grouped_mm(a, w2, offs)  # [T*k, H]
     del a
     if b2 is not None:
-        y = y + b2[sorted_ids]
+        y += b2[sorted_ids]
     inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
     y = y[inverse].view(T, k, H)  # [T, k, H] in (token, slot) order
     return (y * route.weights.to(y.dtype).unsqueeze(-1)).sum(dim=1)  # [T, H]
