@@ -65,6 +65,20 @@ def test_chunked_attention_matches_reference(window, with_sinks, blocks):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_core_leaves_its_inputs_alone(dtype):
+    q, k, v = qkv(T=9, Hkv=8, dtype=dtype)  # one KV head per query head: views galore
+    sinks = torch.randn(8)
+    before = [t.clone() for t in (q, k, v, sinks)]
+    for block_q, window, s in ((1, None, sinks), (1, 3, None), (4, None, None)):
+        out = torch.empty_like(q)
+        common._attention_core(q, k, v, out, scale=0.3, window=window, sinks=s, block_q=block_q, tile_elems=8)
+        assert all(torch.equal(a, b) for a, b in zip(before, (q, k, v, sinks)))
+    common._sdpa_causal_sinks(q, k, v, out, scale=0.3, sinks=sinks)
+    common._sdpa_causal(q, k, v, out, scale=0.3)
+    assert all(torch.equal(a, b) for a, b in zip(before, (q, k, v, sinks)))
+
+
 def test_sinks_match_transformers_eager_attention_and_change_the_output():
     from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 

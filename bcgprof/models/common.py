@@ -396,11 +396,8 @@ def _attention_core(
             _sdpa_causal(q, k, v, out, scale=scale)
             return
         if _flash_lse_supported(q):
-            try:
-                _sdpa_causal_sinks(q, k, v, out, scale=scale, sinks=sinks)
-                return
-            except (RuntimeError, TypeError):  # a torch without this (private) op: the chunked path
-                pass
+            _sdpa_causal_sinks(q, k, v, out, scale=scale, sinks=sinks)
+            return
     _chunked_attention(q, k, v, out, scale=scale, window=window, sinks=sinks, block_q=block_q,
                        tile_elems=tile_elems)
 
@@ -415,8 +412,14 @@ def _expand_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
 
 
 def _flash_lse_supported(q: torch.Tensor) -> bool:
+    """Whether the flash kernel (which returns the log-sum-exp) takes these queries."""
     D = q.shape[-1]
-    return q.dtype in (torch.bfloat16, torch.float16) and D % 8 == 0 and D <= 256
+    return (
+        hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention")
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and D % 8 == 0
+        and D <= 256
+    )
 
 
 def _flash_causal_with_lse(qh, kh, vh, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -509,7 +512,7 @@ def _chunked_attention(
         bq = qe - qs
         # [bq, Hq, D] -> [Hkv, G * bq, D]: query head h = kv * G + g reads KV head kv
         qf = q[qs:qe].to(torch.float32).view(bq, Hkv, G, D).permute(1, 2, 0, 3).reshape(Hkv, G * bq, D)
-        qf.mul_(scale)  # scale the queries once instead of every score tile
+        qf = qf * scale  # scale the queries once instead of every score tile (never q in place)
         m = torch.full((Hkv, G * bq, 1), neg_inf, dtype=torch.float32, device=q.device)
         l = torch.zeros((Hkv, G * bq, 1), dtype=torch.float32, device=q.device)
         acc = torch.zeros((Hkv, G * bq, D), dtype=torch.float32, device=q.device)
