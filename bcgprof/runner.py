@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from bcgprof.errors import BcgprofError, CaptureError, NoGPUError
+from bcgprof.errors import CaptureError, NoGPUError
 
 EXIT_INTERRUPTED = 130
 
@@ -171,7 +171,7 @@ def run_capture(opts: CaptureOptions) -> int:
 
     from bcgprof.buckets import default_bucket_spec, parse_buckets
     from bcgprof.models.config import resolve_model
-    from bcgprof.report import ReportWriter, read_report
+    from bcgprof.report import ReportWriter
 
     console = Console(stderr=False)
     if opts.phase != "prefill":
@@ -179,8 +179,8 @@ def run_capture(opts: CaptureOptions) -> int:
     spec = resolve_model(opts.model)
     if opts.num_layers is not None and not 1 <= opts.num_layers:
         raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
-    spec_text = opts.buckets or default_bucket_spec(opts.phase)
-    buckets = parse_buckets(spec_text, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
+    opts = dataclasses.replace(opts, buckets=opts.buckets or default_bucket_spec(opts.phase))
+    buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
     if opts.tp > 1:
         from bcgprof.dist import run_capture_tp
 
