@@ -161,6 +161,20 @@ class Capturer:
         settle(self.device)
         self.prewarm_ms = (time.perf_counter() - start) * 1000.0
 
+    def _try_prewarm(self) -> Optional[BucketRecord]:
+        """Pre-warm; if it fails, the largest bucket (which it runs) is the failing one."""
+        try:
+            self._prewarm()
+            return None
+        except Exception as e:
+            status = "oom" if _is_oom(e) else "error"
+            del e  # drop the traceback's frames, and with them the warm-up's tensors
+            settle(self.device)
+            after = read(self.memory, self.pool)
+            return BucketRecord(mode=self.mode, bucket=self.buckets[0], order=0, status=status, rank=self.rank,
+                                pool_bytes=after.pool, free_bytes=after.free,
+                                detail=f"{status} in the eager warm-up before capture ({after.free} bytes free)")
+
     def _shared_epilogue(self, bucket: int, template: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         shared = self.result.shared_output
         if shared is None:  # sized by the largest bucket, the first captured
@@ -179,7 +193,11 @@ class Capturer:
         yielded with status ``oom`` or ``error`` and the mode stops there.
         """
         if self.prewarm:
-            self._prewarm()
+            failed = self._try_prewarm()
+            if failed is not None:
+                self.result.records.append(failed)
+                yield failed
+                return
         for order, bucket in enumerate(self.buckets):
             record = self._capture_one(order, bucket)
             self.result.records.append(record)

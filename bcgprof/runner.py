@@ -156,10 +156,10 @@ def _run_mode_in_process(opts: CaptureOptions, mode: str, out: Path, on_event) -
 
     import torch
 
-    from bcgprof.worker import run_mode
+    from bcgprof.worker import run_mode_reporting_errors
 
     try:
-        return run_mode(opts, mode, out, on_event)
+        return run_mode_reporting_errors(opts, mode, out, on_event)
     finally:
         gc.collect()
         torch.cuda.empty_cache()

@@ -97,17 +97,24 @@ def run_mode(opts, mode: str, report_dir: Path, emit: Emit) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bcgprof.errors import BcgprofError
     from bcgprof.runner import CaptureOptions
 
     args = sys.argv[1:] if argv is None else argv
     report_dir, mode, options = Path(args[0]), args[1], json.loads(args[2])
     fields = {f.name for f in dataclasses.fields(CaptureOptions)}
     opts = CaptureOptions(**{k: v for k, v in options.items() if k in fields})
+    return run_mode_reporting_errors(opts, mode, report_dir, _stdout_emit)
+
+
+def run_mode_reporting_errors(opts, mode: str, report_dir: Path, emit: Emit) -> int:
+    """run_mode, with failures outside any bucket (a model that does not fit, say) turned
+    into one error event and an exit code instead of a traceback."""
+    from bcgprof.errors import BcgprofError
+
     try:
-        return run_mode(opts, mode, report_dir, _stdout_emit)
+        return run_mode(opts, mode, report_dir, emit)
     except BcgprofError as e:
-        _stdout_emit({"event": "error", "mode": mode, "message": str(e)})
+        emit({"event": "error", "mode": mode, "message": str(e)})
         return e.exit_code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -116,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
 
         traceback.print_exc()  # the full story goes to the mode's log file
         lines = str(e).strip().splitlines()
-        hint = "; try --num-layers to profile part of the stack" if "out of memory" in str(e).lower() else ""
-        _stdout_emit({"event": "error", "mode": mode,
-                      "message": f"{type(e).__name__}: {lines[0] if lines else ''}{hint}"})
-        return EXIT_OOM if hint else EXIT_ERROR
+        oom = "out of memory" in str(e).lower()
+        hint = "; try --num-layers to profile part of the stack" if oom else ""
+        emit({"event": "error", "mode": mode, "message": f"{type(e).__name__}: {lines[0] if lines else ''}{hint}"})
+        return EXIT_OOM if oom else EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ import torch, time
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
 p = torch.cuda.get_device_properties(0)
 print("uuid", getattr(p, "uuid", None), "pci", getattr(p, "pci_bus_id", None))
-from bcgprof.memory import DeviceMemory, PeakSampler
+from bcgprof.memory import DeviceMemory
 m = DeviceMemory(torch.device("cuda:0"))
 print("memory source", m.source, m.reason, "used", m.used() >> 20, "MiB proc", m.process_used(), "driver", m.driver())
 t = time.perf_counter(); n = 2000
