@@ -149,6 +149,8 @@ def _run_mode_subprocess(opts: CaptureOptions, mode: str, out: Path, on_event) -
             raise
     finally:
         log.close()
+        if (out / f"{mode}.log").stat().st_size == 0:  # keep logs only when a mode said something
+            (out / f"{mode}.log").unlink()
 
 
 def _run_mode_in_process(opts: CaptureOptions, mode: str, out: Path, on_event) -> int:
