@@ -175,7 +175,9 @@ def run_capture(opts: CaptureOptions) -> int:
     from bcgprof.models.config import resolve_model
     from bcgprof.report import ReportWriter
 
-    console = Console(stderr=False)
+    console = Console()
+    if not console.is_terminal:  # a log file, not a screen: keep the tables' columns whole
+        console = Console(width=200)
     if opts.phase != "prefill":
         raise CaptureError(f"phase {opts.phase!r} cannot be captured yet: the layer stacks have no KV cache; use --phase prefill")
     spec = resolve_model(opts.model)

@@ -69,11 +69,16 @@ def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
     return DTYPES[name]
 
 
-def build_meta(model: str | Path | ModelSpec, num_layers: int | None = None) -> nn.Module:
-    """The stack on the ``meta`` device: shapes, parameter counts and sizes, no memory."""
+def build_meta(
+    model: str | Path | ModelSpec, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1
+) -> nn.Module:
+    """The stack on the ``meta`` device: shapes, parameter counts and sizes, no memory.
+
+    ``tp_rank``/``tp_size``: build tensor-parallel rank ``tp_rank``'s shard of a stack
+    split over ``tp_size`` ranks (one ModelConfigError line when it does not split)."""
     spec = _spec(model)
     with torch.device("meta"):
-        return model_class(spec.family)(spec.config, num_layers=num_layers)
+        return model_class(spec.family)(spec.config, num_layers=num_layers, tp_rank=tp_rank, tp_size=tp_size)
 
 
 def load(
@@ -83,6 +88,8 @@ def load(
     dtype: torch.dtype | str | None = None,
     num_layers: int | None = None,
     seed: int = 0,
+    tp_rank: int = 0,
+    tp_size: int = 1,
 ) -> nn.Module:
     """Build a model's layer stack on ``device`` with dummy or checkpoint weights.
 
@@ -91,6 +98,11 @@ def load(
     dtype) or ``"safetensors"`` (a checkpoint directory in the published Hugging Face
     layout, gpt-oss's MXFP4 experts dequantised). ``dtype``: default from the config
     (bf16 for the presets). ``num_layers``: keep only the first N layers.
+    ``tp_rank``/``tp_size``: only this tensor-parallel rank's shard (heads, intermediate
+    columns) is built and filled; a checkpoint's published tensors are sliced for the
+    rank as they load, and the forward all-reduces over the default process group, which
+    must be initialised for ``tp_size`` > 1. Dummy shards are drawn per parameter name,
+    as unsharded ones are (they are not slices of the unsharded model's dummy values).
 
     The module is built on ``meta``, cast, then materialised uninitialised on the device
     in its final dtype (no CPU staging, no float32 detour), then filled. Returned in eval
@@ -108,7 +120,7 @@ def load(
     if device.type == "cuda" and not torch.cuda.is_available():
         raise NoGPUError(f"device {device} requested but CUDA is not available; use device='cpu'")
 
-    module = build_meta(spec, num_layers)
+    module = build_meta(spec, num_layers, tp_rank=tp_rank, tp_size=tp_size)
     module = module.to(dtype=torch_dtype)  # still meta: nothing allocated
     module = module.to_empty(device=device)
 

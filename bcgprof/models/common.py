@@ -70,6 +70,9 @@ class ModelArgs:
     swiglu_alpha: float = 1.702
     swiglu_limit: float = 7.0
     rope_theta_default: float = 10000.0
+    # tensor parallelism: this rank's index and the number of ranks (1 = unsharded)
+    tp_rank: int = 0
+    tp_size: int = 1
 
     def window(self, layer_idx: int) -> int | None:
         """The sliding window of a layer, or None for full causal attention."""
@@ -161,6 +164,88 @@ class ModelArgs:
         if args.num_experts and not 1 <= args.top_k <= args.num_experts:
             raise ModelConfigError(f"num_experts_per_tok {args.top_k} must be in 1..{args.num_experts}")
         return args
+
+    def shard(self, tp_rank: int, tp_size: int) -> "ModelArgs":
+        """Set this rank's place in a tensor-parallel group, after checking the split works."""
+        check_tensor_parallel(self, tp_size)
+        if not 0 <= tp_rank < tp_size:
+            raise ModelConfigError(f"tensor-parallel rank {tp_rank} is outside 0..{tp_size - 1}")
+        self.tp_rank, self.tp_size = int(tp_rank), int(tp_size)
+        return self
+
+
+# --------------------------------------------------------------------------- tensor parallelism
+#
+# The split follows the serving engines (Megatron-style, as vLLM and SGLang do it):
+#
+# * attention: query heads split evenly over the ranks; KV heads split too when they
+#   divide by the ranks, otherwise (fewer KV heads than ranks) each rank keeps the one KV
+#   head its query heads read (replicated). qkv_proj is column-parallel, o_proj
+#   row-parallel; sinks go with their heads.
+# * dense MLP: gate_up column-parallel (this rank's slice of the intermediate for gate
+#   and up), down row-parallel.
+# * MoE: every rank holds every expert with intermediate / tp columns; the router is
+#   replicated.
+# * a row-parallel output's bias is added on rank 0 only, and the partial outputs are
+#   summed by one all-reduce after the attention output projection and one after the
+#   MLP/MoE (:func:`tp_all_reduce`), inside the captured graph segments.
+# * embedding, norms and rotary tables are replicated (no vocab-parallel embedding: the
+#   stack has no LM head, and the replicated table is what it costs).
+
+
+def check_tensor_parallel(args: "ModelArgs", tp_size: int) -> None:
+    """Raise one ModelConfigError line if the stack cannot be split over ``tp_size`` ranks."""
+    if not isinstance(tp_size, int) or tp_size < 1:
+        raise ModelConfigError(f"tensor-parallel size must be a positive integer, got {tp_size!r}")
+    if tp_size == 1:
+        return
+    problems = []
+    if args.num_heads % tp_size:
+        problems.append(f"num_attention_heads {args.num_heads} is not divisible by {tp_size}")
+    if args.num_kv_heads % tp_size and tp_size % args.num_kv_heads:
+        problems.append(
+            f"num_key_value_heads {args.num_kv_heads} neither divides by {tp_size} nor divides it "
+            "(KV heads are split, or replicated when fewer than the ranks)"
+        )
+    dense = [not m for m in args.moe_layers] if args.moe_layers else [True] * args.num_layers
+    if any(dense) and args.intermediate_size % tp_size:
+        problems.append(f"intermediate_size {args.intermediate_size} is not divisible by {tp_size}")
+    if args.num_experts and any(args.moe_layers) and args.moe_intermediate_size % tp_size:
+        name = "intermediate_size" if args.family == "gpt_oss" else "moe_intermediate_size"
+        problems.append(f"expert {name} {args.moe_intermediate_size} is not divisible by {tp_size}")
+    if problems:
+        raise ModelConfigError(f"cannot split the {args.family} stack over {tp_size} tensor-parallel ranks: "
+                               + "; ".join(problems))
+
+
+def tp_all_reduce(x: torch.Tensor, tp_size: int) -> torch.Tensor:
+    """Sum ``x`` over the tensor-parallel ranks, in place, and return it.
+
+    A no-op for one rank. Otherwise ``torch.distributed.all_reduce`` on the default
+    process group: with NCCL it is an ordinary kernel on the current stream (no host
+    synchronisation), so it is captured into the graph segment like any other op.
+    """
+    if tp_size == 1:
+        return x
+    import torch.distributed as dist
+
+    dist.all_reduce(x)
+    return x
+
+
+def row_parallel_linear(x: torch.Tensor, linear: nn.Linear, tp_rank: int, tp_size: int) -> torch.Tensor:
+    """``linear(x)`` for a row-parallel weight: partial products summed over the ranks,
+    the bias added once (by rank 0, before the all-reduce)."""
+    if tp_size == 1:
+        return linear(x)
+    bias = linear.bias if tp_rank == 0 else None
+    return tp_all_reduce(F.linear(x, linear.weight, bias), tp_size)
+
+
+def shard_range(n: int, tp_rank: int, tp_size: int) -> slice:
+    """This rank's contiguous 1/tp share of ``n`` (n divisible by tp_size)."""
+    part = n // tp_size
+    return slice(tp_rank * part, (tp_rank + 1) * part)
 
 
 # --------------------------------------------------------------------------- RoPE
@@ -576,14 +661,29 @@ def reference_attention(
 class Attention(nn.Module):
     """Self-attention with fused QKV: q/k/v projections (optional bias), optional
     per-head RMSNorm on q and k (Qwen3), RoPE, the attention core behind the break,
-    output projection. Optional sinks (gpt-oss)."""
+    output projection. Optional sinks (gpt-oss).
+
+    Under tensor parallelism (``args.tp_size`` > 1) the module holds this rank's heads
+    only: ``num_heads`` and ``num_kv_heads`` are the local counts, ``qkv_proj`` holds
+    this rank's q, k and v rows, ``o_proj`` this rank's input columns, and the output
+    is all-reduced over the ranks.
+    """
 
     def __init__(self, args: ModelArgs, layer_idx: int, *, sinks: bool = False, norm_fp32_weight: bool = False):
         super().__init__()
         self.layer_idx = layer_idx
-        # head counts derived here, once: a tensor-parallel split divides them
-        self.num_heads = args.num_heads
-        self.num_kv_heads = args.num_kv_heads
+        self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
+        tp = self.tp_size
+        # head counts derived here, once: the tensor-parallel split divides them
+        self.total_heads, self.total_kv_heads = args.num_heads, args.num_kv_heads
+        self.num_heads = args.num_heads // tp
+        if args.num_kv_heads % tp == 0:
+            self.num_kv_heads = args.num_kv_heads // tp
+            self.kv_head_start = self.tp_rank * self.num_kv_heads
+        else:  # fewer KV heads than ranks: keep the one this rank's query heads read
+            self.num_kv_heads = 1
+            self.kv_head_start = self.tp_rank // (tp // args.num_kv_heads)
+        self.head_start = self.tp_rank * self.num_heads
         self.head_dim = args.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
@@ -600,7 +700,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         T = x.shape[0]
-        qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]
+        qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]  (this rank's heads)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(T, self.num_heads, self.head_dim)  # [T, Hq, D]
         k = k.view(T, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
@@ -609,50 +709,75 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         o = attention(q, k, v.contiguous(), scale=self.scale, window=self.window, sinks=self.sinks)  # [T, Hq, D]
-        return self.o_proj(o.view(T, self.q_size))  # [T, hidden]
+        return row_parallel_linear(o.view(T, self.q_size), self.o_proj, self.tp_rank, self.tp_size)  # [T, hidden]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator["CheckpointTarget"]:
-        H, q, kv = self.qkv_proj.in_features, self.q_size, self.kv_size
+        H, q, kv, D = self.qkv_proj.in_features, self.q_size, self.kv_size, self.head_dim
+        full_q, full_kv = self.total_heads * D, self.total_kv_heads * D
+        q_src = slice(self.head_start * D, self.head_start * D + q)  # this rank's rows of q_proj
+        kv_src = slice(self.kv_head_start * D, self.kv_head_start * D + kv)
         bias = self.qkv_proj.bias is not None
-        for name, lo, n in (("q_proj", 0, q), ("k_proj", q, kv), ("v_proj", q + kv, kv)):
-            yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.qkv_proj.weight", (slice(lo, lo + n),), (n, H))
+        for name, lo, n, full, src in (("q_proj", 0, q, full_q, q_src), ("k_proj", q, kv, full_kv, kv_src),
+                                       ("v_proj", q + kv, kv, full_kv, kv_src)):
+            src = src if self.tp_size > 1 else ()
+            yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.qkv_proj.weight", (slice(lo, lo + n),),
+                                   (full, H), src and (src,))
             if bias:
-                yield CheckpointTarget(f"{ckpt}.{name}.bias", f"{param}.qkv_proj.bias", (slice(lo, lo + n),), (n,))
-        yield CheckpointTarget(f"{ckpt}.o_proj.weight", f"{param}.o_proj.weight", (), (H, q))
+                yield CheckpointTarget(f"{ckpt}.{name}.bias", f"{param}.qkv_proj.bias", (slice(lo, lo + n),),
+                                       (full,), src and (src,))
+        cols = (slice(None), q_src) if self.tp_size > 1 else ()
+        yield CheckpointTarget(f"{ckpt}.o_proj.weight", f"{param}.o_proj.weight", (), (H, full_q), cols)
         if self.o_proj.bias is not None:
             yield CheckpointTarget(f"{ckpt}.o_proj.bias", f"{param}.o_proj.bias", (), (H,))
         if self.q_norm is not None:
             for name in ("q_norm", "k_norm"):
                 yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.{name}.weight", (), (self.head_dim,))
         if self.sinks is not None:
-            yield CheckpointTarget(f"{ckpt}.sinks", f"{param}.sinks", (), (self.num_heads,))
+            heads = (slice(self.head_start, self.head_start + self.num_heads),) if self.tp_size > 1 else ()
+            yield CheckpointTarget(f"{ckpt}.sinks", f"{param}.sinks", (), (self.total_heads,), heads)
 
 
 # --------------------------------------------------------------------------- MLPs
 
 
 class DenseMLP(nn.Module):
-    """SwiGLU MLP with fused gate/up: down(silu(gate(x)) * up(x))."""
+    """SwiGLU MLP with fused gate/up: down(silu(gate(x)) * up(x)).
 
-    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False):
+    Under tensor parallelism gate_up holds this rank's 1/tp of the intermediate for both
+    gate and up (column-parallel), down the matching input columns (row-parallel), and
+    the output is all-reduced over the ranks.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False, *, tp_rank: int = 0,
+                 tp_size: int = 1):
         super().__init__()
+        if intermediate_size % tp_size:
+            raise ModelConfigError(f"intermediate_size {intermediate_size} is not divisible by {tp_size} "
+                                   "tensor-parallel ranks")
         self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size  # a tensor-parallel split divides this
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.tp_rank, self.tp_size = tp_rank, tp_size
+        self.total_intermediate_size = intermediate_size
+        self.intermediate_size = intermediate_size // tp_size  # this rank's share
+        I = self.intermediate_size
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * I, bias=bias)
+        self.down_proj = nn.Linear(I, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, I] each
-        return self.down_proj(F.silu(gate) * up)  # [T, H]
+        return row_parallel_linear(F.silu(gate) * up, self.down_proj, self.tp_rank, self.tp_size)  # [T, H]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator["CheckpointTarget"]:
-        H, I = self.hidden_size, self.intermediate_size
+        H, I, full = self.hidden_size, self.intermediate_size, self.total_intermediate_size
+        rows = shard_range(full, self.tp_rank, self.tp_size)
+        src, cols = ((rows,), (slice(None), rows)) if self.tp_size > 1 else ((), ())
         bias = self.down_proj.bias is not None
         for name, lo in (("gate_proj", 0), ("up_proj", I)):
-            yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.gate_up_proj.weight", (slice(lo, lo + I),), (I, H))
+            yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.gate_up_proj.weight", (slice(lo, lo + I),),
+                                   (full, H), src)
             if bias:
-                yield CheckpointTarget(f"{ckpt}.{name}.bias", f"{param}.gate_up_proj.bias", (slice(lo, lo + I),), (I,))
-        yield CheckpointTarget(f"{ckpt}.down_proj.weight", f"{param}.down_proj.weight", (), (H, I))
+                yield CheckpointTarget(f"{ckpt}.{name}.bias", f"{param}.gate_up_proj.bias", (slice(lo, lo + I),),
+                                       (full,), src)
+        yield CheckpointTarget(f"{ckpt}.down_proj.weight", f"{param}.down_proj.weight", (), (H, full), cols)
         if bias:
             yield CheckpointTarget(f"{ckpt}.down_proj.bias", f"{param}.down_proj.bias", (), (H,))
 
@@ -743,12 +868,17 @@ def fused_moe(
 
 
 class CheckpointTarget(NamedTuple):
-    """Where one tensor of a published checkpoint goes: ``param[index]`` of ``shape``."""
+    """Where one tensor of a published checkpoint goes: ``param[index] = tensor[source]``.
+
+    ``shape`` is always the published (unsharded) shape; ``source`` picks this
+    tensor-parallel rank's part of it (``()``: all of it).
+    """
 
     name: str  # checkpoint name, e.g. model.layers.0.self_attn.q_proj.weight
     param: str  # our parameter, e.g. layers.0.self_attn.qkv_proj.weight
     index: tuple  # index into the parameter; () for all of it
-    shape: tuple  # the checkpoint tensor's shape (dequantised layout)
+    shape: tuple  # the checkpoint tensor's shape (dequantised layout), unsharded
+    source: tuple = ()  # index into the checkpoint tensor: this rank's shard; () for all of it
 
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
@@ -767,10 +897,11 @@ class DecoderModel(nn.Module):
     family: str = ""
     norm_fp32_weight: bool = False
 
-    def __init__(self, config: dict, num_layers: int | None = None):
+    def __init__(self, config: dict, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
         self.config = config
-        self.args = ModelArgs.from_config(config, self.family, num_layers)
+        self.args = ModelArgs.from_config(config, self.family, num_layers).shard(tp_rank, tp_size)
+        self.tp_rank, self.tp_size = self.args.tp_rank, self.args.tp_size
         a = self.args
         self.num_layers = a.num_layers
         self.hidden_size = a.hidden_size
@@ -796,7 +927,7 @@ class DecoderModel(nn.Module):
         raise NotImplementedError
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)  # [T, H]
+        x = self.embed_tokens(input_ids)  # [T, H] (the embedding is replicated on every rank)
         tables = {k: rope(positions) for k, rope in self.rotary.items()}  # each ([T, D/2], [T, D/2])
         for layer, key in zip(self.layers, self._rope_of_layer):
             cos, sin = tables[key]
@@ -848,7 +979,15 @@ class DecoderModel(nn.Module):
             )
         param = self.get_parameter(target.param)
         with torch.no_grad():
-            param[target.index].copy_(tensor)
+            param[target.index].copy_(tensor[target.source] if target.source else tensor)
+
+    def checkpoint_tensor(self, name: str) -> torch.Tensor:
+        """The published tensor ``name`` read back from this (unsharded) stack: the
+        inverse of :meth:`load_checkpoint_tensor` (tests write checkpoints with it)."""
+        if self.tp_size != 1:
+            raise ModelConfigError("checkpoint_tensor reads whole published tensors: only from an unsharded stack")
+        target = self.checkpoint_targets()[name]
+        return self.get_parameter(target.param)[target.index].detach().reshape(target.shape)
 
 
 class DecoderLayer(nn.Module):

@@ -25,6 +25,8 @@ from bcgprof.models.common import (
     ModelArgs,
     RoutedExperts,
     fused_moe,
+    shard_range,
+    tp_all_reduce,
 )
 
 
@@ -54,12 +56,20 @@ def clamped_swiglu(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.T
 
 class GptOssExperts(nn.Module):
     """E experts stored as transformers' bf16 layout: gate_up_proj [E, H, 2I] (gate/up
-    interleaved), down_proj [E, I, H], with biases."""
+    interleaved), down_proj [E, I, H], with biases.
+
+    Under tensor parallelism every rank holds every expert with I / tp of the
+    intermediate: columns [2 r I/tp, 2 (r+1) I/tp) of gate_up_proj (whole gate/up pairs,
+    as the columns interleave) and the matching rows of down_proj. The down bias is
+    added by rank 0 only; the block all-reduces the output."""
 
     def __init__(self, args: ModelArgs):
         super().__init__()
-        E, H, I = args.num_experts, args.hidden_size, args.moe_intermediate_size
+        E, H = args.num_experts, args.hidden_size
+        I = args.moe_intermediate_size // args.tp_size  # this rank's share
         self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
+        self.total_intermediate_size = args.moe_intermediate_size
+        self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
         self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
         self.gate_up_proj = nn.Parameter(torch.zeros(E, H, 2 * I))
         self.gate_up_proj_bias = nn.Parameter(torch.zeros(E, 2 * I))
@@ -70,32 +80,38 @@ class GptOssExperts(nn.Module):
         return clamped_swiglu(gate_up, self.alpha, self.limit)
 
     def forward(self, x: torch.Tensor, route: RoutedExperts) -> torch.Tensor:
+        b2 = self.down_proj_bias if self.tp_rank == 0 else None  # once over the ranks
         return fused_moe(
-            x, route, self.gate_up_proj, self.down_proj, self.activation, self.gate_up_proj_bias, self.down_proj_bias
-        )  # [T, H]
+            x, route, self.gate_up_proj, self.down_proj, self.activation, self.gate_up_proj_bias, b2
+        )  # [T, H] (this rank's partial sum under tensor parallelism)
 
 
 class GptOssMLP(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
-        self.router = GptOssRouter(args)
+        self.tp_size = args.tp_size
+        self.router = GptOssRouter(args)  # replicated on every rank
         self.experts = GptOssExperts(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.experts(x, self.router(x))  # [T, H]
+        return tp_all_reduce(self.experts(x, self.router(x)), self.tp_size)  # [T, H]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
-        E, H, I = self.experts.num_experts, self.experts.hidden_size, self.experts.intermediate_size
-        shapes = {
-            "router.weight": (E, H),
-            "router.bias": (E,),
-            "experts.gate_up_proj": (E, H, 2 * I),
-            "experts.gate_up_proj_bias": (E, 2 * I),
-            "experts.down_proj": (E, I, H),
-            "experts.down_proj_bias": (E, H),
+        ex = self.experts
+        E, H, I = ex.num_experts, ex.hidden_size, ex.total_intermediate_size
+        sharded = ex.tp_size > 1
+        rows = shard_range(I, ex.tp_rank, ex.tp_size)  # this rank's intermediate
+        pairs = slice(2 * rows.start, 2 * rows.stop)  # its interleaved gate/up columns
+        entries = {
+            "router.weight": ((E, H), ()),
+            "router.bias": ((E,), ()),
+            "experts.gate_up_proj": ((E, H, 2 * I), (slice(None), slice(None), pairs)),
+            "experts.gate_up_proj_bias": ((E, 2 * I), (slice(None), pairs)),
+            "experts.down_proj": ((E, I, H), (slice(None), rows)),
+            "experts.down_proj_bias": ((E, H), ()),
         }
-        for name, shape in shapes.items():
-            yield CheckpointTarget(f"{ckpt}.{name}", f"{param}.{name}", (), shape)
+        for name, (shape, source) in entries.items():
+            yield CheckpointTarget(f"{ckpt}.{name}", f"{param}.{name}", (), shape, source if sharded else ())
 
 
 class GptOssModel(DecoderModel):

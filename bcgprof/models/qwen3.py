@@ -14,5 +14,5 @@ class Qwen3Model(DecoderModel):
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args
-        mlp = DenseMLP(a.hidden_size, a.intermediate_size)
+        mlp = DenseMLP(a.hidden_size, a.intermediate_size, tp_rank=a.tp_rank, tp_size=a.tp_size)
         return DecoderLayer(a, layer_idx, Attention(a, layer_idx), mlp, self.norm_fp32_weight)

@@ -20,6 +20,8 @@ from bcgprof.models.common import (
     ModelArgs,
     RoutedExperts,
     fused_moe,
+    shard_range,
+    tp_all_reduce,
 )
 
 
@@ -47,12 +49,18 @@ def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
 class Qwen3MoeExperts(nn.Module):
     """E SwiGLU experts stacked as transformers 5 fuses them: gate_up_proj [E, 2I, H]
     (gate rows first), down_proj [E, H, I]. Published checkpoints name them one by one
-    (``experts.{e}.gate_proj.weight`` ...); the loader stacks them."""
+    (``experts.{e}.gate_proj.weight`` ...); the loader stacks them.
+
+    Under tensor parallelism every rank holds every expert with I / tp of the
+    intermediate (gate and up rows, down columns); the block all-reduces the output."""
 
     def __init__(self, args: ModelArgs):
         super().__init__()
-        E, H, I = args.num_experts, args.hidden_size, args.moe_intermediate_size
+        E, H = args.num_experts, args.hidden_size
+        I = args.moe_intermediate_size // args.tp_size  # this rank's share
         self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
+        self.total_intermediate_size = args.moe_intermediate_size
+        self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
         self.gate_up_proj = nn.Parameter(torch.zeros(E, 2 * I, H))
         self.down_proj = nn.Parameter(torch.zeros(E, H, I))
 
@@ -65,20 +73,26 @@ class Qwen3MoeExperts(nn.Module):
 class Qwen3MoeSparseBlock(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
-        self.gate = Qwen3MoeRouter(args)
+        self.tp_size = args.tp_size
+        self.gate = Qwen3MoeRouter(args)  # replicated on every rank
         self.experts = Qwen3MoeExperts(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.experts(x, self.gate(x))  # [T, H]
+        return tp_all_reduce(self.experts(x, self.gate(x)), self.tp_size)  # [T, H]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
-        E, H, I = self.experts.num_experts, self.experts.hidden_size, self.experts.intermediate_size
+        ex = self.experts
+        E, H, I, full = ex.num_experts, ex.hidden_size, ex.intermediate_size, ex.total_intermediate_size
+        rows = shard_range(full, ex.tp_rank, ex.tp_size)
+        src, cols = ((rows,), (slice(None), rows)) if ex.tp_size > 1 else ((), ())
         yield CheckpointTarget(f"{ckpt}.gate.weight", f"{param}.gate.weight", (), (E, H))
         for e in range(E):
             pre = f"{ckpt}.experts.{e}"
-            yield CheckpointTarget(f"{pre}.gate_proj.weight", f"{param}.experts.gate_up_proj", (e, slice(0, I)), (I, H))
-            yield CheckpointTarget(f"{pre}.up_proj.weight", f"{param}.experts.gate_up_proj", (e, slice(I, 2 * I)), (I, H))
-            yield CheckpointTarget(f"{pre}.down_proj.weight", f"{param}.experts.down_proj", (e,), (H, I))
+            yield CheckpointTarget(f"{pre}.gate_proj.weight", f"{param}.experts.gate_up_proj", (e, slice(0, I)),
+                                   (full, H), src)
+            yield CheckpointTarget(f"{pre}.up_proj.weight", f"{param}.experts.gate_up_proj", (e, slice(I, 2 * I)),
+                                   (full, H), src)
+            yield CheckpointTarget(f"{pre}.down_proj.weight", f"{param}.experts.down_proj", (e,), (H, full), cols)
 
 
 class Qwen3MoeModel(DecoderModel):
@@ -89,5 +103,5 @@ class Qwen3MoeModel(DecoderModel):
         if a.moe_layers[layer_idx]:
             mlp: nn.Module = Qwen3MoeSparseBlock(a)
         else:
-            mlp = DenseMLP(a.hidden_size, a.intermediate_size)
+            mlp = DenseMLP(a.hidden_size, a.intermediate_size, tp_rank=a.tp_rank, tp_size=a.tp_size)
         return DecoderLayer(a, layer_idx, Attention(a, layer_idx), mlp, self.norm_fp32_weight)
