@@ -24,10 +24,11 @@ class Workload:
 
 
 def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.device,
-                   max_tokens: int, seed: int) -> Workload:
+                   max_tokens: int, seed: int, tp_rank: int = 0, tp_size: int = 1) -> Workload:
     """Build the model on ``device`` and input buffers for the largest bucket.
 
-    Inputs are allocated once and sliced per bucket, as the engines do.
+    Inputs are allocated once and sliced per bucket, as the engines do. ``tp_rank`` /
+    ``tp_size``: this tensor-parallel rank's shard (the inputs are the same on every rank).
     """
     from bcgprof import models
 
@@ -36,7 +37,8 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
         raise CaptureError(f"{spec.name}: dtype {spec.dtype!r} is not supported; use bfloat16, float16 or float32")
     start = time.perf_counter()
     model = models.load(spec.name if spec.source == "preset" else str(spec.config_path.parent),
-                        weights=weights, device=device, dtype=dtype, num_layers=num_layers, seed=seed)
+                        weights=weights, device=device, dtype=dtype, num_layers=num_layers, seed=seed,
+                        tp_rank=tp_rank, tp_size=tp_size)
     torch.cuda.synchronize(device)
     build_s = time.perf_counter() - start
     vocab = int(spec.config["vocab_size"])
