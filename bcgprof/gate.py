@@ -86,6 +86,8 @@ class GateCheck:
     verdict: str  # pass | regression | improvement
     limit: Optional[float] = None  # largest growth that passes
     detail: str = ""
+    tensor_parallel: bool = False  # from a multi-rank comparison: name rank 0 too
+
 
     @property
     def delta(self) -> Optional[int]:
@@ -99,7 +101,7 @@ class GateCheck:
 
     @property
     def where(self) -> str:
-        rank = f" rank {self.rank}" if self.rank != "0" else ""
+        rank = f" rank {self.rank}" if self.rank != "0" or self.tensor_parallel else ""
         return f"{self.mode}{rank}" + (f" bucket {self.bucket}" if self.bucket is not None else " total")
 
 
@@ -279,4 +281,7 @@ def gate_reports(baseline: Report, current: Report, options: GateOptions | None 
                 for metric in BUCKET_METRICS:
                     checks.append(_metric_check(mode, rank_label, bucket, metric,
                                                 getattr(b, metric), getattr(c, metric), options))
+    if any(rank != 0 for _, rank in set(base_rows) | set(cur_rows)):
+        for c in checks:  # tensor-parallel: every check names its rank, rank 0 included
+            c.tensor_parallel = True
     return GateResult(baseline, current, options, checks, notes)
