@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from bcgprof.errors import BcgprofError, CaptureError, ModelConfigError, NoGPUError
-
-EXIT_OK, EXIT_ERROR, EXIT_OOM, EXIT_INTERRUPTED = 0, 1, 3, 130
+from bcgprof.worker import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM  # one set of exit codes for every mode process
 
 # NVLink SHARP / multicast off for NCCL, torch symmetric memory and NVSHMEM.
 MULTICAST_OFF = {
@@ -430,8 +429,7 @@ def run_capture_tp(opts, spec, buckets: list[int]) -> int:
     from rich.console import Console
 
     from bcgprof.report import ReportWriter
-    from bcgprof.runner import EXIT_INTERRUPTED as INTERRUPTED
-    from bcgprof.runner import _check_gpu, _finish, _Progress, _run_info
+    from bcgprof.runner import _check_gpu, _run_info, run_modes
 
     console = Console(stderr=False)
     dev = _check_gpu("cuda:0")
@@ -439,21 +437,7 @@ def run_capture_tp(opts, spec, buckets: list[int]) -> int:
     writer = ReportWriter(out, _tp_run_info(_run_info(opts, spec, buckets, dev), "spawn"))
     _announce(console, spec, writer, buckets, opts, out)
     del writer  # rank 0 of each mode reopens the report and appends to it
-
-    total = sum(1 if m == "floor" else len(buckets) for m in opts.modes)
-    progress = _Progress(console, total)
-    codes: dict[str, int] = {}
-    interrupted = False
-    with progress.progress:
-        try:
-            for mode in opts.modes:
-                codes[mode] = run_mode_ranks(opts, mode, out, progress.handle)
-                if codes[mode] == INTERRUPTED:
-                    interrupted = True
-                    break
-        except KeyboardInterrupt:
-            interrupted = True
-    return _finish(out, opts, codes, interrupted, console)
+    return run_modes(opts, out, buckets, console, run_mode_ranks)
 
 
 def _new_report_dir(opts, spec) -> Path:

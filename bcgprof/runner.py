@@ -198,9 +198,15 @@ def run_capture(opts: CaptureOptions) -> int:
                   f"{len(buckets)} buckets {buckets[0]}..{buckets[-1]}, modes {', '.join(opts.modes)} -> {out}")
     del writer  # each mode's process reopens the report and appends to it
 
+    run_one = _run_mode_in_process if opts.in_process else _run_mode_subprocess
+    return run_modes(opts, out, buckets, console, run_one)
+
+
+def run_modes(opts: CaptureOptions, out: Path, buckets: list[int], console, run_one) -> int:
+    """Run each mode through ``run_one(opts, mode, out, on_event)`` under one progress bar,
+    then settle the report's status and print the results."""
     total = sum(1 if m == "floor" else len(buckets) for m in opts.modes)
     progress = _Progress(console, total)
-    run_one = _run_mode_in_process if opts.in_process else _run_mode_subprocess
     codes: dict[str, int] = {}
     interrupted = False
     with progress.progress:
