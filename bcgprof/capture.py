@@ -25,11 +25,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from bcgprof.bcg.graph import BreakableGraph
-from bcgprof.errors import CaptureError, NoGPUError
+from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
-from bcgprof.report import MODES, BucketRecord
-
-VERIFY_CHOICES = ("smallest-largest", "all", "none")
+from bcgprof.options import MODES, VERIFY_CHOICES
+from bcgprof.report import BucketRecord
 
 
 @dataclass
@@ -57,15 +56,6 @@ class CaptureResult:
         cap = self.captures[bucket]
         cap.graph.replay()
         return cap.output
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
-def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
 def default_refill(inputs: Sequence[torch.Tensor], generator: torch.Generator) -> None:
@@ -167,7 +157,7 @@ class Capturer:
             self._prewarm()
             return None
         except Exception as e:
-            status = "oom" if _is_oom(e) else "error"
+            status = failure_status(e)
             del e  # drop the traceback's frames, and with them the warm-up's tensors
             settle(self.device)
             after = read(self.memory, self.pool)
@@ -228,11 +218,9 @@ class Capturer:
                 self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue
             )
             record.capture_ms = graph.capture_ms
-        except CaptureError as e:
-            record.status, record.detail = "error", str(e)
-        except Exception as e:
-            record.status = "oom" if _is_oom(e) else "error"
-            record.detail = _first_line(e)
+        except Exception as e:  # a CaptureError (bucket refused) is an error, its message as it is
+            record.status = failure_status(e)
+            record.detail = one_line(e)
         peak_allocated = torch.cuda.max_memory_allocated(self.device)
         after = read(self.memory, self.pool)
         device_peak = self.sampler.window_peak(after.device_used)

@@ -17,7 +17,8 @@ from typing import List, Optional
 import typer
 
 from bcgprof import __version__
-from bcgprof.errors import BcgprofError
+from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError
+from bcgprof.options import DEFAULT_MODEL, MODES
 
 app = typer.Typer(
     name="bcgprof",
@@ -29,9 +30,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-DEFAULT_MODEL = "gpt-oss-20b"
-MODES = ("per-bucket", "shared", "floor")
-EXIT_INTERRUPTED = 130
 
 
 class Format(str, Enum):

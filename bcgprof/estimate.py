@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bcgprof.errors import ModelConfigError
-from bcgprof.models.config import DTYPE_BYTES, ModelSpec
+from bcgprof import dtypes
+from bcgprof.models.config import ModelSpec
 
 LABEL = "analytic, not measured"
 
@@ -56,19 +56,11 @@ class Estimate:
         }
 
 
-def dtype_bytes(dtype: str) -> int:
-    name = dtype.replace("torch.", "")
-    try:
-        return DTYPE_BYTES[name]
-    except KeyError:
-        raise ModelConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}") from None
-
-
 def estimate_output_buffers(spec: ModelSpec, buckets: list[int], *, phase: str = "prefill",
                             dtype: str | None = None) -> Estimate:
     """Per-bucket output bytes and the retained totals in per-bucket and shared mode."""
-    dtype = (dtype or spec.dtype).replace("torch.", "")
-    width = dtype_bytes(dtype)
+    dtype = dtypes.canonical(dtype or spec.dtype)
+    width = dtypes.dtype_bytes(dtype)
     # One output row per token: a prefill bucket is a token count, a decode bucket a batch of one-token sequences.
     rows = [BucketEstimate(b, b, b * spec.hidden_size * width) for b in sorted(buckets)]
     return Estimate(

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, get_type_hints
 
 from bcgprof.errors import ReportError
+from bcgprof.options import MODES, STATUSES
 
 SCHEMA_VERSION = 1
-MODES = ("per-bucket", "shared", "floor")
-STATUSES = ("ok", "oom", "error")
 
 
 @dataclass

@@ -8,10 +8,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from bcgprof.errors import CaptureError
+from bcgprof import dtypes
 from bcgprof.models.config import ModelSpec
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -32,9 +30,7 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
     """
     from bcgprof import models
 
-    dtype = DTYPES.get(spec.dtype)
-    if dtype is None:
-        raise CaptureError(f"{spec.name}: dtype {spec.dtype!r} is not supported; use bfloat16, float16 or float32")
+    dtype = dtypes.torch_dtype(spec.dtype)
     start = time.perf_counter()
     model = models.load(spec.name if spec.source == "preset" else str(spec.config_path.parent),
                         weights=weights, device=device, dtype=dtype, num_layers=num_layers, seed=seed,

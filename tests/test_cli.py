@@ -286,7 +286,7 @@ def test_estimate_accepts_a_config_path(tmp_path, data_dir):
 @pytest.mark.parametrize("args, message", [
     (("-m", "no-such-model"), "unknown model 'no-such-model'"),
     (("-b", "4,x"), "entry 'x' is not an integer"),
-    (("--dtype", "int3"), "unknown dtype 'int3'"),
+    (("--dtype", "int3"), "unsupported dtype 'int3'"),
 ])
 def test_estimate_bad_input(args, message):
     assert message in one_line_error(run("estimate", *args))

@@ -41,5 +41,5 @@ def test_other_preset_and_dtype_override():
 
 
 def test_unknown_dtype_is_a_user_error():
-    with pytest.raises(ModelConfigError, match="unknown dtype 'int3'"):
+    with pytest.raises(ModelConfigError, match="unsupported dtype 'int3'"):
         estimate_output_buffers(resolve_model("gpt-oss-20b"), [4], dtype="int3")

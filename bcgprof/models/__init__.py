@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bcgprof import dtypes
 from bcgprof.errors import ModelConfigError, NoGPUError
 from bcgprof.models.config import ModelSpec, resolve_model
 
@@ -29,16 +30,6 @@ MODEL_CLASSES = {
     "qwen3_moe": "bcgprof.models.qwen3_moe:Qwen3MoeModel",
 }
 
-DTYPES = {
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-}
 
 __all__ = ["load", "build_meta", "model_class", "MODEL_CLASSES"]
 
@@ -59,14 +50,7 @@ def _spec(model: str | Path | ModelSpec) -> ModelSpec:
 
 
 def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
-    if dtype is None:
-        dtype = spec.dtype
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = str(dtype).replace("torch.", "").lower()
-    if name not in DTYPES:
-        raise ModelConfigError(f"unsupported dtype {dtype!r}; use one of bfloat16, float16, float32")
-    return DTYPES[name]
+    return dtypes.torch_dtype(spec.dtype if dtype is None else dtype)
 
 
 def build_meta(

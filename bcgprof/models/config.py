@@ -23,8 +23,6 @@ FAMILIES = {
 }
 MODEL_TYPES = {"gpt_oss": "gpt_oss", "llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe"}
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
 
 def presets_dir() -> Path:
     """configs/models of the source tree, or the copy installed beside the package."""

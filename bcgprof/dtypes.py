@@ -1,0 +1,36 @@
+"""Floating-point dtypes bcgprof builds models in: names, aliases, sizes. Torch is imported only on use."""
+
+from __future__ import annotations
+
+from bcgprof.errors import ModelConfigError
+
+# canonical name -> bytes per element
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+# what users and config.json files write -> canonical name
+ALIASES = {
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+    "float32": "float32", "fp32": "float32", "float": "float32",
+}
+
+
+def canonical(name: object) -> str:
+    """``torch.bfloat16``, ``bf16``, ``BFloat16`` ... -> ``bfloat16``; ModelConfigError otherwise."""
+    text = str(name).replace("torch.", "").strip().lower()
+    if text not in ALIASES:
+        raise ModelConfigError(f"unsupported dtype {name!r}; use one of {', '.join(DTYPE_BYTES)}")
+    return ALIASES[text]
+
+
+def dtype_bytes(name: object) -> int:
+    return DTYPE_BYTES[canonical(name)]
+
+
+def torch_dtype(name: object):
+    """The torch dtype of a name (a torch dtype is returned as it is)."""
+    import torch
+
+    if isinstance(name, torch.dtype):
+        return name
+    return getattr(torch, canonical(name))

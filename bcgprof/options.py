@@ -1,0 +1,61 @@
+"""What a capture is asked to do: the mode names, the choices of every option, and
+:class:`CaptureOptions`, the one object handed from the CLI to the runner and, as
+JSON, to every mode's process. Imports nothing heavy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+# The modes, in the order they run and are shown.
+MODES = ("per-bucket", "shared", "floor")
+DEFAULT_MODES = MODES
+PHASES = ("prefill", "decode")
+WEIGHTS = ("dummy", "safetensors")
+VERIFY_CHOICES = ("smallest-largest", "all", "none")
+STATUSES = ("ok", "oom", "error")  # of one bucket
+
+DEFAULT_MODEL = "gpt-oss-20b"
+
+
+def mode_index(mode: str) -> int:
+    """Sort key that puts modes in :data:`MODES` order, unknown ones last."""
+    return MODES.index(mode) if mode in MODES else len(MODES)
+
+
+@dataclass
+class CaptureOptions:
+    model: str = DEFAULT_MODEL
+    weights: str = "dummy"  # one of WEIGHTS
+    num_layers: Optional[int] = None  # None: all of the model's layers
+    phase: str = "prefill"  # one of PHASES
+    buckets: Optional[str] = None  # bucket spec; None: the phase's SGLang preset
+    max_tokens: int = 16384
+    max_bs: int = 256
+    modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
+    warmup: int = 2
+    device: str = "cuda:0"
+    out: Optional[Path] = None  # None: reports/<model>-<timestamp>
+    verify: str = "smallest-largest"  # one of VERIFY_CHOICES
+    in_process: bool = False
+    sample_interval_ms: float = 2.0
+    tp: int = 1
+    seed: int = 0
+    command: str = ""  # the command line, recorded in run.json
+
+    def to_json(self) -> str:
+        """The options as one JSON line (how a mode's process receives them)."""
+        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CaptureOptions":
+        data = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        opts = cls(**{k: v for k, v in data.items() if k in known})
+        if opts.out is not None:
+            opts.out = Path(opts.out)
+        return opts
