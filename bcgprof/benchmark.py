@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bcgprof.options import CaptureOptions
 from bcgprof.report import read_report
-from bcgprof.runner import CaptureOptions, run_capture
+from bcgprof.runner import run_capture
 
 PARTS = ("build_s", "prewarm_s", "warmup_s", "capture_s", "measure_s", "verify_s", "wall_s")
 
@@ -28,10 +29,10 @@ PARTS = ("build_s", "prewarm_s", "warmup_s", "capture_s", "measure_s", "verify_s
 def _capture(base: CaptureOptions, out: Path, **changes) -> tuple[float, dict]:
     opts = CaptureOptions(**{**base.__dict__, **changes, "out": out})
     start = time.perf_counter()
-    code = run_capture(opts)
+    outcome = run_capture(opts)
     wall = time.perf_counter() - start
-    if code != 0:
-        sys.exit(f"capture into {out} failed with exit code {code}")
+    if outcome.exit_code != 0:
+        sys.exit(f"capture into {out} failed with exit code {outcome.exit_code}")
     return wall, read_report(out).run.extra.get("modes", {})
 
 

@@ -172,7 +172,7 @@ def capture(
     resolve_model(model)
     parse_buckets(buckets or default_bucket_spec(phase.value), max_tokens=max_tokens, max_bs=max_bs)
 
-    from bcgprof.runner import CaptureOptions, run_capture
+    from bcgprof.options import CaptureOptions
 
     opts = CaptureOptions(
         model=model, weights=weights.value, num_layers=num_layers, phase=phase.value, buckets=buckets,
@@ -180,7 +180,35 @@ def capture(
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )
-    raise typer.Exit(run_capture(opts))
+    raise typer.Exit(_run_capture(opts))
+
+
+def _run_capture(opts) -> int:
+    """Run the capture under a progress bar, then show the report; return the exit code."""
+    from rich.console import Console
+
+    from bcgprof import runner
+    from bcgprof.capture_view import CaptureProgress
+    from bcgprof.render import print_report, verdict_line
+    from bcgprof.report import read_report
+
+    console = Console()
+    if not console.is_terminal:  # a log file, not a screen: keep the tables' columns whole
+        console = Console(width=200)
+    with CaptureProgress(console) as progress:
+        outcome = runner.run_capture(opts, progress.handle)
+    if not outcome.reporter:  # a torchrun rank other than 0: rank 0 shows the report
+        return outcome.exit_code
+    report = read_report(outcome.out)
+    print_report(report, console)
+    line = verdict_line(report)
+    if line:
+        console.print(line)
+    console.print(f"report: {outcome.out}")
+    if outcome.exit_code:
+        console.print(f"[red]capture {outcome.status}[/] ({outcome.message or 'interrupted'}); "
+                      f"the finished rows are in {outcome.out}")
+    return outcome.exit_code
 
 
 # ---------------------------------------------------------------- reading reports

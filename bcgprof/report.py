@@ -367,6 +367,11 @@ class ReportWriter:
         self.records.append(record)
         self._flush()
 
+    def extend(self, records: Iterable[BucketRecord]) -> None:
+        """Append several rows (one bucket step of every rank) and rewrite the files once."""
+        self.records.extend(records)
+        self._flush()
+
     def update_run(self, **changes: Any) -> None:
         for k, v in changes.items():
             setattr(self.run, k, v)

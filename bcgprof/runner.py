@@ -1,54 +1,63 @@
-"""Runs `bcgprof capture`: one process per mode, rows merged into one report."""
+"""A capture run: `bcgprof capture` from checked options to a finished report.
+
+The runner writes the report's ``run.json``, then runs each mode in fresh processes (one
+per mode, or one per rank and mode for ``--tp N``: :mod:`bcgprof.mode`), relays their
+progress events to the caller, and settles the report's status. It prints nothing:
+whoever calls it passes ``on_event`` (the CLI draws a progress bar from the events) and
+reads the report afterwards.
+
+Fixed cost per mode is kept low by starting the next mode's processes while the current
+mode works: they import everything, then wait. A mode's processes are released only
+after the previous mode's processes have exited, so no mode ever measures another's
+memory.
+
+Events (dicts with an ``event`` key): ``begin`` (the run: out, model, layers, dtype,
+buckets, modes, tp, total), ``memory_source``, ``start``, ``bucket``, ``verify``,
+``error``, ``done`` (from the modes, see :mod:`bcgprof.mode`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import json
-import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from bcgprof.errors import CaptureError, NoGPUError
+from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
+from bcgprof.options import CaptureOptions
 
-EXIT_INTERRUPTED = 130
+Emit = Callable[[dict], None]
+# Once one rank process has exited with an error, how long the others get to finish.
+PEER_GRACE_S = 60.0
 
 
 @dataclass
-class CaptureOptions:
-    model: str = "gpt-oss-20b"
-    weights: str = "dummy"  # dummy | safetensors
-    num_layers: Optional[int] = None
-    phase: str = "prefill"  # prefill | decode
-    buckets: Optional[str] = None  # bucket spec; None = the phase's SGLang preset
-    max_tokens: int = 16384
-    max_bs: int = 256
-    modes: list[str] = field(default_factory=lambda: ["per-bucket", "shared", "floor"])
-    warmup: int = 2
-    device: str = "cuda:0"
-    out: Optional[Path] = None  # None = reports/<model>-<timestamp>
-    verify: str = "smallest-largest"  # smallest-largest | all | none
-    in_process: bool = False
-    sample_interval_ms: float = 2.0
-    tp: int = 1
-    seed: int = 0
-    command: str = ""  # the command line, recorded in run.json
+class CaptureOutcome:
+    out: Path  # the report directory
+    status: str  # complete | partial | failed | interrupted
+    exit_code: int  # 0 complete, 1 a mode failed, 130 interrupted
+    message: str = ""  # which modes failed, and how
+    reporter: bool = True  # False on torchrun ranks other than 0 (rank 0 holds the report)
 
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _default_out(model: str) -> Path:
+def default_out(model: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name or model).strip("-")
     return Path("reports") / f"{slug}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def _check_gpu(device: str):
+def check_gpu(device: str):
+    """The torch device for ``device``; one line when there is no such CUDA device."""
     import torch
 
     if not torch.cuda.is_available():
@@ -62,7 +71,8 @@ def _check_gpu(device: str):
     return dev
 
 
-def _run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
+def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
+    """The report's run.json for a capture about to start on ``dev``."""
     import torch
 
     from bcgprof import __version__
@@ -85,168 +95,324 @@ def _run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
     )
 
 
-class _Progress:
-    """The live bar: mode, bucket, done/total, pool so far, elapsed."""
+def _new_report(opts: CaptureOptions, spec, buckets: list[int], dev, extra: Optional[dict] = None):
+    from bcgprof.report import ReportWriter
 
-    def __init__(self, console, total_buckets: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.console = console
-        self.progress = Progress(
-            TextColumn("[bold]{task.fields[mode]:>10}"), TextColumn("bucket {task.fields[bucket]:>6}"),
-            BarColumn(), MofNCompleteColumn(), TextColumn("pool {task.fields[pool]:>10}"),
-            TimeElapsedColumn(), console=console, transient=False,
-        )
-        self.task = self.progress.add_task("capture", total=total_buckets, mode="", bucket="-", pool="-")
-        self.warned_source = False
-
-    def handle(self, event: dict) -> None:
-        from bcgprof.report_format import fmt_bytes
-
-        kind = event.get("event")
-        if kind == "memory_source" and event["source"] != "nvml" and not self.warned_source:
-            self.warned_source = True
-            self.console.print(f"[yellow]NVML unavailable ({event.get('reason') or 'no reason given'}); "
-                               "device memory is read with torch.cuda.mem_get_info and no peak sampling[/]")
-        elif kind == "start":
-            self.progress.update(self.task, mode=event["mode"], bucket="build")
-        elif kind == "bucket":
-            self.progress.update(self.task, advance=1, bucket=str(event["bucket"]),
-                                 pool=fmt_bytes(event["pool_bytes"]))
-            if event["status"] != "ok":
-                self.console.print(f"[red]{event['mode']} bucket {event['bucket']}: {event['status']}: {event['detail']}[/]")
-        elif kind == "verify":
-            self.progress.update(self.task, bucket="verify")
-        elif kind == "error":
-            self.console.print(f"[red]{event['mode']}: {event['message']}[/]")
+    out = Path(opts.out) if opts.out else default_out(spec.name)
+    if (out / "run.json").exists():
+        raise CaptureError(f"{out} already holds a report; pass a new --out directory")
+    info = run_info(opts, spec, buckets, dev)
+    if extra:
+        info.extra = dict(info.extra, **extra)
+    return ReportWriter(out, info)
 
 
-def _run_mode_subprocess(opts: CaptureOptions, mode: str, out: Path, on_event) -> int:
-    """Run one mode in a fresh Python process; its stderr goes to <report>/<mode>.log."""
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(opts).items()}
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    log = open(out / f"{mode}.log", "w")
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bcgprof.worker", str(out), mode, json.dumps(options)],
-            stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-        )
+def _begin_event(writer, spec, buckets: list[int], opts: CaptureOptions) -> dict:
+    total = sum(1 if m == "floor" else len(buckets) for m in opts.modes)
+    return {"event": "begin", "out": str(writer.path), "model": spec.name, "layers": writer.run.layers,
+            "dtype": spec.dtype, "buckets": buckets, "modes": list(opts.modes), "tp": opts.tp, "total": total}
+
+
+def _prepare(opts: CaptureOptions):
+    """Checks that need no GPU; returns the options with the bucket spec filled in, the model, the buckets."""
+    from bcgprof.buckets import default_bucket_spec, parse_buckets
+    from bcgprof.models.config import resolve_model
+
+    if opts.phase != "prefill":
+        raise CaptureError(f"phase {opts.phase!r} cannot be captured yet: the layer stacks have no KV cache; "
+                           "use --phase prefill")
+    spec = resolve_model(opts.model)
+    if opts.num_layers is not None and not 1 <= opts.num_layers:
+        raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
+    opts = dataclasses.replace(opts, buckets=opts.buckets or default_bucket_spec(opts.phase))
+    buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
+    return opts, spec, buckets
+
+
+def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> CaptureOutcome:
+    """Run every mode and write the report; :class:`BcgprofError` for input refused before any work."""
+    emit = on_event or (lambda event: None)
+    opts, spec, buckets = _prepare(opts)
+    if opts.tp > 1:
+        from bcgprof import dist
+
+        dist.apply_tp_environment()
+        if opts.device not in ("cuda", "cuda:0"):
+            raise CaptureError(f"--device {opts.device} picks the GPU of a single-GPU run; a --tp {opts.tp} run "
+                               f"uses cuda:0..cuda:{opts.tp - 1} (choose them with CUDA_VISIBLE_DEVICES)")
+        torchrun = dist.under_torchrun()
+        if opts.in_process and not torchrun:
+            raise CaptureError(f"--in-process runs one process, but --tp {opts.tp} needs one per rank; to keep "
+                               f"every mode in each rank's process, run under torchrun --nproc-per-node {opts.tp}")
+        import torch
+        import torch.distributed as tdist
+
+        dist.check_tp_setup(spec, opts.tp, torch.cuda.device_count(),
+                            tdist.is_available() and tdist.is_nccl_available())
+        if torchrun:
+            return _run_under_torchrun(opts, spec, buckets, emit)
+        dev = check_gpu("cuda:0")
+        writer = _new_report(opts, spec, buckets, dev,
+                             {"tp_launch": "spawn", "tp_environment": dist.tp_environment()})
+    else:
+        dev = check_gpu(opts.device)
+        writer = _new_report(opts, spec, buckets, dev)
+    out = writer.path
+    emit(_begin_event(writer, spec, buckets, opts))
+    del writer  # each mode's rank 0 reopens the report and appends to it
+
+    codes: dict[str, int] = {}
+    interrupted = False
+    if opts.in_process:
+        codes, interrupted = _run_modes_in_process(opts, out, emit)
+    else:
+        launcher = ModeLauncher(opts, out)
         try:
-            for line in proc.stdout:
+            codes, interrupted = launcher.run_all(emit)
+        finally:
+            launcher.close()
+    return _finish(out, opts, codes, interrupted)
+
+
+def _run_modes_in_process(opts: CaptureOptions, out: Path, emit: Emit) -> tuple[dict[str, int], bool]:
+    import gc
+
+    import torch
+
+    from bcgprof.mode import SingleGroup, run_mode_reporting_errors
+
+    codes: dict[str, int] = {}
+    for mode in opts.modes:
+        try:
+            codes[mode] = run_mode_reporting_errors(opts, mode, out, emit, SingleGroup(torch.device(opts.device)))
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
+        if codes[mode] == EXIT_INTERRUPTED:
+            return codes, True
+    return codes, False
+
+
+def _finish(out: Path, opts: CaptureOptions, codes: dict[str, int], interrupted: bool) -> CaptureOutcome:
+    """Settle the report's status from the modes' exit codes."""
+    from bcgprof.report import ReportWriter
+
+    writer = ReportWriter.reopen(out)
+    failed = {m: c for m, c in codes.items() if c != EXIT_OK}
+    if interrupted:
+        status, code = "interrupted", EXIT_INTERRUPTED
+    elif not failed and len(codes) == len(opts.modes):
+        status, code = "complete", EXIT_OK
+    else:
+        status, code = ("partial" if writer.records else "failed"), EXIT_FAILED
+    message = "; ".join(f"{m}: exit {c}" for m, c in failed.items())
+    writer.update_run(status=status, ended_at=_now(), message=message)
+    return CaptureOutcome(out, status, code, message)
+
+
+# ---------------------------------------------------------------- mode processes
+
+
+class _ModeProcesses:
+    """The processes of one mode: one, or one per tensor-parallel rank. Started ahead of
+    their turn; they import and wait for ``go``."""
+
+    def __init__(self, opts: CaptureOptions, mode: str, out: Path):
+        from bcgprof import dist
+
+        self.mode = mode
+        self.logs, self.procs = [], []
+        port = dist.free_port() if opts.tp > 1 else 0
+        for rank in range(opts.tp):
+            name = f"{mode}.log" if opts.tp == 1 else f"{mode}.rank{rank}.log"
+            log = open(out / name, "w")
+            self.logs.append(log)
+            env = dist.rank_environment(rank, opts.tp, port) if opts.tp > 1 else _single_environment()
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "bcgprof.mode", str(out), mode, opts.to_json()],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True, env=env,
+            ))
+
+    def go(self) -> None:
+        for p in self.procs:
+            p.stdin.write("go\n")
+            p.stdin.close()
+
+    def cancel(self) -> None:
+        """Let processes that never started work exit (EOF on stdin), then make sure they did."""
+        for p in self.procs:
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.close_logs()
+
+    def relay(self, on_event: Emit, grace_s: float) -> int:
+        """Pass rank 0's events on until every process exits; the mode's exit code."""
+        done = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(self.procs, done, grace_s), daemon=True)
+        watcher.start()
+        try:
+            for line in self.procs[0].stdout:
                 line = line.strip()
                 if line.startswith("{"):
                     try:
                         on_event(json.loads(line))
                     except json.JSONDecodeError:
                         pass
-            return proc.wait()
+            codes = [p.wait() for p in self.procs]
         except KeyboardInterrupt:
-            # The worker got the same Ctrl-C; its finished rows are already on disk.
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            for p in self.procs:  # they got the same Ctrl-C; their finished rows are on disk
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
             raise
-    finally:
-        log.close()
-        if (out / f"{mode}.log").stat().st_size == 0:  # keep logs only when a mode said something
-            (out / f"{mode}.log").unlink()
+        finally:
+            done.set()
+            for p in self.procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            self.close_logs()
+        if codes[0] != EXIT_OK:
+            return codes[0]
+        failed = [(r, c) for r, c in enumerate(codes) if c != EXIT_OK]
+        if failed:
+            on_event({"event": "error", "mode": self.mode,
+                      "message": "; ".join(f"rank {r} exited with {c} (see {self.mode}.rank{r}.log)"
+                                           for r, c in failed)})
+            return failed[0][1] if failed[0][1] > 0 else EXIT_FAILED
+        return EXIT_OK
+
+    def close_logs(self) -> None:
+        for log in self.logs:
+            if log.closed:
+                continue
+            log.close()
+            path = Path(log.name)
+            if path.exists() and path.stat().st_size == 0:  # keep logs only when a process said something
+                path.unlink()
 
 
-def _run_mode_in_process(opts: CaptureOptions, mode: str, out: Path, on_event) -> int:
+def _single_environment() -> dict:
+    import os
+
+    return dict(os.environ, PYTHONUNBUFFERED="1")
+
+
+def _watch(procs: list, done: threading.Event, grace_s: float) -> None:
+    """Once one rank process has failed, give the others ``grace_s`` to finish, then kill them."""
+    failed_at = None
+    while not done.is_set():
+        codes = [p.poll() for p in procs]
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > grace_s:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            return
+        if all(c is not None for c in codes):
+            return
+        done.wait(0.5)
+
+
+class ModeLauncher:
+    """Runs the modes of a capture one after another, each in fresh processes, the next
+    mode's processes started (importing, waiting) while the current one works."""
+
+    def __init__(self, opts: CaptureOptions, out: Path, grace_s: float = PEER_GRACE_S):
+        self.opts, self.out, self.grace_s = opts, out, grace_s
+        self._next: Optional[_ModeProcesses] = None
+
+    def run_all(self, on_event: Emit) -> tuple[dict[str, int], bool]:
+        codes: dict[str, int] = {}
+        modes = list(self.opts.modes)
+        try:
+            self._next = _ModeProcesses(self.opts, modes[0], self.out) if modes else None
+            for i, mode in enumerate(modes):
+                current, self._next = self._next, None
+                current.go()
+                if i + 1 < len(modes):
+                    self._next = _ModeProcesses(self.opts, modes[i + 1], self.out)
+                codes[mode] = current.relay(on_event, self.grace_s)
+                if codes[mode] == EXIT_INTERRUPTED:
+                    return codes, True
+        except KeyboardInterrupt:
+            return codes, True
+        return codes, False
+
+    def run_one(self, mode: str, on_event: Emit) -> int:
+        """One mode, started now (no look-ahead)."""
+        procs = _ModeProcesses(self.opts, mode, self.out)
+        procs.go()
+        return procs.relay(on_event, self.grace_s)
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next.cancel()
+            self._next = None
+
+
+# ---------------------------------------------------------------- under torchrun
+
+
+def _run_under_torchrun(opts: CaptureOptions, spec, buckets: list[int], emit: Emit) -> CaptureOutcome:
+    """This process is one rank of a torchrun job: every mode runs here, in lockstep.
+
+    Rank 0 creates the report and emits the events; the others run quietly.
+    """
     import gc
+    import os
 
     import torch
 
-    from bcgprof.worker import run_mode_reporting_errors
+    from bcgprof import dist
+    from bcgprof.mode import run_mode_reporting_errors
 
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != opts.tp:
+        raise CaptureError(f"--tp {opts.tp} but torchrun started {world} processes; "
+                           f"run torchrun --nproc-per-node {opts.tp}")
+    opts = dataclasses.replace(opts, in_process=True)
+    group = dist.init_rank(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
     try:
-        return run_mode_reporting_errors(opts, mode, out, on_event)
-    finally:
-        gc.collect()
-        torch.cuda.empty_cache()
-
-
-def run_capture(opts: CaptureOptions) -> int:
-    """Run every mode, write the report, print the tables and verdict; return the exit code."""
-    from rich.console import Console
-
-    from bcgprof.buckets import default_bucket_spec, parse_buckets
-    from bcgprof.models.config import resolve_model
-    from bcgprof.report import ReportWriter
-
-    console = Console()
-    if not console.is_terminal:  # a log file, not a screen: keep the tables' columns whole
-        console = Console(width=200)
-    if opts.phase != "prefill":
-        raise CaptureError(f"phase {opts.phase!r} cannot be captured yet: the layer stacks have no KV cache; use --phase prefill")
-    spec = resolve_model(opts.model)
-    if opts.num_layers is not None and not 1 <= opts.num_layers:
-        raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
-    opts = dataclasses.replace(opts, buckets=opts.buckets or default_bucket_spec(opts.phase))
-    buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
-    if opts.tp > 1:
-        from bcgprof.dist import run_capture_tp
-
-        return run_capture_tp(opts, spec, buckets)
-    dev = _check_gpu(opts.device)
-    out = Path(opts.out) if opts.out else _default_out(spec.name)
-    if (out / "run.json").exists():
-        raise CaptureError(f"{out} already holds a report; pass a new --out directory")
-    writer = ReportWriter(out, _run_info(opts, spec, buckets, dev))
-    console.print(f"bcgprof capture: {spec.name} ({writer.run.layers} layers, {spec.dtype}), "
-                  f"{len(buckets)} buckets {buckets[0]}..{buckets[-1]}, modes {', '.join(opts.modes)} -> {out}")
-    del writer  # each mode's process reopens the report and appends to it
-
-    run_one = _run_mode_in_process if opts.in_process else _run_mode_subprocess
-    return run_modes(opts, out, buckets, console, run_one)
-
-
-def run_modes(opts: CaptureOptions, out: Path, buckets: list[int], console, run_one) -> int:
-    """Run each mode through ``run_one(opts, mode, out, on_event)`` under one progress bar,
-    then settle the report's status and print the results."""
-    total = sum(1 if m == "floor" else len(buckets) for m in opts.modes)
-    progress = _Progress(console, total)
-    codes: dict[str, int] = {}
-    interrupted = False
-    with progress.progress:
+        made = None
+        if rank == 0:  # rank 0 creates the report and tells the others where it is (or why it could not)
+            try:
+                writer = _new_report(opts, spec, buckets, group.device,
+                                     {"tp_launch": "torchrun", "tp_environment": dist.tp_environment()})
+                made = {"out": str(writer.path)}
+                emit(_begin_event(writer, spec, buckets, opts))
+            except BcgprofError as e:
+                made = {"error": str(e)}
+        made = group.broadcast(made)
+        if "error" in made:
+            raise CaptureError(made["error"])
+        out = Path(made["out"])
+        if rank != 0:
+            emit = lambda event: None  # noqa: E731 (rank 0 speaks for the group)
+        codes: dict[str, int] = {}
+        interrupted = False
         try:
             for mode in opts.modes:
-                codes[mode] = run_one(opts, mode, out, progress.handle)
+                codes[mode] = run_mode_reporting_errors(opts, mode, out, emit, group)
+                gc.collect()
+                torch.cuda.empty_cache()
                 if codes[mode] == EXIT_INTERRUPTED:
                     interrupted = True
                     break
         except KeyboardInterrupt:
             interrupted = True
-    return _finish(out, opts, codes, interrupted, console)
-
-
-def _finish(out: Path, opts: CaptureOptions, codes: dict[str, int], interrupted: bool, console) -> int:
-    from bcgprof.report import ReportWriter
-
-    writer = ReportWriter.reopen(out)
-    failed = {m: c for m, c in codes.items() if c != 0}
-    if interrupted:
-        status, code = "interrupted", EXIT_INTERRUPTED
-    elif not failed and len(codes) == len(opts.modes):
-        status, code = "complete", 0
-    else:
-        status, code = ("partial" if writer.records else "failed"), 1
-    message = "; ".join(f"{m}: exit {c}" for m, c in failed.items())
-    writer.update_run(status=status, ended_at=_now(), message=message)
-    _print_results(out, console)
-    if code:
-        console.print(f"[red]capture {status}[/] ({message or 'interrupted'}); the finished rows are in {out}")
-    return code
-
-
-def _print_results(out: Path, console) -> None:
-    from bcgprof.render import print_report, verdict_line
-    from bcgprof.report import read_report
-
-    report = read_report(out)
-    print_report(report, console)
-    line = verdict_line(report)
-    if line:
-        console.print(line)
-    console.print(f"report: {out}")
+        if rank == 0:
+            return _finish(out, opts, codes, interrupted)
+        worst = max(codes.values(), default=EXIT_OK)
+        return CaptureOutcome(out, "", EXIT_INTERRUPTED if interrupted else worst, reporter=False)
+    finally:
+        dist.close(group)

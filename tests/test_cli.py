@@ -57,7 +57,7 @@ def test_every_option_of_every_command_is_described():
 
 
 def test_capture_options_are_exactly_the_capture_option_fields():
-    from bcgprof.runner import CaptureOptions
+    from bcgprof.options import CaptureOptions
 
     command = typer.main.get_command(app).commands["capture"]
     options = {p.name for p in command.params if p.param_type_name == "option"}
@@ -304,16 +304,18 @@ def captured(monkeypatch):
 
     calls = Calls()
 
-    def fake_run_capture(opts):
+    def fake_run_capture(opts, on_event=None):
+        from bcgprof.runner import CaptureOutcome
+
         calls.append(opts)
-        return calls.code
+        return CaptureOutcome(out=None, status="complete", exit_code=calls.code, reporter=False)
 
     monkeypatch.setattr(bcgprof.runner, "run_capture", fake_run_capture)
     return calls
 
 
 def test_capture_defaults_reach_run_capture(captured):
-    from bcgprof.runner import CaptureOptions
+    from bcgprof.options import CaptureOptions
 
     result = run("capture")
     assert result.exit_code == 0, result.stderr
@@ -359,7 +361,7 @@ def test_capture_rejects_bad_input_before_any_gpu_work(captured, args, message):
 def test_capture_user_errors_from_the_runner_are_one_line(monkeypatch):
     import bcgprof.runner
 
-    def no_gpu(opts):
+    def no_gpu(opts, on_event=None):
         raise NoGPUError("no CUDA device found: `bcgprof capture` needs a GPU")
 
     monkeypatch.setattr(bcgprof.runner, "run_capture", no_gpu)

@@ -1,10 +1,15 @@
 """The capture runner's process protocol and final status, on a machine without a GPU."""
 
-import torch
-from rich.console import Console
+import json
+import subprocess
+import sys
 
-from bcgprof.report import BucketRecord, RunInfo, ReportWriter, read_report
-from bcgprof.runner import CaptureOptions, _finish, _run_mode_subprocess
+import torch
+
+from bcgprof.errors import EXIT_INTERRUPTED
+from bcgprof.options import CaptureOptions
+from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
+from bcgprof.runner import ModeLauncher, _finish
 
 
 def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(tmp_path):
@@ -12,12 +17,65 @@ def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(tmp
     ReportWriter(out, RunInfo(model="gpt-oss-20b"))
     events = []
     opts = CaptureOptions(buckets="4,8", modes=["shared"], device="cuda:0")
-    code = _run_mode_subprocess(opts, "shared", out, events.append)
+    code = ModeLauncher(opts, out).run_one("shared", events.append)
     assert code != 0
     errors = [e for e in events if e.get("event") == "error"]
     assert len(errors) == 1 and "\n" not in errors[0]["message"]
     if not torch.cuda.is_available():
         assert (out / "shared.log").read_text().strip()  # the traceback went to the log, not the screen
+
+
+def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(tmp_path):
+    out = tmp_path / "report"
+    ReportWriter(out, RunInfo(model="gpt-oss-20b"))
+    opts = CaptureOptions(buckets="4,8", modes=["shared"])
+    proc = subprocess.run([sys.executable, "-m", "bcgprof.mode", str(out), "shared", opts.to_json()],
+                          input="", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert read_report(out).buckets == []  # it did nothing
+
+
+def test_the_next_mode_starts_only_after_the_previous_one_exited(tmp_path, monkeypatch):
+    """Every mode runs; a pre-started process is released only once the one before it is gone."""
+    import bcgprof.runner as runner
+
+    out = tmp_path / "report"
+    ReportWriter(out, RunInfo(model="gpt-oss-20b"))
+    started, order = [], []
+
+    class FakeProcesses:
+        def __init__(self, opts, mode, out):
+            started.append(mode)
+            self.mode = mode
+
+        def go(self):
+            order.append(("go", self.mode))
+
+        def relay(self, on_event, grace_s):
+            on_event({"event": "done", "mode": self.mode})
+            order.append(("exited", self.mode))
+            return 0
+
+        def cancel(self):
+            order.append(("cancel", self.mode))
+
+    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    launcher = ModeLauncher(CaptureOptions(modes=["per-bucket", "shared", "floor"]), out)
+    events = []
+    codes, interrupted = launcher.run_all(events.append)
+    launcher.close()
+    assert codes == {"per-bucket": 0, "shared": 0, "floor": 0} and not interrupted
+    assert started == ["per-bucket", "shared", "floor"]
+    assert order == [("go", "per-bucket"), ("exited", "per-bucket"), ("go", "shared"), ("exited", "shared"),
+                     ("go", "floor"), ("exited", "floor")]
+    assert [e["mode"] for e in events] == ["per-bucket", "shared", "floor"]
+
+
+def test_options_travel_to_a_mode_process_as_json():
+    opts = CaptureOptions(model="Qwen3-8B", modes=["floor"], num_layers=3, out=None, seed=5)
+    back = CaptureOptions.from_json(opts.to_json())
+    assert back == opts
+    assert json.loads(opts.to_json())["modes"] == ["floor"]
 
 
 def test_finish_marks_a_run_with_a_failed_mode_partial(tmp_path):
@@ -26,14 +84,15 @@ def test_finish_marks_a_run_with_a_failed_mode_partial(tmp_path):
     writer.append(BucketRecord(mode="per-bucket", bucket=8, order=0, status="ok"))
     writer.append(BucketRecord(mode="per-bucket", bucket=4, order=1, status="oom", detail="out of memory"))
     opts = CaptureOptions(modes=["per-bucket", "shared"])
-    code = _finish(out, opts, {"per-bucket": 3, "shared": 0}, False, Console(file=open("/dev/null", "w")))
+    outcome = _finish(out, opts, {"per-bucket": 3, "shared": 0}, False)
     report = read_report(out)
-    assert code == 1 and report.run.status == "partial" and "per-bucket: exit 3" in report.run.message
+    assert outcome.exit_code == 1 and outcome.status == "partial"
+    assert report.run.status == "partial" and "per-bucket: exit 3" in report.run.message
     assert report.run.ended_at
 
 
 def test_finish_marks_an_interrupted_run(tmp_path):
     out = tmp_path / "report"
     ReportWriter(out, RunInfo(model="m", modes=["per-bucket"]))
-    code = _finish(out, CaptureOptions(modes=["per-bucket"]), {}, True, Console(file=open("/dev/null", "w")))
-    assert code == 130 and read_report(out).run.status == "interrupted"
+    outcome = _finish(out, CaptureOptions(modes=["per-bucket"]), {}, True)
+    assert outcome.exit_code == EXIT_INTERRUPTED and read_report(out).run.status == "interrupted"

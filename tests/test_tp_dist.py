@@ -19,7 +19,9 @@ from bcgprof import dist as tpdist
 from bcgprof.errors import CaptureError, ModelConfigError, NoGPUError
 from bcgprof.models.config import resolve_model
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
-from bcgprof.runner import CaptureOptions, run_capture
+from bcgprof import mode as mode_loop
+from bcgprof.options import CaptureOptions
+from bcgprof.runner import run_capture
 
 WORLD = 2
 BUCKETS = [4, 2, 1]
@@ -156,7 +158,7 @@ def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) ->
     bcgprof.memory.DeviceMemory = lambda device: SimpleNamespace(source="fake", reason=None)
     FakeCapturer.FAIL = {(1, 2)}  # rank 1 runs out of memory on bucket 2 of the shared mode
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    ctx = tpdist.RankContext(rank, world, torch.device("cpu"), dist.new_group(backend="gloo"))
+    group = tpdist.RankGroup(rank, world, torch.device("cpu"), dist.new_group(backend="gloo"))
     opts = CaptureOptions(model="gpt-oss-20b", buckets=",".join(map(str, BUCKETS)), tp=world)
     codes, events = {}, []
     try:
@@ -167,7 +169,7 @@ def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) ->
                 FakeCapturer.FAIL = set()
             if mode == "floor":
                 os.environ["BCGPROF_TEST_FAIL_BUILD"] = "1"
-            codes[mode] = tpdist.run_rank_mode(opts, mode, Path(out), events.append, ctx)
+            codes[mode] = mode_loop.run_mode(opts, mode, Path(out), events.append, group)
     finally:
         dist.destroy_process_group()
     Path(results, f"rank{rank}.json").write_text(json.dumps({"codes": codes, "events": events}))
@@ -214,7 +216,8 @@ def _lockstep_rank(rank: int, world: int, init_file: str, results: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         mine = [SimpleNamespace(status="ok", bucket=b, rank=rank) for b in range(3 if rank == 0 else 5)]
-        steps = [[(r.rank, r.bucket) for r in rows] for rows in tpdist.lockstep(mine, world)]
+        group = tpdist.RankGroup(rank, world, torch.device("cpu"), None)
+        steps = [[(r.rank, r.bucket) for r in rows] for rows in mode_loop.lockstep(mine, group)]
         Path(results, f"lock{rank}.json").write_text(json.dumps(steps))
     finally:
         dist.destroy_process_group()

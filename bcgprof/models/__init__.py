@@ -31,7 +31,7 @@ MODEL_CLASSES = {
 }
 
 
-__all__ = ["load", "build_meta", "model_class", "MODEL_CLASSES"]
+__all__ = ["load", "build_meta", "model_class", "check_tensor_parallel", "MODEL_CLASSES"]
 
 
 def model_class(family: str) -> type[nn.Module]:
@@ -51,6 +51,18 @@ def _spec(model: str | Path | ModelSpec) -> ModelSpec:
 
 def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
     return dtypes.torch_dtype(spec.dtype if dtype is None else dtype)
+
+
+def check_tensor_parallel(model: str | Path | ModelSpec, tp: int) -> None:
+    """One ModelConfigError line when the model's stack cannot be split over ``tp`` ranks."""
+    from bcgprof.models.common import ModelArgs
+    from bcgprof.models.common import check_tensor_parallel as check
+
+    spec = _spec(model)
+    try:
+        check(ModelArgs.from_config(spec.config, spec.family), tp)
+    except ModelConfigError as e:
+        raise ModelConfigError(f"{spec.name}: {e}; pick a --tp that divides them") from None
 
 
 def build_meta(

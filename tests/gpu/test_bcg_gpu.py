@@ -141,7 +141,8 @@ def test_cli_capture_oom_leaves_a_readable_partial_report(tmp_path, monkeypatch)
     """run_capture in-process on a tiny gpt-oss, with the allocator capped below what it needs."""
     import json
 
-    from bcgprof.runner import CaptureOptions, run_capture
+    from bcgprof.options import CaptureOptions
+    from bcgprof.runner import run_capture
 
     config = json.loads(open("configs/models/gpt-oss-20b.json").read())
     config.update(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -155,7 +156,7 @@ def test_cli_capture_oom_leaves_a_readable_partial_report(tmp_path, monkeypatch)
     try:
         opts = CaptureOptions(model=str(tmp_path / "tiny"), buckets="16,32768", modes=["per-bucket"],
                               out=tmp_path / "report", in_process=True, max_tokens=32768)
-        code = run_capture(opts)
+        code = run_capture(opts).exit_code
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
     assert code != 0

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from bcgprof.report import read_report
-from bcgprof.runner import CaptureOptions, run_capture
+from bcgprof.options import CaptureOptions
+from bcgprof.runner import run_capture
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,7 +34,7 @@ def test_tp2_capture_writes_both_ranks_and_replays_exactly(tmp_path):
     model = _tiny_gpt_oss(tmp_path / "tiny")
     opts = CaptureOptions(model=str(model), buckets="16,64,256", out=tmp_path / "report", tp=2, verify="all",
                           max_tokens=256)
-    assert run_capture(opts) == 0
+    assert run_capture(opts).exit_code == 0
     report = read_report(tmp_path / "report")
     assert report.run.tp == 2 and report.run.status == "complete"
     assert report.run.extra["tp_environment"]["NCCL_NVLS_ENABLE"] == "0"
@@ -55,7 +56,7 @@ def test_tp2_with_one_kv_head_replicated(tmp_path):
     model = _tiny_gpt_oss(tmp_path / "tiny", num_key_value_heads=1)
     opts = CaptureOptions(model=str(model), buckets="16,64", out=tmp_path / "report", tp=2, modes=["per-bucket"],
                           verify="all", max_tokens=64)
-    assert run_capture(opts) == 0
+    assert run_capture(opts).exit_code == 0
     report = read_report(tmp_path / "report")
     assert {(r.rank, r.bucket) for r in report.buckets} == {(0, 16), (0, 64), (1, 16), (1, 64)}
     assert all(r.replay_max_abs_diff == 0.0 for r in report.buckets)

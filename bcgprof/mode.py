@@ -1,0 +1,288 @@
+"""The one mode loop: build the workload, capture every bucket, write the rows, check replays.
+
+A single GPU and the N ranks of a tensor-parallel capture run this same loop; they differ
+only in their :class:`Group`. A one-GPU run has a :class:`SingleGroup` (rank 0 of 1,
+whose exchanges are plain Python); a tensor-parallel rank has a
+:class:`bcgprof.dist.RankGroup`, whose exchanges go over a gloo group on the host, outside
+every measured window. Rank 0 writes every rank's rows; every decision to stop is taken
+from the same gathered records on every rank, so no rank waits in a collective that the
+others never enter.
+
+Normally each mode runs in a fresh process (``python -m bcgprof.mode``), so no mode
+inherits another's allocations, graphs or cached blocks. The process imports everything
+it needs, then waits for a ``go`` line on stdin before it touches the GPU: the runner
+starts the next mode's process while the current one works, and releases it only once
+the current one has exited. Progress goes to the parent as JSON lines on stdout.
+
+    python -m bcgprof.mode REPORT_DIR MODE OPTIONS_JSON       (RANK, WORLD_SIZE set for a TP rank)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
+
+from bcgprof.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OOM,
+    failure_exit_code,
+    failure_line,
+    is_out_of_memory,
+)
+from bcgprof.options import CaptureOptions
+
+Emit = Callable[[dict], None]
+
+
+class Group(Protocol):
+    """The ranks that capture one mode together."""
+
+    rank: int
+    world: int
+    device: Any  # torch.device
+
+    def gather(self, obj: Any) -> list:
+        """Every rank's ``obj``, by rank, on every rank."""
+
+
+@dataclass
+class SingleGroup:
+    """One GPU: rank 0 of 1."""
+
+    device: Any
+    rank: int = 0
+    world: int = 1
+
+    def gather(self, obj: Any) -> list:
+        return [obj]
+
+
+# ---------------------------------------------------------------- collective decisions
+
+
+def lockstep(records: Iterable, group: Group) -> Iterator[list]:
+    """Advance every rank's record iterator one bucket at a time, in step.
+
+    Each step every rank contributes its next record (or None when it has none left)
+    and gets the step's records of every rank. All ranks stop together after a step in
+    which any record is not ``ok`` or any rank had none left.
+    """
+    it = iter(records)
+    while True:
+        rows = [r for r in group.gather(next(it, None)) if r is not None]
+        if rows:
+            yield rows
+        if len(rows) < group.world or any(r.status != "ok" for r in rows):
+            return
+
+
+def step_event(mode: str, rows: list) -> dict:
+    """The progress event of one bucket step: the worst status, the largest pool."""
+    worst = next((r for r in rows if r.status == "oom"), None) or next((r for r in rows if r.status != "ok"), None)
+    event = {"event": "bucket", "mode": mode, "bucket": rows[0].bucket, "status": worst.status if worst else "ok",
+             "pool_bytes": max(r.pool_bytes for r in rows), "detail": "", "ranks": len(rows)}
+    if worst is not None:
+        event["detail"] = f"rank {worst.rank}: {worst.detail}" if len(rows) > 1 else worst.detail
+    return event
+
+
+def step_status(rows: list) -> int:
+    if any(r.status == "oom" for r in rows):
+        return EXIT_OOM
+    if any(r.status != "ok" for r in rows):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _gather_failures(error: Optional[tuple[str, int]], group: Group) -> tuple[list[str], int]:
+    """Every rank's failure (line, exit code) from a step all ranks take -> lines, exit code."""
+    gathered = group.gather(error)
+    lines = [(f"rank {r}: {e[0]}" if group.world > 1 else e[0]) for r, e in enumerate(gathered) if e]
+    codes = [e[1] for e in gathered if e]
+    code = EXIT_OOM if EXIT_OOM in codes else (max(codes) if codes else EXIT_OK)
+    return lines, code
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:
+    """Capture every bucket of ``mode`` on this rank; rank 0 appends every rank's rows.
+
+    Returns the exit code of the group's outcome (the same on every rank).
+    """
+    import torch
+
+    from bcgprof.buckets import parse_buckets
+    from bcgprof.capture import Capturer
+    from bcgprof.memory import DeviceMemory
+    from bcgprof.models.config import resolve_model
+    from bcgprof.report import ReportWriter
+    from bcgprof.workload import build_workload
+
+    started = time.perf_counter()
+    if group.device.type == "cuda":
+        torch.cuda.set_device(group.device)
+    spec = resolve_model(opts.model)
+    buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
+    memory = DeviceMemory(group.device)
+    emit({"event": "memory_source", "source": memory.source, "reason": memory.reason})
+
+    # The build may fail on one rank only (out of memory, say): decide together.
+    workload, error = None, None
+    try:
+        workload = build_workload(spec, weights=opts.weights, num_layers=opts.num_layers, device=group.device,
+                                  max_tokens=max(buckets), seed=opts.seed, tp_rank=group.rank, tp_size=group.world)
+    except Exception as e:
+        if group.world == 1:
+            raise  # the caller reports it, with its traceback in the mode's log
+        error = (failure_line(e), failure_exit_code(e))
+    lines, code = _gather_failures(error, group)
+    if lines:
+        emit({"event": "error", "mode": mode, "message": "; ".join(lines)})
+        return code
+
+    writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
+    capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup, device=group.device,
+                        memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank)
+    emit({"event": "start", "mode": mode, "total": len(capturer.buckets), "build_s": workload.build_s})
+    status = EXIT_OK
+    timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes}
+    try:
+        captured_at = time.perf_counter()
+        for rows in lockstep(capturer.run(), group):
+            if writer is not None:
+                writer.extend(rows)
+            emit(step_event(mode, rows))
+            status = max(status, step_status(rows))
+        capture_wall = time.perf_counter() - captured_at
+        verify_start = time.perf_counter()
+        if status == EXIT_OK:
+            checked = capturer.verify(opts.verify, refill=workload.refill, seed=opts.seed + 1)
+            mine = [(r.bucket, r.replay_max_abs_diff, r.status, r.detail) for r in checked]
+            results = {(rank, b): (d, s, t) for rank, items in enumerate(group.gather(mine)) for b, d, s, t in items}
+            if writer is not None and results:
+                for rec in writer.records:
+                    if rec.mode == mode and (rec.rank, rec.bucket) in results:
+                        rec.replay_max_abs_diff, rec.status, rec.detail = results[(rec.rank, rec.bucket)]
+                writer.flush()
+            if results:
+                emit({"event": "verify", "mode": mode, "checked": sorted({b for _, b in results}),
+                      "max_abs_diff": max(d for d, _, _ in results.values())})
+            if any(s != "ok" for _, s, _ in results.values()):
+                status = EXIT_FAILED
+        rows = capturer.result.records
+        prewarm_s = capturer.prewarm_ms / 1000.0
+        warmup_s = sum(r.warmup_ms for r in rows) / 1000.0
+        capture_s = sum(r.capture_ms for r in rows) / 1000.0
+        timing.update({
+            "prewarm_s": round(prewarm_s, 3),
+            "warmup_s": round(warmup_s, 3),
+            "capture_s": round(capture_s, 3),
+            # the rest of the bucket loop: settling, snapshots and NVML readings
+            "measure_s": round(capture_wall - prewarm_s - warmup_s - capture_s, 3),
+            "verify_s": round(time.perf_counter() - verify_start, 3),
+            "sampler_samples": capturer.sampler.samples,
+            "wall_s": round(time.perf_counter() - started, 3),
+        })
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+    finally:
+        capturer.close()
+    # After Ctrl-C only a single GPU can still record its timings: the ranks of a group
+    # may not all reach another exchange.
+    if status != EXIT_INTERRUPTED or group.world == 1:
+        timings = group.gather(timing)
+        if writer is not None:
+            extra = dict(writer.run.extra)
+            extra.setdefault("modes", {})[mode] = timings[0] if group.world == 1 else dict(timings[0], ranks=timings)
+            writer.update_run(extra=extra, memory_source=memory.source)
+    emit({"event": "done", "mode": mode, "exit": status})
+    return status
+
+
+def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:
+    """:func:`run_mode`, with a failure outside any bucket (a model that does not fit, say)
+    turned into one error event and an exit code; the traceback goes to stderr (the mode's log)."""
+    try:
+        return run_mode(opts, mode, report_dir, emit, group)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        from bcgprof.errors import BcgprofError
+
+        if not isinstance(e, BcgprofError):
+            import traceback
+
+            traceback.print_exc()
+        prefix = f"rank {group.rank}: " if group.world > 1 else ""
+        emit({"event": "error", "mode": mode, "message": prefix + failure_line(e)})
+        return failure_exit_code(e)
+
+
+# ---------------------------------------------------------------- the process
+
+
+def stdout_emit(event: dict) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def quiet(event: dict) -> None:
+    pass
+
+
+def _preload() -> None:
+    """Import what a mode needs before it is released, so the wait hides the import time.
+
+    Nothing here touches the GPU: importing torch creates no CUDA context.
+    """
+    import torch  # noqa: F401
+
+    import bcgprof.capture  # noqa: F401
+    import bcgprof.models  # noqa: F401
+    import bcgprof.workload  # noqa: F401
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    report_dir, mode, opts = Path(args[0]), args[1], CaptureOptions.from_json(args[2])
+    try:
+        _preload()
+        if sys.stdin.readline().strip() != "go":  # the runner let this process go unused
+            return EXIT_OK
+    except KeyboardInterrupt:  # interrupted before its turn: nothing to report
+        return EXIT_INTERRUPTED
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    emit = stdout_emit if rank == 0 else quiet  # rank 0 speaks for the group
+    if world == 1:
+        import torch
+
+        return run_mode_reporting_errors(opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device)))
+    from bcgprof import dist
+
+    group = None
+    try:
+        group = dist.init_rank(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
+        return run_mode_reporting_errors(opts, mode, report_dir, emit, group)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as e:  # joining the group failed
+        import traceback
+
+        traceback.print_exc()
+        emit({"event": "error", "mode": mode, "message": f"rank {rank}: {failure_line(e)}"})
+        return EXIT_OOM if is_out_of_memory(e) else EXIT_FAILED
+    finally:
+        dist.close(group)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
