@@ -13,11 +13,23 @@ Modes:
 * ``shared``: one output buffer for the largest bucket, allocated once outside the
   pool; each capture ends by copying its output into the leading rows (the copy is
   the last kernel of the graph) and keeps a view of them.
+* ``shared-largest``: the largest bucket's own output, allocated by its capture inside
+  the pool and kept, is the shared buffer; every smaller bucket's graph ends by
+  copying its output into its leading rows and keeps a view.
 * ``floor``: only the largest bucket; the least any bucket set containing it costs.
+
+Options: ``order`` (``largest-first``, the default, or ``smallest-first``) and ``graph``
+(``breakable``, the default, or ``full``: one CUDA graph per bucket with the breaks'
+ops captured inside it).
+
+Every bucket's record carries a ledger of its device-used growth: the pool's live and
+free bytes (from the allocator snapshot's block states), torch memory outside the pool,
+and what NVML sees beyond torch (graph executables, driver memory); they sum exactly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -26,8 +38,9 @@ import torch
 
 from bcgprof.bcg.graph import BreakableGraph
 from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
+from bcgprof import sites
 from bcgprof.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
-from bcgprof.options import MODES, VERIFY_CHOICES
+from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES
 from bcgprof.report import BucketRecord
 
 
@@ -46,6 +59,7 @@ class CaptureResult:
     captures: dict[int, BucketCapture] = field(default_factory=dict)
     pool: Any = None
     shared_output: Optional[torch.Tensor] = None
+    pool_peak: Optional[sites.PoolPeak] = None  # the first bucket's, when sites were recorded
 
     @property
     def ok(self) -> bool:
@@ -102,21 +116,39 @@ class Capturer:
         shared_output: Optional[torch.Tensor] = None,
         rank: int = 0,
         prewarm: bool = True,
+        order: str = "largest-first",
+        graph: str = "breakable",
+        record_sites: bool = False,
+        history_on: bool = False,
     ):
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        if order not in ORDERS:
+            raise CaptureError(f"unknown order {order!r}; use one of {', '.join(ORDERS)}")
+        if graph not in GRAPH_KINDS:
+            raise CaptureError(f"unknown graph kind {graph!r}; use one of {', '.join(GRAPH_KINDS)}")
+        if mode == "shared-largest" and order != "largest-first":
+            raise CaptureError("shared-largest keeps the largest bucket's own output as the shared buffer, so the "
+                               "largest bucket must be captured first; use --order largest-first")
         if not torch.cuda.is_available():
             raise NoGPUError("no CUDA device: capture needs a GPU")
         if not buckets:
             raise CaptureError("no buckets to capture")
         rows = min(int(x.shape[0]) for x in inputs)
-        order = sorted(set(int(b) for b in buckets), reverse=True)
-        if order[0] > rows:
-            raise CaptureError(f"bucket {order[0]} exceeds the input buffers' {rows} rows; size them for the largest bucket")
+        largest_first = sorted(set(int(b) for b in buckets), reverse=True)
+        if largest_first[0] > rows:
+            raise CaptureError(f"bucket {largest_first[0]} exceeds the input buffers' {rows} rows; "
+                               "size them for the largest bucket")
         self.fn = fn
         self.inputs = list(inputs)
-        self.buckets = order[:1] if mode == "floor" else order
+        if mode == "floor":
+            self.buckets = largest_first[:1]
+        else:
+            self.buckets = largest_first if order == "largest-first" else largest_first[::-1]
+        self.largest = largest_first[0]
         self.mode = mode
+        self.order = order
+        self.breakable = graph == "breakable"
         self.warmup = warmup
         self.device = torch.device(device) if device is not None else self.inputs[0].device
         self.memory = memory or DeviceMemory(self.device)
@@ -125,6 +157,8 @@ class Capturer:
         self.pool = torch.cuda.graph_pool_handle()
         self.rank = rank
         self.prewarm = prewarm
+        self.record_sites = record_sites
+        self.history_on = history_on  # the caller records the allocator's history already
         self.result = CaptureResult(mode=mode, pool=self.pool, shared_output=shared_output)
         self.prewarm_ms = 0.0
 
@@ -167,8 +201,12 @@ class Capturer:
 
     def _shared_epilogue(self, bucket: int, template: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         shared = self.result.shared_output
-        if shared is None:  # sized by the largest bucket, the first captured
-            shared = self.result.shared_output = torch.empty_like(template)
+        if shared is None:  # sized for the largest bucket: from its output when it comes first
+            if template.shape[0] == self.largest:
+                shared = torch.empty_like(template)
+            else:
+                shared = template.new_empty((self.largest, *template.shape[1:]))
+            self.result.shared_output = shared
         if template.dim() != shared.dim() or template.shape[1:] != shared.shape[1:] or template.shape[0] > shared.shape[0]:
             raise CaptureError(
                 f"bucket {bucket}'s output {tuple(template.shape)} does not fit the shared output buffer "
@@ -200,7 +238,7 @@ class Capturer:
         before = read(self.memory, self.pool)
         torch.cuda.reset_peak_memory_stats(self.device)
         self.sampler.start_window(before.device_used)
-        graph = out = None
+        graph = out = history = None
         try:
             start = time.perf_counter()
             warm = None
@@ -211,12 +249,24 @@ class Capturer:
             torch.cuda.synchronize(self.device)
             record.warmup_ms = (time.perf_counter() - start) * 1000.0
             epilogue = None
-            if self.mode == "shared":
+            if self.mode == "shared" or (self.mode == "shared-largest" and order > 0):
                 epilogue = self._shared_epilogue(bucket, warm)
             del warm
-            graph, out = BreakableGraph.capture(
-                self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue
-            )
+            recording = self.record_sites and order == 0
+            if recording and not self.history_on:
+                sites.start_history()
+            try:
+                with sites.module_frames(self.fn) if recording else contextlib.nullcontext():
+                    graph, out = BreakableGraph.capture(
+                        self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue,
+                        breakable=self.breakable,
+                    )
+                history = torch.cuda.memory._snapshot() if recording else None
+            finally:
+                if recording and not self.history_on:
+                    sites.stop_history()
+            if self.mode == "shared-largest" and order == 0:
+                self.result.shared_output = out  # the largest bucket's output is the shared buffer
             record.capture_ms = graph.capture_ms
         except Exception as e:  # a CaptureError (bucket refused) is an error, its message as it is
             record.status = failure_status(e)
@@ -226,10 +276,15 @@ class Capturer:
         device_peak = self.sampler.window_peak(after.device_used)
         record.pool_bytes = after.pool
         record.pool_delta_bytes = after.pool - before.pool
+        # the ledger: pool live + pool free + torch outside the pool + non-torch == device-used delta
+        record.pool_live_delta_bytes = after.pool_live - before.pool_live
+        record.pool_free_delta_bytes = after.pool_free - before.pool_free
+        record.pool_output_bytes = 0
         record.torch_allocated_delta_bytes = after.allocated - before.allocated
         record.torch_reserved_delta_bytes = after.reserved - before.reserved
         record.device_used_delta_bytes = after.device_used - before.device_used
         record.non_torch_delta_bytes = record.device_used_delta_bytes - record.torch_reserved_delta_bytes
+        record.outside_pool_delta_bytes = record.torch_reserved_delta_bytes - record.pool_delta_bytes
         record.peak_transient_bytes = max(0, peak_allocated - before.allocated)
         if before.process_used is not None and after.process_used is not None:
             record.process_used_delta_bytes = after.process_used - before.process_used
@@ -239,15 +294,22 @@ class Capturer:
         if graph is not None and record.status == "ok":
             record.segments = graph.segments
             record.graph_nodes = graph.graph_nodes
-            record.retained_output_bytes = self._retained(order, out)
+            record.retained_output_bytes, in_pool = self._retained(order, out)
+            record.pool_output_bytes = record.retained_output_bytes if in_pool else 0
             self.result.captures[bucket] = BucketCapture(bucket, graph, out, record)
+        if history is not None:
+            self.result.pool_peak = sites.pool_peak(history, self.pool, device=self.device.index or 0)
         return record
 
-    def _retained(self, order: int, out: torch.Tensor) -> int:
-        if self.mode == "shared":  # the shared buffer, counted once, on the bucket that made it
+    def _retained(self, order: int, out: torch.Tensor) -> tuple[int, bool]:
+        """Bytes of output this bucket keeps, and whether they lie in the pool."""
+        if self.mode in ("shared", "shared-largest"):  # the shared buffer, counted once, on the bucket that made it
             shared = self.result.shared_output
-            return shared.untyped_storage().nbytes() if order == 0 else 0
-        return out.untyped_storage().nbytes() if storage_in_pool(out, self.pool) else 0
+            if order > 0:
+                return 0, False
+            return shared.untyped_storage().nbytes(), storage_in_pool(shared, self.pool)
+        in_pool = storage_in_pool(out, self.pool)
+        return (out.untyped_storage().nbytes() if in_pool else 0), in_pool
 
     def verify(
         self,
@@ -303,16 +365,20 @@ def capture_buckets(
     sample_interval_ms: float = 2.0,
     shared_output: Optional[torch.Tensor] = None,
     on_record: Optional[Callable[[BucketRecord], None]] = None,
+    order: str = "largest-first",
+    graph: str = "breakable",
 ) -> CaptureResult:
     """Capture ``fn`` as breakable CUDA graphs for every bucket, measuring each.
 
     ``inputs`` are static buffers sized for the largest bucket; bucket ``b`` runs on
     ``[x[:b] for x in inputs]``. ``fn`` must return one tensor whose first
     dimension grows with the bucket. Graphs share one pool and are captured largest
-    first. ``on_record`` sees each record as soon as its bucket is measured.
+    first (``order="smallest-first"`` reverses that); ``graph="full"`` captures each
+    bucket as one graph, breaks included. ``on_record`` sees each record as soon as its
+    bucket is measured.
     """
-    capturer = Capturer(fn, inputs, buckets, mode=mode, warmup=warmup,
-                        sample_interval_ms=sample_interval_ms, shared_output=shared_output)
+    capturer = Capturer(fn, inputs, buckets, mode=mode, warmup=warmup, sample_interval_ms=sample_interval_ms,
+                        shared_output=shared_output, order=order, graph=graph)
     try:
         for record in capturer.run():
             if on_record is not None:

@@ -66,6 +66,16 @@ class Verify(str, Enum):
     none = "none"
 
 
+class GraphKind(str, Enum):
+    breakable = "breakable"
+    full = "full"
+
+
+class Order(str, Enum):
+    largest_first = "largest-first"
+    smallest_first = "smallest-first"
+
+
 def _console():
     from rich.console import Console
 
@@ -142,8 +152,10 @@ def capture(
                                                       "(SGLang's chunked prefill size)."),
     max_bs: int = typer.Option(256, min=1, help="Cap, in sequences, of the sglang-decode preset."),
     modes: str = typer.Option(",".join(MODES), help="Comma list of modes to run, each in a fresh process: per-bucket "
-                                                     "(each bucket keeps its own output), shared (one shared output "
-                                                     "buffer), floor (the largest bucket alone)."),
+                                                     "(each bucket keeps its own output), shared (one max-size output "
+                                                     "buffer outside the pool), shared-largest (the largest bucket's "
+                                                     "own output, in the pool, is the shared buffer), floor (the "
+                                                     "largest bucket alone)."),
     warmup: int = typer.Option(2, min=0, help="Eager warm-up runs per bucket before its capture."),
     device: str = typer.Option("cuda:0", help="CUDA device, cuda:K."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
@@ -157,6 +169,13 @@ def capture(
     sample_interval_ms: float = typer.Option(2.0, min=0.1, help="NVML peak-sampler interval, in milliseconds."),
     tp: int = typer.Option(1, min=1, help="Tensor-parallel ranks (GPUs), one process each."),
     seed: int = typer.Option(0, help="Random seed for dummy weights and inputs."),
+    graph: GraphKind = typer.Option(GraphKind.breakable, "--graph", help="breakable: each bucket's graph is split "
+                                    "into segments around attention, which runs eagerly; full: one CUDA graph per "
+                                    "bucket with attention captured inside it."),
+    order: Order = typer.Option(Order.largest_first, "--order", help="Capture order of the buckets: largest-first "
+                                "(smaller buckets reuse pool memory the larger ones freed) or smallest-first."),
+    snapshot: bool = typer.Option(False, "--snapshot", help="Record the allocator's history in each mode and write "
+                                  "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz)."),
 ) -> None:
     """Capture the model over the buckets in each mode and write a report (needs a CUDA GPU).
 
@@ -178,7 +197,7 @@ def capture(
         model=model, weights=weights.value, num_layers=num_layers, phase=phase.value, buckets=buckets,
         max_tokens=max_tokens, max_bs=max_bs, modes=mode_list, warmup=warmup, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
-        command=shlex.join(["bcgprof", *sys.argv[1:]]),
+        graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )
     raise typer.Exit(_run_capture(opts))
 

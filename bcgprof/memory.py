@@ -160,30 +160,56 @@ class PeakSampler:
 # ----------------------------------------------------------------- torch side
 
 
+@dataclass
+class PoolState:
+    """One graph pool as the allocator's snapshot shows it: its segments' bytes split by block state.
+
+    ``live`` counts blocks allocated (or freed by the program but still in use by the
+    GPU), ``free`` the blocks the allocator holds unused inside the pool's segments;
+    ``live + free == total`` by construction of the snapshot.
+    """
+
+    total: int = 0
+    live: int = 0
+    free: int = 0
+    ranges: tuple = ()  # (address, size) of each segment of the pool
+
+
+def pool_state(pool_id: Any, snapshot: Optional[list] = None) -> PoolState:
+    """The pool's bytes, live and free, read from ``torch.cuda.memory_snapshot()`` block states."""
+    pool_id = tuple(pool_id)
+    state = PoolState()
+    ranges = []
+    for seg in torch.cuda.memory_snapshot() if snapshot is None else snapshot:
+        if tuple(seg.get("segment_pool_id", ())) != pool_id:
+            continue
+        state.total += int(seg["total_size"])
+        ranges.append((int(seg["address"]), int(seg["total_size"])))
+        for block in seg.get("blocks", ()):
+            if block["state"] == "inactive":
+                state.free += int(block["size"])
+            else:  # active_allocated, active_pending_free
+                state.live += int(block["size"])
+    state.ranges = tuple(ranges)
+    return state
+
+
 def pool_bytes(pool_id: Any) -> int:
     """Bytes of device memory the allocator holds for one graph pool."""
-    pool_id = tuple(pool_id)
-    total = 0
-    for seg in torch.cuda.memory_snapshot():
-        if tuple(seg.get("segment_pool_id", ())) == pool_id:
-            total += int(seg["total_size"])
-    return total
+    return pool_state(pool_id).total
 
 
 def storage_in_pool(t: torch.Tensor, pool_id: Any) -> bool:
     """Whether ``t``'s memory lies in a segment of the graph pool."""
     ptr = t.untyped_storage().data_ptr()
-    pool_id = tuple(pool_id)
-    for seg in torch.cuda.memory_snapshot():
-        if tuple(seg.get("segment_pool_id", ())) == pool_id:
-            if seg["address"] <= ptr < seg["address"] + seg["total_size"]:
-                return True
-    return False
+    return any(address <= ptr < address + size for address, size in pool_state(pool_id).ranges)
 
 
 @dataclass
 class Reading:
     pool: int
+    pool_live: int
+    pool_free: int
     allocated: int
     reserved: int
     device_used: int
@@ -200,8 +226,11 @@ def settle(device: torch.device) -> None:
 def read(memory: DeviceMemory, pool_id: Any) -> Reading:
     settle(memory.device)
     stats = torch.cuda.memory_stats(memory.device)
+    pool = pool_state(pool_id)
     return Reading(
-        pool=pool_bytes(pool_id),
+        pool=pool.total,
+        pool_live=pool.live,
+        pool_free=pool.free,
         allocated=int(stats.get("allocated_bytes.all.current", 0)),
         reserved=int(stats.get("reserved_bytes.all.current", 0)),
         device_used=memory.used(),

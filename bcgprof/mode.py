@@ -39,6 +39,7 @@ from bcgprof.errors import (
 from bcgprof.options import CaptureOptions
 
 Emit = Callable[[dict], None]
+SNAPSHOT_ENTRIES = 200_000  # allocator events kept for --snapshot (the most recent ones)
 
 
 class Group(Protocol):
@@ -151,8 +152,14 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
 
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
     capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup, device=group.device,
-                        memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank)
+                        memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank,
+                        order=opts.order, graph=opts.graph, record_sites=(mode == "floor"),
+                        history_on=opts.snapshot)
     emit({"event": "start", "mode": mode, "total": len(capturer.buckets), "build_s": workload.build_s})
+    if opts.snapshot:
+        from bcgprof import sites
+
+        sites.start_history(SNAPSHOT_ENTRIES)
     status = EXIT_OK
     timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes}
     try:
@@ -196,6 +203,13 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         status = EXIT_INTERRUPTED
     finally:
         capturer.close()
+        if opts.snapshot:
+            _write_snapshot(report_dir, mode, group)
+    if status != EXIT_INTERRUPTED:
+        peaks = group.gather(capturer.result.pool_peak)
+        if writer is not None:
+            writer.add_sites(row for rank, peak in enumerate(peaks) if peak is not None
+                             for row in site_records(mode, rank, capturer.buckets[0], peak))
     # After Ctrl-C only a single GPU can still record its timings: the ranks of a group
     # may not all reach another exchange.
     if status != EXIT_INTERRUPTED or group.world == 1:
@@ -206,6 +220,33 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
             writer.update_run(extra=extra, memory_source=memory.source)
     emit({"event": "done", "mode": mode, "exit": status})
     return status
+
+
+def site_records(mode: str, rank: int, bucket: int, peak) -> Iterator:
+    """sites.csv rows of one pool peak: its sites, then the slack; they sum to the pool's bytes."""
+    from bcgprof.report import SiteRecord
+
+    for site in peak.sites:
+        yield SiteRecord(mode=mode, rank=rank, bucket=bucket, kind="site", site=site.site, bytes=site.bytes,
+                         blocks=site.blocks)
+    yield SiteRecord(mode=mode, rank=rank, bucket=bucket, kind="slack",
+                     site="pool bytes not live at the peak (allocator slack)", bytes=peak.slack_bytes)
+
+
+def _write_snapshot(report_dir: Path, mode: str, group: Group) -> None:
+    """This rank's allocator snapshot, with the history recorded since the mode began, for memory_viz."""
+    import pickle
+
+    import torch
+
+    from bcgprof import sites
+    from bcgprof.report import atomic_write_bytes
+
+    name = f"{mode}.snapshot.pickle" if group.world == 1 else f"{mode}.rank{group.rank}.snapshot.pickle"
+    try:
+        atomic_write_bytes(report_dir / name, pickle.dumps(torch.cuda.memory._snapshot()))
+    finally:
+        sites.stop_history()
 
 
 def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Optional
 
 # The modes, in the order they run and are shown.
-MODES = ("per-bucket", "shared", "floor")
+MODES = ("per-bucket", "shared", "shared-largest", "floor")
 DEFAULT_MODES = MODES
+GRAPH_KINDS = ("breakable", "full")  # full: one CUDA graph per bucket, attention inside it
+ORDERS = ("largest-first", "smallest-first")  # the order buckets are captured in
 PHASES = ("prefill", "decode")
 WEIGHTS = ("dummy", "safetensors")
 VERIFY_CHOICES = ("smallest-largest", "all", "none")
@@ -44,6 +46,9 @@ class CaptureOptions:
     sample_interval_ms: float = 2.0
     tp: int = 1
     seed: int = 0
+    graph: str = "breakable"  # one of GRAPH_KINDS
+    order: str = "largest-first"  # one of ORDERS
+    snapshot: bool = False  # write each mode's allocator snapshot (memory_viz pickle) into the report
     command: str = ""  # the command line, recorded in run.json
 
     def to_json(self) -> str:

@@ -22,6 +22,7 @@ from bcgprof.errors import ReportError
 from bcgprof.options import MODES, STATUSES
 
 SCHEMA_VERSION = 1
+SITES_FILE = "sites.csv"
 
 
 @dataclass
@@ -50,6 +51,12 @@ class BucketRecord:
     device_peak_delta_bytes: Optional[int] = None  # sampler's device-used peak above the level before
     free_bytes: Optional[int] = None  # device free memory after the bucket (or at the failure)
     detail: str = ""  # why a bucket is oom/error
+    # The ledger (empty in reports written before it): pool_live + pool_free + outside_pool
+    # + non_torch == device_used_delta, exactly. Pool figures are read from the block states.
+    pool_live_delta_bytes: Optional[int] = None  # growth of allocated bytes inside the pool's segments
+    pool_free_delta_bytes: Optional[int] = None  # growth of unused bytes the pool's segments hold
+    outside_pool_delta_bytes: Optional[int] = None  # torch-reserved growth outside the pool
+    pool_output_bytes: Optional[int] = None  # the part of retained_output_bytes that lies in the pool
 
 
 @dataclass
@@ -71,6 +78,28 @@ class SummaryRecord:
     ratio_to_floor: Optional[float] = None
     rank: str = "0"  # a rank number, or "max"/"sum" across ranks of a tensor-parallel run
     failed: int = 0  # buckets whose status is not ok
+    # sums of the bucket ledger columns; empty when any bucket row lacks them
+    pool_live_delta_bytes: Optional[int] = None
+    pool_free_delta_bytes: Optional[int] = None
+    outside_pool_delta_bytes: Optional[int] = None
+    pool_output_bytes: Optional[int] = None
+
+
+LEDGER_FIELDS = ("pool_live_delta_bytes", "pool_free_delta_bytes", "outside_pool_delta_bytes", "pool_output_bytes")
+
+
+@dataclass
+class SiteRecord:
+    """What the graph pool held at the peak of one bucket's capture (sites.csv): one row per
+    model code site, plus one ``slack`` row; the rows of a (mode, rank) sum to its pool bytes."""
+
+    mode: str
+    rank: int
+    bucket: int
+    kind: str  # site | slack
+    site: str
+    bytes: int
+    blocks: int = 0
 
 
 @dataclass
@@ -101,6 +130,8 @@ class RunInfo:
     status: str = "running"  # running | complete | partial | failed | interrupted
     message: str = ""
     extra: dict = field(default_factory=dict)
+    graph: str = "breakable"  # breakable | full (reports written before this field: breakable)
+    order: str = "largest-first"  # largest-first | smallest-first
 
 
 # ---------------------------------------------------------------- CSV encoding
@@ -183,13 +214,18 @@ def read_csv_records(path: Path, cls) -> list:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over ``path``."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; a report is for everyone to read
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -227,6 +263,7 @@ def summarize(records: list[BucketRecord]) -> list[SummaryRecord]:
             retained_output_bytes=retained,
             peak_transient_bytes=max((r.peak_transient_bytes for r in rows), default=0),
             capture_s=round(sum(r.warmup_ms + r.capture_ms for r in rows) / 1000.0, 3),
+            **{name: _sum_or_none(getattr(r, name) for r in rows) for name in LEDGER_FIELDS},
         ))
     ranks = sorted({r.rank for r in records})
     if len(ranks) > 1:
@@ -235,6 +272,13 @@ def summarize(records: list[BucketRecord]) -> list[SummaryRecord]:
     order = {m: i for i, m in enumerate(MODES)}
     out.sort(key=lambda s: (order.get(s.mode, len(order)), _rank_key(s.rank)))
     return out
+
+
+def _sum_or_none(values) -> Optional[int]:
+    values = list(values)
+    if not values or any(v is None for v in values):
+        return None
+    return sum(values)
 
 
 def _rank_key(rank: str):
@@ -249,12 +293,15 @@ def _across_ranks(per_rank: list[SummaryRecord]) -> list[SummaryRecord]:
         by_mode.setdefault(s.mode, []).append(s)
     summed = ("buckets", "failed", "segments", "pool_bytes", "torch_reserved_bytes", "device_used_bytes",
               "non_torch_bytes", "retained_output_bytes", "peak_transient_bytes")
+    ledger = LEDGER_FIELDS
     for mode, rows in by_mode.items():
         worst = max(rows, key=lambda s: s.device_used_bytes)
         out.append(dataclasses.replace(worst, rank="max"))
         total = dataclasses.replace(worst, rank="sum")
         for name in summed:
             setattr(total, name, sum(getattr(s, name) for s in rows))
+        for name in ledger:
+            setattr(total, name, _sum_or_none(getattr(s, name) for s in rows))
         total.capture_s = max(s.capture_s for s in rows)
         out.append(total)
     return out
@@ -281,6 +328,7 @@ class Report:
     run: RunInfo
     buckets: list[BucketRecord]
     summary: list[SummaryRecord]
+    sites: list[SiteRecord] = field(default_factory=list)  # sites.csv; empty when the report has none
 
     def modes(self) -> list[str]:
         seen = []
@@ -322,7 +370,8 @@ def read_report(path: str | Path) -> Report:
         if r.mode not in MODES or r.status not in STATUSES:
             raise ReportError(f"{path / 'buckets.csv'} is corrupt: unknown mode {r.mode!r} or status {r.status!r}")
     # summary.csv is derived; recompute so that a report cut off between writes still reads.
-    return Report(path, run, buckets, summarize(buckets))
+    sites = read_csv_records(path / SITES_FILE, SiteRecord) if (path / SITES_FILE).exists() else []
+    return Report(path, run, buckets, summarize(buckets), sites)
 
 
 def report_frames(report: Report) -> dict:
@@ -380,6 +429,15 @@ class ReportWriter:
     def flush(self) -> None:
         """Rewrite the files from ``records`` and ``run`` (after changing a record in place, e.g. a replay check)."""
         self._flush()
+
+    def add_sites(self, records: Iterable[SiteRecord]) -> None:
+        """Add rows to sites.csv (kept beside what other modes' processes wrote there)."""
+        records = list(records)
+        if not records:
+            return
+        path = self.path / SITES_FILE
+        existing = read_csv_records(path, SiteRecord) if path.exists() else []
+        atomic_write_text(path, records_to_csv(existing + records, SiteRecord))
 
     def _flush(self) -> None:
         atomic_write_text(self.path / "buckets.csv", records_to_csv(self.records, BucketRecord))

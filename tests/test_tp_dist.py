@@ -19,6 +19,7 @@ from bcgprof import dist as tpdist
 from bcgprof.errors import CaptureError, ModelConfigError, NoGPUError
 from bcgprof.models.config import resolve_model
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
+from bcgprof.sites import PoolPeak, SiteBytes
 from bcgprof import mode as mode_loop
 from bcgprof.options import CaptureOptions
 from bcgprof.runner import run_capture
@@ -115,7 +116,10 @@ class FakeCapturer:
     def __init__(self, fn, inputs, buckets, *, mode, rank, **kwargs):
         self.mode, self.rank = mode, rank
         self.buckets = sorted(buckets, reverse=True)[:1] if mode == "floor" else sorted(buckets, reverse=True)
-        self.result = SimpleNamespace(records=[])
+        # a pool peak as a floor capture records it (here in every mode, to see rank 0 write both ranks')
+        peak = PoolPeak(pool_bytes=1000 * (rank + 1), peak_live_bytes=600, slack_bytes=1000 * (rank + 1) - 600,
+                        sites=[SiteBytes("layers.N.mlp: act", 400, 2), SiteBytes("model: forward", 200, 1)])
+        self.result = SimpleNamespace(records=[], pool_peak=peak if mode == "per-bucket" else None)
         self.prewarm_ms = 0.0
         self.sampler = SimpleNamespace(samples=0)
 
@@ -200,6 +204,13 @@ def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
     assert set(pb) == {"0", "1", "max", "sum"}
     assert pb["max"].device_used_bytes == pb["1"].device_used_bytes == 2 * 700
     assert pb["sum"].device_used_bytes == 700 + 1400
+    # the pool peaks of both ranks, sites then slack, summing to each rank's pool bytes
+    sites = [(s.rank, s.kind, s.site, s.bytes) for s in report.sites]
+    assert sites == [(0, "site", "layers.N.mlp: act", 400), (0, "site", "model: forward", 200),
+                     (0, "slack", "pool bytes not live at the peak (allocator slack)", 400),
+                     (1, "site", "layers.N.mlp: act", 400), (1, "site", "model: forward", 200),
+                     (1, "slack", "pool bytes not live at the peak (allocator slack)", 1400)]
+    assert {s.bucket for s in report.sites} == {4} and {s.mode for s in report.sites} == {"per-bucket"}
     # timings of every rank in run.json
     assert [t["parameter_bytes"] for t in report.run.extra["modes"]["per-bucket"]["ranks"]] == [10, 20]
 

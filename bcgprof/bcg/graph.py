@@ -81,6 +81,11 @@ def _new_cuda_graph() -> tuple[torch.cuda.CUDAGraph, bool]:
         return torch.cuda.CUDAGraph(), False
 
 
+def _inline(fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
+    """A break in a full graph: the op is captured like any other."""
+    fn(*args, **kwargs)
+
+
 @dataclass
 class _Break:
     fn: Callable[..., None]
@@ -114,19 +119,23 @@ class BreakableGraph:
         pool: Any,
         stream: torch.cuda.Stream,
         epilogue: Optional[Callable[[Any], Any]] = None,
+        breakable: bool = True,
     ) -> tuple["BreakableGraph", Any]:
         """Capture ``fn(*args)``; return the graph and what ``fn`` (then ``epilogue``) returned.
 
         ``epilogue`` runs inside the last segment, so its kernels are part of the
-        graph: shared-output mode uses it to copy the output into the shared buffer.
+        graph: shared-output modes use it to copy the output into the shared buffer.
+        ``breakable=False`` captures one full graph: every break's op runs inside the
+        capture (it must then be capturable itself), and there is a single segment.
         """
         graph = cls(pool=pool, stream=stream)
         torch.cuda.synchronize()
         start = time.perf_counter()
+        handler = graph._on_break if breakable else _inline
         with torch.cuda.stream(stream):
             graph._begin_segment()
             try:
-                with break_handler(graph._on_break):
+                with break_handler(handler):
                     out = fn(*args)
                     if epilogue is not None:
                         out = epilogue(out)
