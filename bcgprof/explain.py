@@ -1,0 +1,344 @@
+"""`bcgprof explain`: where every byte of a capture went, from a report's own measurements.
+
+Pure functions over a :class:`~bcgprof.report.Report`; nothing here measures or prints.
+
+* The ledger: each mode's device-used bytes split into causes that sum to it exactly
+  (integers): outputs kept in the graph pool, other live pool bytes, free space held
+  inside the pool, torch memory outside the pool (a shared output buffer, library
+  workspaces), and what NVML sees beyond torch (graph executables and other driver
+  memory).
+* The graph executables: a least-squares fit of the buckets' non-torch growth to their
+  graph (segment) and kernel-node counts, with its residual and what it explains.
+* The floor: what the largest bucket's pool held at its peak, by model code site, and
+  the allocator slack beside it (from sites.csv).
+* Plain sentences built from those numbers, and each mode's cost in tokens of KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bcgprof.options import mode_index
+from bcgprof.report import BucketRecord, Report
+from bcgprof.report_format import fmt_bytes
+
+# cause -> (label, what it is)
+CAUSES = {
+    "pool_output": ("pool: outputs kept", "bucket outputs that stay alive in the graph pool"),
+    "pool_other_live": ("pool: other live", "other bytes the buckets left alive in the pool"),
+    "pool_free": ("pool: free space", "growth of unused space inside the pool's segments (negative where an "
+                                      "output reused space a larger bucket had freed)"),
+    "outside_pool": ("torch outside pool", "torch memory outside the pool: a shared output buffer, workspaces"),
+    "graph_executables": ("graph executables", "driver memory NVML sees and the allocator does not: graph "
+                                               "executables and other driver memory"),
+}
+
+
+@dataclass
+class ModeLedger:
+    mode: str
+    rank: int
+    buckets: int  # rows explained (ok or not)
+    device_used_bytes: int
+    pool_bytes: int
+    retained_output_bytes: int
+    segments: int
+    graph_nodes: Optional[int]
+    causes: Optional[dict[str, int]]  # None for reports written before the ledger columns
+    kv_tokens: Optional[int] = None  # device_used_bytes / KV bytes per token
+
+
+@dataclass
+class ExecutableFit:
+    """non_torch_delta ~ bytes_per_graph x segments + bytes_per_node x nodes, over the rows used."""
+
+    rows: int
+    bytes_per_graph: float
+    bytes_per_node: float
+    rms_residual_bytes: float
+    r2: Optional[float]  # 1 - SS_res / SS_tot; None when the deltas do not vary
+    fitted_bytes: int  # the fit summed over the rows
+    measured_bytes: int  # the non-torch deltas summed over the same rows
+    first_buckets_excluded: bool  # each mode's first bucket carries one-off driver costs
+
+
+@dataclass
+class FloorSites:
+    mode: str
+    bucket: int
+    pool_bytes: int
+    peak_live_bytes: int
+    slack_bytes: int
+    sites: list[tuple[str, int]] = field(default_factory=list)  # largest first
+
+
+@dataclass
+class Explanation:
+    report: Report
+    modes: list[ModeLedger]
+    fit: Optional[ExecutableFit]
+    floor: Optional[FloorSites]
+    sentences: list[str]
+    notes: list[str]  # what it cannot tell, and why
+    kv_bytes_per_token: Optional[int]
+    kv_formula: str = ""
+
+
+def causes_of(r: BucketRecord) -> Optional[dict[str, int]]:
+    """One bucket's causes (summing exactly to its device-used delta), or None without the ledger columns."""
+    if r.pool_live_delta_bytes is None or r.pool_free_delta_bytes is None or r.outside_pool_delta_bytes is None:
+        return None
+    output = r.pool_output_bytes or 0
+    return {
+        "pool_output": output,
+        "pool_other_live": r.pool_live_delta_bytes - output,
+        "pool_free": r.pool_free_delta_bytes,
+        "outside_pool": r.outside_pool_delta_bytes,
+        "graph_executables": r.non_torch_delta_bytes,
+    }
+
+
+def _sum_causes(rows: list[BucketRecord]) -> Optional[dict[str, int]]:
+    total = dict.fromkeys(CAUSES, 0)
+    for r in rows:
+        c = causes_of(r)
+        if c is None:
+            return None
+        for k, v in c.items():
+            total[k] += v
+    return total
+
+
+# ---------------------------------------------------------------- KV cache
+
+
+def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
+    """KV-cache bytes one token takes in the captured stack, and how it was computed.
+
+    ``layers x 2 (K and V) x KV heads x head dim x dtype bytes``, over the report's layers,
+    every layer counted as full attention (an engine that gives sliding-window layers a
+    smaller pool needs less). From run.json when the capture recorded it, else from the
+    model's preset config.
+    """
+    recorded = report.run.extra.get("kv_bytes_per_token") if isinstance(report.run.extra, dict) else None
+    if isinstance(recorded, int) and recorded > 0:
+        return recorded, str(report.run.extra.get("kv_formula", "recorded at capture"))
+    try:
+        from bcgprof import dtypes
+        from bcgprof.models.config import resolve_model
+
+        spec = resolve_model(report.run.model)
+        config = spec.config
+        if spec.config_hash != report.run.config_hash:
+            return None, ""
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        width = dtypes.dtype_bytes(report.run.dtype or spec.dtype)
+    except Exception:
+        return None, ""
+    layers = int(report.run.layers)
+    value = layers * 2 * kv_heads * head_dim * width
+    return value, f"{layers} layers x 2 x {kv_heads} KV heads x {head_dim} head dim x {width} bytes"
+
+
+# ---------------------------------------------------------------- the executable fit
+
+
+def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
+    """Fit non-torch growth to graphs and nodes; None when too few rows carry node counts."""
+    usable = [r for r in rows if r.status == "ok" and r.graph_nodes is not None and r.segments > 0]
+    later = [r for r in usable if r.order > 0]
+    excluded = len(later) >= 3
+    data = later if excluded else usable
+    if len(data) < 2:
+        return None
+    xs = [(float(r.segments), float(r.graph_nodes)) for r in data]
+    ys = [float(r.non_torch_delta_bytes) for r in data]
+    a, b = _nonnegative_lstsq(xs, ys)
+    fitted = [a * s + b * n for s, n in xs]
+    residuals = [y - f for y, f in zip(ys, fitted)]
+    ss_res = sum(e * e for e in residuals)
+    mean = sum(ys) / len(ys)
+    ss_tot = sum((y - mean) ** 2 for y in ys)
+    return ExecutableFit(
+        rows=len(data), bytes_per_graph=a, bytes_per_node=b, rms_residual_bytes=(ss_res / len(ys)) ** 0.5,
+        r2=(1.0 - ss_res / ss_tot) if ss_tot > 0 else None, fitted_bytes=int(round(sum(fitted))),
+        measured_bytes=int(sum(ys)), first_buckets_excluded=excluded,
+    )
+
+
+def _nonnegative_lstsq(xs: list[tuple[float, float]], ys: list[float]) -> tuple[float, float]:
+    """Least squares y ~ a x1 + b x2 with a, b >= 0 (two unknowns: try the free fit, then each alone)."""
+
+    def single(i: int) -> tuple[float, float]:
+        num = sum(x[i] * y for x, y in zip(xs, ys))
+        den = sum(x[i] * x[i] for x in xs)
+        coef = max(0.0, num / den) if den else 0.0
+        return (coef, 0.0) if i == 0 else (0.0, coef)
+
+    s11 = sum(x[0] * x[0] for x in xs)
+    s22 = sum(x[1] * x[1] for x in xs)
+    s12 = sum(x[0] * x[1] for x in xs)
+    t1 = sum(x[0] * y for x, y in zip(xs, ys))
+    t2 = sum(x[1] * y for x, y in zip(xs, ys))
+    det = s11 * s22 - s12 * s12
+    candidates = [single(0), single(1)]
+    if abs(det) > 1e-9 * max(s11 * s22, 1.0):
+        a, b = (t1 * s22 - t2 * s12) / det, (t2 * s11 - t1 * s12) / det
+        if a >= 0 and b >= 0:
+            candidates.append((a, b))
+
+    def sse(ab):
+        return sum((y - ab[0] * x[0] - ab[1] * x[1]) ** 2 for x, y in zip(xs, ys))
+
+    return min(candidates, key=sse)
+
+
+# ---------------------------------------------------------------- the explanation
+
+
+def _groups(report: Report) -> dict[tuple[str, int], list[BucketRecord]]:
+    out: dict[tuple[str, int], list[BucketRecord]] = {}
+    for r in report.buckets:
+        out.setdefault((r.mode, r.rank), []).append(r)
+    return {k: sorted(v, key=lambda r: r.order) for k, v in sorted(out.items(), key=lambda kv: (mode_index(kv[0][0]),
+                                                                                             kv[0][1]))}
+
+
+def _floor_sites(report: Report) -> Optional[FloorSites]:
+    rows = [s for s in report.sites if s.rank == 0]
+    if not rows:
+        return None
+    mode = "floor" if any(s.mode == "floor" for s in rows) else rows[0].mode
+    rows = [s for s in rows if s.mode == mode]
+    live = [s for s in rows if s.kind == "site"]
+    slack = sum(s.bytes for s in rows if s.kind == "slack")
+    peak = sum(s.bytes for s in live)
+    return FloorSites(mode=mode, bucket=rows[0].bucket, pool_bytes=peak + slack, peak_live_bytes=peak,
+                      slack_bytes=slack, sites=sorted(((s.site, s.bytes) for s in live), key=lambda x: -x[1]))
+
+
+def explain_report(report: Report) -> Explanation:
+    notes: list[str] = []
+    if report.run.status != "complete":
+        notes.append(f"this report is {report.run.status}: it explains the {len(report.buckets)} finished rows only")
+    kv, formula = kv_bytes_per_token(report)
+    if kv is None:
+        notes.append("KV bytes per token unknown (the model's config is not a preset this bcgprof knows): "
+                     "no KV-token figures")
+    modes: list[ModeLedger] = []
+    groups = _groups(report)
+    for (mode, rank), rows in groups.items():
+        nodes = [r.graph_nodes for r in rows]
+        ledger = ModeLedger(
+            mode=mode, rank=rank, buckets=len(rows), device_used_bytes=sum(r.device_used_delta_bytes for r in rows),
+            pool_bytes=rows[-1].pool_bytes, retained_output_bytes=sum(r.retained_output_bytes for r in rows),
+            segments=sum(r.segments for r in rows), graph_nodes=None if None in nodes else sum(nodes),
+            causes=_sum_causes(rows),
+        )
+        if kv:
+            ledger.kv_tokens = ledger.device_used_bytes // kv
+        modes.append(ledger)
+    if modes and all(m.causes is None for m in modes):
+        notes.append("this report has no ledger columns (it was written before them): causes cannot be told apart; "
+                     "re-capture to get them")
+    fit = fit_executables([r for r in report.buckets if r.rank == 0])
+    if fit is None:
+        notes.append("too few buckets with graph node counts to fit graph-executable memory")
+    floor = _floor_sites(report)
+    if floor is None:
+        notes.append("no sites.csv (no floor mode, or a report written before it): the floor's pool cannot be "
+                     "broken down by code site")
+    explanation = Explanation(report, modes, fit, floor, [], notes, kv, formula)
+    explanation.sentences = _sentences(explanation, groups)
+    return explanation
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole else "-"
+
+
+def _sentences(exp: Explanation, groups: dict) -> list[str]:
+    out: list[str] = []
+    by_mode = {m.mode: m for m in exp.modes if m.rank == 0}
+    pb, shared = groups.get(("per-bucket", 0)), groups.get(("shared", 0))
+    if pb and all(causes_of(r) is not None for r in pb):
+        outputs = sum(r.pool_output_bytes or 0 for r in pb)
+        later_outputs = sum(r.pool_output_bytes or 0 for r in pb if r.order > 0)
+        later_growth = sum(r.pool_delta_bytes for r in pb if r.order > 0)
+        fitted = max(0, later_outputs - later_growth)
+        text = (f"per-bucket outputs total {fmt_bytes(outputs)}; after the largest bucket they added "
+                f"{fmt_bytes(later_outputs)} while the pool grew {fmt_bytes(later_growth)}, so "
+                f"{fmt_bytes(fitted)} fitted in pool space the largest bucket had freed")
+        if shared and all(causes_of(r) is not None for r in shared):
+            pool_saving = pb[-1].pool_bytes - shared[-1].pool_bytes
+            outside = sum(r.outside_pool_delta_bytes for r in shared) - sum(r.outside_pool_delta_bytes for r in pb)
+            executables = sum(r.non_torch_delta_bytes for r in shared) - sum(r.non_torch_delta_bytes for r in pb)
+            saving = by_mode["per-bucket"].device_used_bytes - by_mode["shared"].device_used_bytes
+            text += (f"; sharing the output saves {fmt_bytes(pool_saving)} of pool, less its own "
+                     f"{fmt_bytes(outside)} buffer outside the pool"
+                     + (f" and {fmt_bytes(executables, signed=True)} of graph executables" if executables else "")
+                     + f": {fmt_bytes(saving, signed=True)} of device memory in all")
+        out.append(text)
+    if "shared-largest" in by_mode and "per-bucket" in by_mode:
+        diff = by_mode["per-bucket"].device_used_bytes - by_mode["shared-largest"].device_used_bytes
+        out.append(f"keeping the largest bucket's own output as the shared buffer saves {fmt_bytes(diff)} against "
+                   f"per-bucket outputs" if diff >= 0 else
+                   f"keeping the largest bucket's own output as the shared buffer costs {fmt_bytes(-diff)} more "
+                   "than per-bucket outputs")
+    if exp.fit is not None:
+        f = exp.fit
+        later = [r for rows in groups.values() for r in rows if r.order > 0 and r.rank == 0
+                 and r.pool_delta_bytes == 0]
+        per_bucket = (sum(r.non_torch_delta_bytes for r in later) / len(later)) if later else None
+        text = (f"graph executables: {f.bytes_per_graph / 1024:.1f} KiB per graph + {f.bytes_per_node:.0f} B per "
+                f"kernel node fits the non-torch growth of {f.rows} buckets"
+                + (" (each mode's first bucket left out: it carries one-off driver costs)" if f.first_buckets_excluded
+                   else "")
+                + f" with an rms residual of {fmt_bytes(int(f.rms_residual_bytes))}; the fit gives "
+                f"{fmt_bytes(f.fitted_bytes)} of the measured {fmt_bytes(f.measured_bytes)} "
+                f"({_pct(f.fitted_bytes, f.measured_bytes)})")
+        if per_bucket is not None:
+            text += (f"; this is why device memory still grows by about {fmt_bytes(int(per_bucket))} a bucket after "
+                     f"the pool has stopped growing ({len(later)} such buckets)")
+        out.append(text)
+    if exp.floor is not None:
+        fl = exp.floor
+        top = ", ".join(f"{site} {fmt_bytes(b)}" for site, b in fl.sites[:3])
+        out.append(f"the floor's pool ({fl.mode}, bucket {fl.bucket}) is {fmt_bytes(fl.pool_bytes)}: "
+                   f"{fmt_bytes(fl.peak_live_bytes)} live at its peak (largest: {top}) plus "
+                   f"{fmt_bytes(fl.slack_bytes)} ({_pct(fl.slack_bytes, fl.pool_bytes)}) of allocator slack")
+    if exp.kv_bytes_per_token:
+        parts = [f"{m.mode} {m.kv_tokens:,}" for m in exp.modes if m.rank == 0 and m.kv_tokens is not None]
+        if parts:
+            out.append(f"in tokens of KV cache displaced ({fmt_bytes(exp.kv_bytes_per_token)} a token: "
+                       f"{exp.kv_formula}): " + ", ".join(parts))
+    return out
+
+
+def explanation_json(exp: Explanation) -> dict:
+    """The JSON contract of `bcgprof explain -f json`."""
+    modes = []
+    for m in exp.modes:
+        modes.append({
+            "mode": m.mode, "rank": m.rank, "buckets": m.buckets, "device_used_bytes": m.device_used_bytes,
+            "causes": m.causes, "pool_bytes": m.pool_bytes, "retained_output_bytes": m.retained_output_bytes,
+            "segments": m.segments, "graph_nodes": m.graph_nodes, "kv_tokens": m.kv_tokens,
+        })
+    floor = None
+    if exp.floor is not None:
+        f = exp.floor
+        floor = {"mode": f.mode, "bucket": f.bucket, "pool_bytes": f.pool_bytes, "peak_live_bytes": f.peak_live_bytes,
+                 "slack_bytes": f.slack_bytes, "sites": [{"site": s, "bytes": b} for s, b in f.sites]}
+    fit = None
+    if exp.fit is not None:
+        f = exp.fit
+        fit = {"rows": f.rows, "bytes_per_graph": f.bytes_per_graph, "bytes_per_node": f.bytes_per_node,
+               "rms_residual_bytes": f.rms_residual_bytes, "r2": f.r2, "fitted_bytes": f.fitted_bytes,
+               "measured_bytes": f.measured_bytes, "first_buckets_excluded": f.first_buckets_excluded}
+    return {"report": str(exp.report.path), "status": exp.report.run.status, "modes": modes, "floor": floor,
+            "executable_fit": fit, "kv_bytes_per_token": exp.kv_bytes_per_token, "kv_formula": exp.kv_formula,
+            "sentences": exp.sentences, "notes": exp.notes,
+            "causes": {k: {"label": v[0], "meaning": v[1]} for k, v in CAUSES.items()}}
