@@ -61,6 +61,7 @@ class ExecutableFit:
     fitted_bytes: int  # the fit summed over the rows
     measured_bytes: int  # the non-torch deltas summed over the same rows
     first_buckets_excluded: bool  # each mode's first bucket carries one-off driver costs
+    separable: bool = True  # False when every row has the same nodes per graph: then only bytes_per_graph is fitted
 
 
 @dataclass
@@ -156,7 +157,10 @@ def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
         return None
     xs = [(float(r.segments), float(r.graph_nodes)) for r in data]
     ys = [float(r.non_torch_delta_bytes) for r in data]
-    a, b = _nonnegative_lstsq(xs, ys)
+    # With the same nodes per graph in every row, graphs and nodes cannot be told apart:
+    # fit a cost per graph (its nodes included) only.
+    separable = len({round(n / s, 6) for s, n in xs}) > 1
+    a, b = _nonnegative_lstsq(xs, ys) if separable else _nonnegative_lstsq([(s, 0.0) for s, _ in xs], ys)
     fitted = [a * s + b * n for s, n in xs]
     residuals = [y - f for y, f in zip(ys, fitted)]
     ss_res = sum(e * e for e in residuals)
@@ -165,7 +169,7 @@ def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
     return ExecutableFit(
         rows=len(data), bytes_per_graph=a, bytes_per_node=b, rms_residual_bytes=(ss_res / len(ys)) ** 0.5,
         r2=(1.0 - ss_res / ss_tot) if ss_tot > 0 else None, fitted_bytes=int(round(sum(fitted))),
-        measured_bytes=int(sum(ys)), first_buckets_excluded=excluded,
+        measured_bytes=int(sum(ys)), first_buckets_excluded=excluded, separable=separable,
     )
 
 
@@ -293,8 +297,11 @@ def _sentences(exp: Explanation, groups: dict) -> list[str]:
         later = [r for rows in groups.values() for r in rows if r.order > 0 and r.rank == 0
                  and r.pool_delta_bytes == 0]
         per_bucket = (sum(r.non_torch_delta_bytes for r in later) / len(later)) if later else None
-        text = (f"graph executables: {f.bytes_per_graph / 1024:.1f} KiB per graph + {f.bytes_per_node:.0f} B per "
-                f"kernel node fits the non-torch growth of {f.rows} buckets"
+        cost = (f"{f.bytes_per_graph / 1024:.1f} KiB per graph + {f.bytes_per_node:.0f} B per kernel node"
+                if f.separable else
+                f"{f.bytes_per_graph / 1024:.1f} KiB per graph, its kernel nodes included (every bucket has the same "
+                "nodes per graph, so a per-node cost cannot be told apart)")
+        text = (f"graph executables: {cost} fits the non-torch growth of {f.rows} buckets"
                 + (" (each mode's first bucket left out: it carries one-off driver costs)" if f.first_buckets_excluded
                    else "")
                 + f" with an rms residual of {fmt_bytes(int(f.rms_residual_bytes))}; the fit gives "
@@ -337,7 +344,8 @@ def explanation_json(exp: Explanation) -> dict:
         f = exp.fit
         fit = {"rows": f.rows, "bytes_per_graph": f.bytes_per_graph, "bytes_per_node": f.bytes_per_node,
                "rms_residual_bytes": f.rms_residual_bytes, "r2": f.r2, "fitted_bytes": f.fitted_bytes,
-               "measured_bytes": f.measured_bytes, "first_buckets_excluded": f.first_buckets_excluded}
+               "measured_bytes": f.measured_bytes, "first_buckets_excluded": f.first_buckets_excluded,
+               "separable": f.separable}
     return {"report": str(exp.report.path), "status": exp.report.run.status, "modes": modes, "floor": floor,
             "executable_fit": fit, "kv_bytes_per_token": exp.kv_bytes_per_token, "kv_formula": exp.kv_formula,
             "sentences": exp.sentences, "notes": exp.notes,
