@@ -1,0 +1,348 @@
+"""`bcgprof predict`: a capture's cost at another layer count, or for another bucket list,
+from reports already measured. Pure functions over reports; every figure here is a
+prediction and is labelled so.
+
+How capture cost depends on the layer count (found from measurements; see the README):
+the graph pool is set by one layer's working set, so it hardly changes with the layer
+count; graphs (segments) and their kernel nodes grow linearly with it, and so does the
+driver memory of the graph executables, which NVML sees and the allocator does not.
+
+* :func:`predict_layers` fits every bucket row's exact allocator figures (pool deltas,
+  torch memory outside the pool) and its graph and node counts as straight lines in the
+  layer count, and the graph-executable memory as bytes per graph plus bytes per node
+  over all input rows (NVML counts in 2 MiB steps, so one bucket's figure is noisy but the
+  fit over hundreds is not). The error band is twice the fit's residual spread over the
+  mode's buckets, plus the misfit of the straight lines where three or more layer counts
+  were measured.
+* :func:`predict_buckets` predicts another bucket list from one profile: each bucket's
+  graphs and executables as profiled, the pool from a model of reuse: the largest
+  bucket's working set (scaled by the eager peak transient when the list's largest bucket
+  is not the profile's), and, in per-bucket mode, the outputs of the smaller buckets
+  filling the space the largest one freed before the pool grows. The capacity of that
+  space is read from the profile itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from bcgprof.errors import BcgprofError
+from bcgprof.explain import fit_executables
+from bcgprof.options import mode_index
+from bcgprof.report import BucketRecord, Report
+
+LABEL = "predicted, not measured"
+SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps
+
+
+class PredictionError(BcgprofError):
+    """Inputs that cannot support a prediction (exit 2)."""
+
+
+@dataclass
+class BucketPrediction:
+    mode: str
+    bucket: int
+    order: int
+    segments: int
+    graph_nodes: Optional[int]
+    pool_bytes: int
+    pool_delta_bytes: int
+    outside_pool_delta_bytes: int
+    non_torch_delta_bytes: int
+    device_used_delta_bytes: int
+    retained_output_bytes: int
+
+
+@dataclass
+class ModePrediction:
+    mode: str
+    device_used_bytes: int
+    pool_bytes: int
+    non_torch_bytes: int
+    low_bytes: int
+    high_bytes: int
+    buckets: list[BucketPrediction] = field(default_factory=list)
+
+
+@dataclass
+class Prediction:
+    kind: str  # layers | buckets
+    model: str
+    gpu: str
+    layers: int
+    bucket_list: list[int]
+    modes: list[ModePrediction]
+    basis: list[str]  # the reports it was made from
+    notes: list[str] = field(default_factory=list)
+    label: str = LABEL
+
+    def mode(self, name: str) -> Optional[ModePrediction]:
+        return next((m for m in self.modes if m.mode == name), None)
+
+
+def _rows(report: Report, mode: str, rank: int = 0) -> list[BucketRecord]:
+    return sorted((r for r in report.buckets if r.mode == mode and r.rank == rank), key=lambda r: r.order)
+
+
+def _check_usable(report: Report) -> None:
+    if report.run.status != "complete":
+        raise PredictionError(f"{report.path} is {report.run.status}; predict from complete reports only")
+    if any(r.status != "ok" for r in report.buckets):
+        raise PredictionError(f"{report.path} has failed buckets; predict from a report whose buckets all "
+                              "captured")
+    if report.run.tp != 1:
+        raise PredictionError(f"{report.path} is a tensor-parallel report; predict works on single-GPU reports")
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
+    """Least-squares line y = a + b x; returns (a, b, largest absolute misfit)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    a = my - b * mx
+    misfit = max((abs(y - (a + b * x)) for x, y in zip(xs, ys)), default=0.0)
+    return a, b, misfit
+
+
+def _at(xs: Sequence[int], ys: Sequence[int], x: int) -> tuple[int, float]:
+    """``ys`` as a function of ``xs`` at ``x``: the common value when all agree, else the fitted line."""
+    if len(set(ys)) == 1:
+        return int(ys[0]), 0.0
+    a, b, misfit = _line([float(v) for v in xs], [float(v) for v in ys])
+    return int(round(a + b * x)), misfit
+
+
+# ---------------------------------------------------------------- layers
+
+
+def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> Prediction:
+    """Every mode's totals and every bucket's row at ``layers`` (default: the model's full depth)."""
+    if len(reports) < 2:
+        raise PredictionError("predicting another layer count needs reports at two or more layer counts; "
+                              "capture with --num-layers 2,4 and pass both with --from")
+    for r in reports:
+        _check_usable(r)
+    first = reports[0]
+    for r in reports[1:]:
+        for name, label in (("config_hash", "models"), ("gpu_name", "GPUs"), ("buckets", "bucket lists"),
+                            ("dtype", "dtypes"), ("phase", "phases"), ("graph", "graph kinds"),
+                            ("order", "capture orders"), ("weights", "weights")):
+            if getattr(r.run, name) != getattr(first.run, name):
+                raise PredictionError(f"{first.path} and {r.path} differ in {label} ({getattr(first.run, name)!r} "
+                                      f"vs {getattr(r.run, name)!r}); predict from captures that differ in the "
+                                      "layer count only")
+    counts = [int(r.run.layers) for r in reports]
+    if len(set(counts)) < 2:
+        raise PredictionError(f"all reports have {counts[0]} layers; pass captures at two or more layer counts")
+    if len(set(counts)) != len(counts):
+        raise PredictionError("two reports have the same layer count; pass one report per layer count")
+    target = layers or _full_depth(first)
+    if target < 1:
+        raise PredictionError(f"--layers must be at least 1, got {target}")
+    common = [m for m in first.modes() if all(_rows(r, m) for r in reports)]
+    if not common:
+        raise PredictionError("the reports share no mode")
+    # bytes per graph and per node, from every later bucket of every input report
+    fit = fit_executables([row for r in reports for m in common for row in _rows(r, m)])
+    notes = []
+    if fit is None:
+        raise PredictionError("the reports carry no graph node counts; predicting executables needs them")
+    modes = []
+    for mode in common:
+        per_report = [_rows(r, mode) for r in reports]
+        buckets = [row.bucket for row in per_report[0]]
+        if any([row.bucket for row in rows] != buckets for rows in per_report):
+            raise PredictionError(f"mode {mode}: the reports captured different buckets")
+        predicted, misfit = [], 0.0
+        pool = 0
+        for i, bucket in enumerate(buckets):
+            rows = [rs[i] for rs in per_report]
+            segments, _ = _at(counts, [r.segments for r in rows], target)
+            nodes = None
+            if all(r.graph_nodes is not None for r in rows):
+                nodes, _ = _at(counts, [r.graph_nodes for r in rows], target)
+            pool_delta, m1 = _at(counts, [r.pool_delta_bytes for r in rows], target)
+            outside, m2 = _at(counts, [r.torch_reserved_delta_bytes - r.pool_delta_bytes for r in rows], target)
+            if i == 0 or nodes is None:  # one-off driver costs of a mode's first bucket: a line in the layers
+                non_torch, m3 = _at(counts, [r.non_torch_delta_bytes for r in rows], target)
+            else:
+                non_torch, m3 = int(round(fit.bytes_per_graph * segments + fit.bytes_per_node * nodes)), 0.0
+            misfit += m1 + m2 + m3
+            pool += pool_delta
+            retained, _ = _at(counts, [r.retained_output_bytes for r in rows], target)
+            predicted.append(BucketPrediction(
+                mode=mode, bucket=bucket, order=i, segments=segments, graph_nodes=nodes, pool_bytes=pool,
+                pool_delta_bytes=pool_delta, outside_pool_delta_bytes=outside, non_torch_delta_bytes=non_torch,
+                device_used_delta_bytes=pool_delta + outside + non_torch, retained_output_bytes=retained))
+        modes.append(_mode(mode, predicted, fit.rms_residual_bytes, misfit))
+    notes.append(f"graph executables: {fit.bytes_per_graph / 1024:.1f} KiB per graph + {fit.bytes_per_node:.0f} B "
+                 f"per node, fitted on {fit.rows} buckets (rms residual {fit.rms_residual_bytes / (1 << 20):.2f} MiB)")
+    return Prediction(kind="layers", model=first.run.model, gpu=first.run.gpu_name, layers=target,
+                      bucket_list=list(first.run.buckets), modes=modes, basis=[str(r.path) for r in reports],
+                      notes=notes)
+
+
+def _full_depth(report: Report) -> int:
+    try:
+        from bcgprof.models.config import resolve_model
+
+        spec = resolve_model(report.run.model)
+        if spec.config_hash == report.run.config_hash:
+            return spec.num_layers
+    except BcgprofError:
+        pass
+    raise PredictionError(f"the full depth of {report.run.model!r} is unknown here; pass --layers N")
+
+
+def _mode(mode: str, rows: list[BucketPrediction], rms: float, misfit: float) -> ModePrediction:
+    band = int(math.ceil(2.0 * rms * math.sqrt(len(rows)) + misfit))
+    used = sum(r.device_used_delta_bytes for r in rows)
+    return ModePrediction(mode=mode, device_used_bytes=used, pool_bytes=rows[-1].pool_bytes if rows else 0,
+                          non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used - band,
+                          high_bytes=used + band, buckets=rows)
+
+
+# ---------------------------------------------------------------- bucket lists
+
+
+def _round_up(n: int, step: int = SEGMENT_ROUND) -> int:
+    return -(-n // step) * step
+
+
+@dataclass
+class _Profile:
+    """What one report says about each bucket and about reuse in the pool."""
+
+    largest: int
+    floor_pool: int  # the largest bucket's first-capture pool (working set + its output)
+    transient: dict[int, int]  # bucket -> eager peak transient (working set), any mode
+    output: dict[int, int]  # bucket -> output bytes
+    rows: dict[str, dict[int, BucketRecord]]  # mode -> bucket -> row
+    capacity: Optional[int]  # per-bucket: output bytes the freed space took before the pool grew
+    capacity_is_bound: bool  # True: the profile never filled it (a lower bound)
+
+
+def _profile(report: Report) -> _Profile:
+    _check_usable(report)
+    rows = {m: {r.bucket: r for r in _rows(report, m)} for m in report.modes()}
+    largest = max(report.run.buckets)
+    first = next((rs[largest] for m, rs in rows.items() if largest in rs and rs[largest].order == 0), None)
+    if first is None:
+        raise PredictionError(f"{report.path} has no mode that captured its largest bucket first")
+    transient: dict[int, int] = {}
+    output: dict[int, int] = {}
+    for rs in rows.values():
+        for b, r in rs.items():
+            transient[b] = max(transient.get(b, 0), r.peak_transient_bytes)
+    per_bucket = rows.get("per-bucket", {})
+    for b in report.run.buckets:
+        row = per_bucket.get(b)
+        output[b] = row.retained_output_bytes if row is not None else b * report.run.hidden_size * 2
+    capacity, bound = None, True
+    if per_bucket:
+        later = [r for r in per_bucket.values() if r.order > 0]
+        outputs = sum(r.retained_output_bytes for r in later)
+        growth = sum(r.pool_delta_bytes for r in later)
+        capacity, bound = outputs - growth, growth == 0
+    return _Profile(largest, first.pool_delta_bytes, transient, output, rows, capacity, bound)
+
+
+def _working_set(p: _Profile, bucket: int) -> int:
+    """The first capture's pool for ``bucket`` as the largest of a list: the profile's own when it is the
+    profile's largest, else scaled by the eager peak transient."""
+    if bucket == p.largest:
+        return p.floor_pool
+    ratio = p.transient.get(bucket, 0) / max(p.transient.get(p.largest, 1), 1)
+    return _round_up(int(p.floor_pool * ratio))
+
+
+def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequence[str]] = None) -> Prediction:
+    """Each mode's cost for another bucket list drawn from the profiled buckets."""
+    p = _profile(report)
+    wanted = sorted(set(int(b) for b in buckets), reverse=True)
+    missing = [b for b in wanted if b not in p.output]
+    if missing:
+        raise PredictionError(f"bucket{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                              f"{'were' if len(missing) > 1 else 'was'} not profiled in {report.path}; predict a "
+                              "list drawn from the profiled buckets")
+    if report.run.order != "largest-first":
+        raise PredictionError("bucket-list predictions model largest-first capture; profile with the default order")
+    notes = []
+    if p.capacity is not None and p.capacity_is_bound:
+        notes.append("the profile's per-bucket outputs all fitted in freed pool space, so the capacity of that space "
+                     "is a lower bound: larger lists may grow the pool sooner than predicted")
+    top = wanted[0]
+    scale = _working_set(p, top) / p.floor_pool if p.floor_pool else 1.0
+    if top != p.largest:
+        notes.append(f"the list's largest bucket ({top}) is not the profile's ({p.largest}): its working set is "
+                     "scaled from the profile's by the eager peak transient")
+    out = []
+    for mode in [m for m in (modes or report.modes()) if m in p.rows]:
+        rows = p.rows[mode]
+        chosen = wanted[:1] if mode == "floor" else wanted
+        first = rows.get(p.largest)
+        if first is None:
+            continue
+        predicted, pool, filled, grown = [], 0, 0, 0
+        room = int((p.capacity or 0) * scale)
+        for order, bucket in enumerate(chosen):
+            if order == 0:  # the largest bucket: its working set, and the mode's one-off costs
+                pool_delta = first.pool_delta_bytes if top == p.largest else _round_up(int(first.pool_delta_bytes
+                                                                                        * scale))
+                outside = _outside_first(mode, first, p, top)
+                non_torch = first.non_torch_delta_bytes
+                retained = p.output[top]
+                src = first
+            else:
+                src = rows[bucket]
+                pool_delta = 0
+                if mode == "per-bucket":  # outputs fill the space the largest bucket freed, then grow the pool
+                    filled += p.output[bucket]
+                    need = _round_up(max(0, filled - room))
+                    pool_delta, grown = need - grown, need
+                outside = src.torch_reserved_delta_bytes - src.pool_delta_bytes
+                non_torch = src.non_torch_delta_bytes
+                retained = p.output[bucket] if mode == "per-bucket" else 0
+            pool += pool_delta
+            predicted.append(BucketPrediction(
+                mode=mode, bucket=bucket, order=order, segments=src.segments, graph_nodes=src.graph_nodes,
+                pool_bytes=pool, pool_delta_bytes=pool_delta, outside_pool_delta_bytes=outside,
+                non_torch_delta_bytes=non_torch, device_used_delta_bytes=pool_delta + outside + non_torch,
+                retained_output_bytes=retained))
+        out.append(_mode(mode, predicted, _nvml_noise(rows), 0.0))
+    out.sort(key=lambda m: mode_index(m.mode))
+    return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name, layers=int(report.run.layers),
+                      bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
+
+
+def _outside_first(mode: str, first: BucketRecord, p: _Profile, top: int) -> int:
+    """Torch memory outside the pool taken by the first bucket: the shared buffer in shared mode."""
+    measured = first.torch_reserved_delta_bytes - first.pool_delta_bytes
+    if mode == "shared" and top != p.largest:
+        # the buffer is sized for the list's largest bucket
+        return measured - _round_up(p.output[p.largest]) + _round_up(p.output[top])
+    return measured
+
+
+def _nvml_noise(rows: dict[int, BucketRecord]) -> float:
+    """Spread of the non-torch deltas of a mode's later buckets (NVML's 2 MiB steps and driver noise)."""
+    later = [r.non_torch_delta_bytes for r in rows.values() if r.order > 0]
+    if len(later) < 2:
+        return float(SEGMENT_ROUND)
+    mean = sum(later) / len(later)
+    return (sum((v - mean) ** 2 for v in later) / (len(later) - 1)) ** 0.5
+
+
+def prediction_json(pred: Prediction) -> dict:
+    """The JSON contract of `bcgprof predict -f json`."""
+    return {
+        "kind": pred.kind, "label": pred.label, "model": pred.model, "gpu": pred.gpu, "layers": pred.layers,
+        "buckets": pred.bucket_list, "basis": pred.basis, "notes": pred.notes,
+        "modes": [{"mode": m.mode, "device_used_bytes": m.device_used_bytes, "pool_bytes": m.pool_bytes,
+                   "non_torch_bytes": m.non_torch_bytes, "low_bytes": m.low_bytes, "high_bytes": m.high_bytes}
+                  for m in pred.modes],
+    }

@@ -1,0 +1,158 @@
+"""Predictions from reports (no GPU): layer extrapolation, bucket-list reuse model, the advisor's
+optimisation against brute force, and the refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bcgprof.advise import AdviceError, advise, brute_force, optimise, padding_of, read_lengths
+from bcgprof.predict import PredictionError, predict_buckets, predict_layers
+from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
+
+MIB = 1 << 20
+REFERENCE = "reports/gpt-oss-20b-h200"
+
+
+def _synthetic(tmp_path, layers: int, name: str | None = None, **run_changes):
+    """A report whose figures follow the layer laws exactly: pool constant, graphs L+1, nodes 90 a layer,
+    executables 200 KiB a graph + 1 KiB a node, outputs per bucket."""
+    buckets = [4096, 2048, 1024, 512, 256]
+    rows = []
+    for mode in ("per-bucket", "shared", "floor"):
+        pool = 0
+        for order, b in enumerate(buckets if mode != "floor" else buckets[:1]):
+            segments, nodes = layers + 1, 90 * layers + 10
+            non_torch = 200 * 1024 * segments + 1024 * nodes + (4 * MIB if order == 0 else 0)
+            out = b * 2880 * 2
+            if order == 0:
+                pool_delta = 300 * MIB
+            else:
+                pool_delta = 2 * MIB if (mode == "per-bucket" and order >= 3) else 0
+            outside = out if (mode == "shared" and order == 0) else 0
+            pool += pool_delta
+            rows.append(BucketRecord(mode=mode, bucket=b, order=order, status="ok", segments=segments,
+                                     graph_nodes=nodes, pool_bytes=pool, pool_delta_bytes=pool_delta,
+                                     retained_output_bytes=out if (mode != "shared" or order == 0) else 0,
+                                     torch_reserved_delta_bytes=pool_delta + outside,
+                                     device_used_delta_bytes=pool_delta + outside + non_torch,
+                                     non_torch_delta_bytes=non_torch, peak_transient_bytes=b * 70000))
+    run = RunInfo(model="gpt-oss-20b", layers=layers, buckets=sorted(buckets), modes=["per-bucket", "shared", "floor"],
+                  gpu_name="NVIDIA H200", config_hash="h", status="complete", hidden_size=2880, dtype="bfloat16")
+    run = dataclasses.replace(run, **run_changes)
+    ReportWriter(tmp_path / (name or f"l{layers}"), run, rows)
+    return read_report(tmp_path / (name or f"l{layers}"))
+
+
+def test_layer_extrapolation_reproduces_a_capture_that_follows_the_laws(tmp_path):
+    two, four, twelve = (_synthetic(tmp_path, n) for n in (2, 4, 12))
+    pred = predict_layers([two, four], layers=12)
+    assert pred.label == "predicted, not measured" and pred.layers == 12
+    truth = {s.mode: s for s in twelve.summary}
+    for m in pred.modes:
+        assert abs(m.device_used_bytes - truth[m.mode].device_used_bytes) <= 0.001 * truth[m.mode].device_used_bytes
+        assert m.low_bytes <= m.device_used_bytes <= m.high_bytes
+        assert m.pool_bytes == truth[m.mode].pool_bytes
+    row = next(r for r in pred.mode("per-bucket").buckets if r.bucket == 1024)
+    assert (row.segments, row.graph_nodes) == (13, 90 * 12 + 10)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"config_hash": "other"}, "differ in models"),
+    ({"gpu_name": "NVIDIA B200"}, "differ in GPUs"),
+    ({"buckets": [1, 2]}, "differ in bucket lists"),
+])
+def test_layer_prediction_refuses_reports_that_differ_in_more_than_layers(tmp_path, change, message):
+    two = _synthetic(tmp_path, 2)
+    four = _synthetic(tmp_path, 4, **change)
+    with pytest.raises(PredictionError, match=message):
+        predict_layers([two, four], layers=24)
+
+
+def test_layer_prediction_needs_two_layer_counts(tmp_path):
+    two = _synthetic(tmp_path, 2)
+    with pytest.raises(PredictionError, match="two or more layer counts"):
+        predict_layers([two], layers=24)
+    again = _synthetic(tmp_path, 2, name="again")
+    with pytest.raises(PredictionError, match="all reports have 2 layers"):
+        predict_layers([two, again], layers=24)
+
+
+def test_bucket_list_prediction_of_the_profiled_list_matches_the_profile():
+    report = read_report(REFERENCE)
+    pred = predict_buckets(report, report.run.buckets)
+    measured = {s.mode: s.device_used_bytes for s in report.summary}
+    for m in pred.modes:
+        assert abs(m.device_used_bytes - measured[m.mode]) <= 0.01 * measured[m.mode], m.mode
+
+
+def test_bucket_list_prediction_of_a_sparse_list_says_sharing_costs_more():
+    report = read_report(REFERENCE)
+    pred = predict_buckets(report, [1024, 2048, 4096, 8192])
+    assert pred.bucket_list == [1024, 2048, 4096, 8192]
+    per_bucket, shared = pred.mode("per-bucket"), pred.mode("shared")
+    # the outputs of the three smaller buckets fit in space the largest freed; the shared buffer does not
+    assert shared.device_used_bytes > per_bucket.device_used_bytes
+    assert pred.mode("floor").device_used_bytes < report.summary[-1].device_used_bytes
+    assert any("scaled" in n for n in pred.notes)
+
+
+def test_bucket_list_prediction_refuses_buckets_not_profiled():
+    with pytest.raises(PredictionError, match="not profiled"):
+        predict_buckets(read_report(REFERENCE), [1000, 16384])
+
+
+# ---------------------------------------------------------------- the advisor
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_optimiser_finds_the_brute_force_optimum(seed):
+    rng = np.random.default_rng(seed)
+    candidates = sorted(rng.choice(np.arange(4, 200), size=7, replace=False).tolist())
+    costs = rng.integers(1, 9, size=len(candidates)).tolist()
+    costs[-1] = 0
+    weights = np.zeros(candidates[-1] + 1)
+    weights[1:] = rng.random(candidates[-1])
+    fixed = 10
+    for budget in (10, 14, 20, 30, 60):
+        chosen, _ = optimise(candidates, costs, fixed, budget, weights)
+        expected, expected_pad = brute_force(candidates, costs, fixed, budget, weights)
+        assert padding_of(chosen, weights) == pytest.approx(expected_pad)
+        assert fixed + sum(costs[candidates.index(b)] for b in chosen if b != candidates[-1]) <= budget
+        assert candidates[-1] in chosen
+
+
+def test_advice_fits_the_budget_and_more_budget_never_pads_more():
+    report = read_report(REFERENCE)
+    floor_ish = predict_buckets(report, [16384], ["shared"]).mode("shared").device_used_bytes
+    small = advise(report, floor_ish + 64 * MIB, mode="shared")
+    large = advise(report, floor_ish + 512 * MIB, mode="shared")
+    assert small.predicted_bytes <= floor_ish + 64 * MIB and large.predicted_bytes <= floor_ish + 512 * MIB
+    assert 16384 in small.buckets and large.expected_padding_pct <= small.expected_padding_pct
+    assert len(large.buckets) > len(small.buckets)
+    pads = [p for _, p, _ in large.curve]
+    assert pads == sorted(pads, reverse=True)  # the trade-off curve falls as the budget grows
+    assert small.spec == ",".join(map(str, small.buckets))
+
+
+def test_advice_with_observed_lengths_puts_buckets_where_the_lengths_are(tmp_path):
+    report = read_report(REFERENCE)
+    path = tmp_path / "lengths.csv"
+    path.write_text("tokens\n" + "\n".join(["1000"] * 50 + ["3000"] * 50 + ["20000"]) + "\n")
+    lengths = read_lengths(path)
+    assert len(lengths) == 101
+    budget = predict_buckets(report, [16384], ["shared"]).mode("shared").device_used_bytes + 40 * MIB
+    advice = advise(report, budget, mode="shared", lengths=lengths)
+    assert 1024 in advice.buckets and 3072 in advice.buckets
+
+
+def test_advice_refuses_a_budget_below_the_largest_bucket_and_bad_lengths(tmp_path):
+    report = read_report(REFERENCE)
+    with pytest.raises(AdviceError, match="above the budget"):
+        advise(report, 100 * MIB, mode="shared")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("tokens\n12\nabc\n")
+    with pytest.raises(AdviceError, match="not a token count"):
+        read_lengths(bad)
