@@ -15,7 +15,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bcgprof.bcg.breaks import break_handler
-from bcgprof.models import build_meta, common, model_class
+from bcgprof.models import build_meta, model_class
+from bcgprof.models.layers import moe
+from bcgprof.models.layers.attention import chunked_attention
 from test_models_tiny import inputs, randomize_, tiny_config
 
 aten = torch.ops.aten
@@ -135,7 +137,7 @@ def test_preset_forward_runs_on_meta_tensors_at_16k(name):
 
 
 def test_the_eager_moe_fallback_would_be_caught(monkeypatch):
-    monkeypatch.setattr(common, "_grouped_mm_supported", lambda x: False)
+    monkeypatch.setattr(moe, "grouped_mm_supported", lambda x: False)
     model = build_meta("Qwen3-30B-A3B", num_layers=1)
     ids = torch.zeros(64, dtype=torch.long, device="meta")
     with pytest.raises(NotImplementedError, match="meta"):  # offs.tolist(): a host sync
@@ -178,8 +180,8 @@ def test_chunked_attention_never_builds_a_t_by_t_matrix(window, sinks):
     out = torch.empty_like(q)
     watch = Watch()
     with watch:
-        common._chunked_attention(q, k, v, out, scale=0.3, window=window, sinks=torch.zeros(Hq) if sinks else None,
-                                  block_q=64, tile_elems=Hq * 64 * 128)
+        chunked_attention(q, k, v, out, scale=0.3, window=window, sinks=torch.zeros(Hq) if sinks else None,
+                          block_q=64, tile_elems=Hq * 64 * 128)
     largest, where = watch.largest
     assert largest <= max(Hq * 64 * 128, T * Hq * D), where  # one tile, or a [T, H, D] tensor
     assert largest < T * T, where

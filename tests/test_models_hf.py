@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bcgprof.models import common, load
+from bcgprof.models import load
+from bcgprof.models.layers import attention as attention_layer
 from test_models_tiny import close, hf_hidden, hf_model, inputs, save_checkpoint, tiny_config, write_config
 
 transformers = pytest.importorskip("transformers")
@@ -33,8 +34,8 @@ def small_blocks(monkeypatch):
     """Query blocks of 16 rows, key blocks of 24 columns: boundaries everywhere."""
 
     def set_blocks(num_heads: int, block_q: int = 16, block_k: int = 24) -> None:
-        monkeypatch.setattr(common, "ATTN_BLOCK_Q", block_q)
-        monkeypatch.setattr(common, "ATTN_TILE_ELEMS", num_heads * block_q * block_k)
+        monkeypatch.setattr(attention_layer, "ATTN_BLOCK_Q", block_q)
+        monkeypatch.setattr(attention_layer, "ATTN_TILE_ELEMS", num_heads * block_q * block_k)
 
     return set_blocks
 

@@ -9,19 +9,23 @@ import math
 import pytest
 import torch
 
-from bcgprof.models import build_meta, common, model_class
-from bcgprof.models.common import (
-    RoutedExperts,
-    _chunked_attention,
-    _sdpa_causal,
-    fused_moe,
-    reference_attention,
-    rope_inv_freq,
-    rope_parameters,
-)
+from bcgprof.models import build_meta, model_class
 from bcgprof.models.config import resolve_model
-from bcgprof.models.gpt_oss import GptOssRouter, clamped_swiglu
-from bcgprof.models.qwen3_moe import Qwen3MoeRouter, swiglu
+from bcgprof.models.gpt_oss import clamped_swiglu
+from bcgprof.models.gpt_oss import make_router as gpt_oss_router
+from bcgprof.models.layers import moe
+from bcgprof.models.layers.attention import (
+    attention,
+    attention_core,
+    chunked_attention,
+    reference_attention,
+    sdpa_causal,
+    sdpa_causal_sinks,
+)
+from bcgprof.models.layers.mlp import swiglu
+from bcgprof.models.layers.moe import RoutedExperts, TopKRouter, fused_moe
+from bcgprof.models.layers.rope import rope_inv_freq, rope_parameters
+from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
 from test_models_tiny import close, inputs, randomize_, tiny_config
 
 transformers = pytest.importorskip("transformers")
@@ -40,7 +44,7 @@ def qkv(T=70, Hq=8, Hkv=2, D=16, seed=0, dtype=torch.float32):
 
 def chunked(q, k, v, *, window=None, sinks=None, block_q=16, block_k=24):
     out = torch.empty_like(q)
-    _chunked_attention(q, k, v, out, scale=q.shape[-1] ** -0.5, window=window, sinks=sinks, block_q=block_q,
+    chunked_attention(q, k, v, out, scale=q.shape[-1] ** -0.5, window=window, sinks=sinks, block_q=block_q,
                        tile_elems=q.shape[1] * block_q * block_k)
     return out
 
@@ -72,10 +76,10 @@ def test_attention_core_leaves_its_inputs_alone(dtype):
     before = [t.clone() for t in (q, k, v, sinks)]
     for block_q, window, s in ((1, None, sinks), (1, 3, None), (4, None, None)):
         out = torch.empty_like(q)
-        common._attention_core(q, k, v, out, scale=0.3, window=window, sinks=s, block_q=block_q, tile_elems=8)
+        attention_core(q, k, v, out, scale=0.3, window=window, sinks=s, block_q=block_q, tile_elems=8)
         assert all(torch.equal(a, b) for a, b in zip(before, (q, k, v, sinks)))
-    common._sdpa_causal_sinks(q, k, v, out, scale=0.3, sinks=sinks)
-    common._sdpa_causal(q, k, v, out, scale=0.3)
+    sdpa_causal_sinks(q, k, v, out, scale=0.3, sinks=sinks)
+    sdpa_causal(q, k, v, out, scale=0.3)
     assert all(torch.equal(a, b) for a, b in zip(before, (q, k, v, sinks)))
 
 
@@ -120,7 +124,7 @@ def test_sdpa_path_matches_reference_on_cpu():
     # the CUDA path for plain causal attention (expanded KV heads), run on CPU
     q, k, v = qkv(T=33)
     out = torch.empty_like(q)
-    _sdpa_causal(q, k, v, out, scale=0.3)
+    sdpa_causal(q, k, v, out, scale=0.3)
     torch.testing.assert_close(out, reference_attention(q, k, v, scale=0.3), rtol=1e-5, atol=1e-5)
 
 
@@ -131,7 +135,7 @@ def test_flash_sinks_path_matches_reference_on_cpu(dtype, tol):
     q, k, v = qkv(T=45, dtype=dtype)
     sinks = torch.randn(8, generator=torch.Generator().manual_seed(4)) * 2
     out = torch.empty_like(q)
-    common._sdpa_causal_sinks(q, k, v, out, scale=0.25, sinks=sinks)
+    sdpa_causal_sinks(q, k, v, out, scale=0.25, sinks=sinks)
     want = reference_attention(q.float(), k.float(), v.float(), scale=0.25, sinks=sinks)
     torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
     torch.testing.assert_close(out.float(), chunked(q.float(), k.float(), v.float(), sinks=sinks), rtol=tol, atol=tol)
@@ -150,8 +154,8 @@ def test_attention_goes_through_one_graph_break_and_writes_a_preallocated_output
 
     q, k, v = qkv(T=20)
     with break_handler(handler):
-        result = common.attention(q, k, v, scale=0.25, window=4, sinks=torch.zeros(8))
-    assert seen[0][0] is common._attention_core and seen[0][1] == q.shape
+        result = attention(q, k, v, scale=0.25, window=4, sinks=torch.zeros(8))
+    assert seen[0][0] is attention_core and seen[0][1] == q.shape
     assert result.data_ptr() == seen[0][2] and torch.equal(result, seen[1])
 
 
@@ -308,7 +312,7 @@ def test_clamped_swiglu_by_hand():
 
 def test_gpt_oss_router_bias_and_topk_softmax():
     args = model_class("gpt_oss")(tiny_config("gpt_oss", num_local_experts=4, num_experts_per_tok=2)).args
-    router = GptOssRouter(args)
+    router = gpt_oss_router(args)
     with torch.no_grad():
         router.weight.zero_()
         router.weight[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0])
@@ -338,7 +342,7 @@ def test_qwen3_moe_router_norm_topk_prob(norm):
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
     config = tiny_config("qwen3_moe", norm_topk_prob=norm, num_experts=128, num_experts_per_tok=8)
-    router = Qwen3MoeRouter(model_class("qwen3_moe")(dict(config, num_hidden_layers=1)).args)
+    router = qwen3_moe_router(model_class("qwen3_moe")(dict(config, num_hidden_layers=1)).args)
     gen = torch.Generator().manual_seed(7)
     with torch.no_grad():
         router.weight.copy_(torch.randn(router.weight.shape, generator=gen) * 0.1)
@@ -355,6 +359,13 @@ def test_qwen3_moe_router_norm_topk_prob(norm):
         torch.testing.assert_close(sums, torch.ones(40))
     else:
         assert (sums < 0.99).all()  # 8 of 128 experts hold only part of the mass
+
+
+def test_both_moe_families_route_through_one_router_class():
+    for family, name in (("gpt_oss", "router"), ("qwen3_moe", "gate")):
+        assert type(getattr(tiny_model(family).layers[0].mlp, name)) is TopKRouter
+    with pytest.raises(ValueError, match="apply when softmax_before_topk is set"):
+        TopKRouter(64, 8, 2, renormalize=True)
 
 
 def _naive_moe(x, route, w1, w2, act, b1=None, b2=None):
@@ -384,7 +395,7 @@ def _moe_case(T=50, E=16, k=4, H=32, I=24, seed=0, empty_experts=()):
 @pytest.mark.parametrize("fallback", [False, True], ids=["grouped_mm", "eager-loop"])
 def test_fused_moe_matches_naive_loop(monkeypatch, fallback):
     if fallback:
-        monkeypatch.setattr(common, "_grouped_mm_supported", lambda x: False)
+        monkeypatch.setattr(moe, "grouped_mm_supported", lambda x: False)
     x, route, w1, w2, b1, b2 = _moe_case(empty_experts=(0, 5, 15))
     act = lambda h: clamped_swiglu(h, 1.702, 1.0)  # noqa: E731
     got = fused_moe(x, route, w1, w2, act, b1, b2)

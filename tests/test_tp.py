@@ -17,9 +17,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bcgprof.errors import ModelConfigError
-from bcgprof.models import build_meta, model_class
-from bcgprof.models.common import ModelArgs, check_tensor_parallel
-from bcgprof.models.config import ModelSpec
+from bcgprof.models import build_meta, check_tensor_parallel, model_class
+from bcgprof.models.config import ModelSpec, resolve_model
+from bcgprof.models.tp import check_split
 from test_models_tiny import close, inputs, randomize_, tiny_config, write_config
 
 WORLD = 2
@@ -151,12 +151,31 @@ def test_splits_that_do_not_divide_fail_in_one_line(family, overrides, tp, messa
     assert str(info.value).startswith(f"cannot split the {family} stack over {tp} tensor-parallel ranks")
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_check_tensor_parallel_passes_splits_that_work(tp):
+    check_tensor_parallel(resolve_model("gpt-oss-120b"), tp)
+
+
+@pytest.mark.parametrize("name, tp, message", [
+    ("gpt-oss-120b", 3, "gpt-oss-120b: cannot split the gpt_oss stack over 3 tensor-parallel ranks: "
+                        "num_attention_heads 64 is not divisible by 3; num_key_value_heads 8 neither divides by 3"),
+    ("Qwen3-30B-A3B", 64, "Qwen3-30B-A3B: cannot split the qwen3_moe stack over 64 tensor-parallel ranks: "
+                          "num_attention_heads 32 is not divisible by 64"),
+])
+def test_check_tensor_parallel_names_the_model_in_one_line(name, tp, message):
+    with pytest.raises(ModelConfigError) as info:
+        check_tensor_parallel(resolve_model(name), tp)
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"{name}: ") and str(info.value).endswith("; pick a --tp that divides them")
+    assert "\n" not in str(info.value)
+
+
 def test_tp_rank_outside_the_group_and_bad_sizes():
     config = tiny_config("qwen3")
     with pytest.raises(ModelConfigError, match=r"rank 2 is outside 0..1"):
         build_meta(_spec(config), tp_rank=2, tp_size=2)
     with pytest.raises(ModelConfigError, match="positive integer"):
-        check_tensor_parallel(ModelArgs.from_config(config, "qwen3"), 0)
+        check_split(model_class("qwen3").read_args(config), 0)
 
 
 def test_unsharded_stack_is_unchanged_by_default():

@@ -8,6 +8,13 @@ hidden states. The embedding lookup is part of it; the LM head is not.
     >>> from bcgprof.models import load
     >>> model = load("gpt-oss-20b", device="cuda")                 # dummy weights, bf16
     >>> model = load("/ckpt/gpt-oss-20b", weights="safetensors", num_layers=2)
+
+Layout: ``config`` (presets, config.json), ``args`` (:class:`ModelArgs`, the shared
+config reading), ``tp`` (the tensor-parallel split), ``layers/`` (norm, rope, attention,
+mlp, moe), ``checkpoint`` and ``stack`` (the decoder stack and its checkpoint API), one
+module per family (its config reading, modules and checkpoint names), ``weights`` and
+``mxfp4`` (filling a built stack). Adding a family: its module, its entry in
+:data:`MODEL_CLASSES` and in ``config.FAMILIES`` / ``MODEL_TYPES``, and a preset.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from torch import nn
 from bcgprof import dtypes
 from bcgprof.errors import ModelConfigError, NoGPUError
 from bcgprof.models.config import ModelSpec, resolve_model
+from bcgprof.models.tp import check_split
 
 # family -> "module:Class"
 MODEL_CLASSES = {
@@ -43,6 +51,17 @@ def model_class(family: str) -> type[nn.Module]:
             f"unsupported model family {family!r}; bcgprof supports {', '.join(sorted(MODEL_CLASSES))}"
         ) from None
     return getattr(importlib.import_module(module_name), cls_name)
+
+
+def check_tensor_parallel(spec: ModelSpec, tp: int) -> None:
+    """Raise one ModelConfigError line when ``spec``'s stack cannot be split over ``tp``
+    tensor-parallel ranks (heads, KV heads, MLP and expert intermediate sizes), or its
+    config cannot be read: the model's name, what does not divide, and what to do."""
+    cls = model_class(spec.family)
+    try:
+        check_split(cls.read_args(spec.config), tp)
+    except ModelConfigError as e:
+        raise ModelConfigError(f"{spec.name}: {e}; pick a --tp that divides them") from None
 
 
 def _spec(model: str | Path | ModelSpec) -> ModelSpec:

@@ -14,36 +14,41 @@ from __future__ import annotations
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from bcgprof.models.common import (
-    Attention,
-    CheckpointTarget,
-    DecoderLayer,
-    DecoderModel,
-    ModelArgs,
-    RoutedExperts,
-    fused_moe,
-    shard_range,
-    tp_all_reduce,
-)
+from bcgprof.models.args import ModelArgs, config_value
+from bcgprof.models.checkpoint import CheckpointTarget
+from bcgprof.models.layers.attention import Attention
+from bcgprof.models.layers.moe import RoutedExperts, TopKRouter, fused_moe
+from bcgprof.models.stack import DecoderLayer, DecoderModel
+from bcgprof.models.tp import shard_range, shard_size, tp_all_reduce
+
+# --------------------------------------------------------------------------- config.json
 
 
-class GptOssRouter(nn.Module):
+def layer_layout(config: dict, total: int) -> tuple[int | None, list[str]]:
+    """The window in force, and sliding attention on even layers when the config lists no layer_types."""
+    sliding = config.get("sliding_window")
+    return sliding, ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(total)]
+
+
+def read_moe(args: ModelArgs, config: dict) -> None:
+    """Every layer is MoE; the experts' intermediate is the config's intermediate_size."""
+    args.num_experts = int(config_value(config, "num_local_experts", "num_experts"))
+    args.top_k = int(config_value(config, "num_experts_per_tok", "experts_per_token"))
+    args.moe_intermediate_size = args.intermediate_size
+    args.moe_layers = [True] * args.num_layers
+    args.swiglu_alpha = float(config_value(config, "swiglu_alpha", default=1.702))
+    args.swiglu_limit = float(config_value(config, "swiglu_limit", default=7.0))
+    args.rope_theta_default = 150000.0
+
+
+# --------------------------------------------------------------------------- modules and checkpoint names
+
+
+def make_router(args: ModelArgs) -> TopKRouter:
     """Linear with bias over the E experts; softmax over the top-k logits."""
-
-    def __init__(self, args: ModelArgs):
-        super().__init__()
-        self.num_experts = args.num_experts
-        self.top_k = args.top_k
-        self.weight = nn.Parameter(torch.zeros(args.num_experts, args.hidden_size))  # [E, H]
-        self.bias = nn.Parameter(torch.zeros(args.num_experts))  # [E]
-
-    def forward(self, x: torch.Tensor) -> RoutedExperts:
-        logits = F.linear(x, self.weight, self.bias)  # [T, E]
-        top, ids = torch.topk(logits, self.top_k, dim=-1)  # [T, k]
-        return RoutedExperts(ids, torch.softmax(top, dim=-1))
+    return TopKRouter(args.hidden_size, args.num_experts, args.top_k, bias=True)
 
 
 def clamped_swiglu(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
@@ -66,7 +71,7 @@ class GptOssExperts(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         E, H = args.num_experts, args.hidden_size
-        I = args.moe_intermediate_size // args.tp_size  # this rank's share
+        I = shard_size(args.moe_intermediate_size, args.tp_size)  # this rank's share
         self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
         self.total_intermediate_size = args.moe_intermediate_size
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
@@ -90,7 +95,7 @@ class GptOssMLP(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.tp_size = args.tp_size
-        self.router = GptOssRouter(args)  # replicated on every rank
+        self.router = make_router(args)  # replicated on every rank
         self.experts = GptOssExperts(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -117,6 +122,12 @@ class GptOssMLP(nn.Module):
 class GptOssModel(DecoderModel):
     family = "gpt_oss"
     norm_fp32_weight = True  # gpt-oss scales in float32, then casts
+
+    @classmethod
+    def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
+        # any hidden_act (the experts' activation is gpt-oss's own), attention biases by default
+        return ModelArgs.from_config(config, cls.family, num_layers, layer_layout=layer_layout, silu_only=False,
+                                     attention_bias=True, read_family=read_moe)
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args

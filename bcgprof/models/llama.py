@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from torch import nn
 
-from bcgprof.models.common import Attention, DecoderLayer, DecoderModel, DenseMLP
+from bcgprof.models.args import ModelArgs
+from bcgprof.models.layers.attention import Attention
+from bcgprof.models.layers.mlp import DenseMLP
+from bcgprof.models.stack import DecoderLayer, DecoderModel
+
+
+def layer_layout(config: dict, total: int) -> tuple[int | None, list[str]]:
+    """No sliding window: every layer attends fully."""
+    return None, ["full_attention"] * total
 
 
 class LlamaModel(DecoderModel):
     family = "llama"
+
+    @classmethod
+    def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
+        return ModelArgs.from_config(config, cls.family, num_layers, layer_layout=layer_layout)
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args

@@ -8,42 +8,49 @@ from __future__ import annotations
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from bcgprof.models.common import (
-    Attention,
-    CheckpointTarget,
-    DecoderLayer,
-    DecoderModel,
-    DenseMLP,
-    ModelArgs,
-    RoutedExperts,
-    fused_moe,
-    shard_range,
-    tp_all_reduce,
-)
+from bcgprof.models.args import ModelArgs, config_value
+from bcgprof.models.checkpoint import CheckpointTarget
+from bcgprof.models.layers.attention import Attention
+from bcgprof.models.layers.mlp import DenseMLP, swiglu
+from bcgprof.models.layers.moe import RoutedExperts, TopKRouter, fused_moe
+from bcgprof.models.stack import DecoderLayer, DecoderModel
+from bcgprof.models.tp import shard_range, shard_size, tp_all_reduce
+
+# --------------------------------------------------------------------------- config.json
 
 
-class Qwen3MoeRouter(nn.Module):
-    def __init__(self, args: ModelArgs):
-        super().__init__()
-        self.top_k = args.top_k
-        self.norm_topk_prob = args.norm_topk_prob
-        self.weight = nn.Parameter(torch.zeros(args.num_experts, args.hidden_size))  # [E, H]
-
-    def forward(self, x: torch.Tensor) -> RoutedExperts:
-        logits = F.linear(x, self.weight)  # [T, E]
-        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        top, ids = torch.topk(probs, self.top_k, dim=-1)  # [T, k]
-        if self.norm_topk_prob:
-            top = top / top.sum(dim=-1, keepdim=True)
-        return RoutedExperts(ids, top.to(logits.dtype))
+def layer_layout(config: dict, total: int) -> tuple[int | None, list[str]]:
+    """The window only when ``use_sliding_window``; transformers then applies it to every layer."""
+    sliding = config.get("sliding_window")
+    if not config.get("use_sliding_window", False):
+        sliding = None
+    return sliding, ["sliding_attention" if sliding is not None else "full_attention"] * total
 
 
-def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
-    gate, up = gate_up.chunk(2, dim=-1)  # [M, I] each
-    return F.silu(gate) * up
+def read_moe(args: ModelArgs, config: dict) -> None:
+    """The MoE fields; layers in ``mlp_only_layers`` or off the ``decoder_sparse_step`` are dense."""
+    # published configs say num_experts; transformers 5 writes num_local_experts
+    args.num_experts = int(config_value(config, "num_experts", "num_local_experts"))
+    args.top_k = int(config["num_experts_per_tok"])
+    args.moe_intermediate_size = int(config["moe_intermediate_size"])
+    args.norm_topk_prob = bool(config.get("norm_topk_prob", False))
+    step = int(config.get("decoder_sparse_step", 1) or 1)
+    dense = set(config.get("mlp_only_layers") or [])
+    args.moe_layers = [
+        i not in dense and args.num_experts > 0 and (i + 1) % step == 0 for i in range(args.num_layers)
+    ]
+
+
+# --------------------------------------------------------------------------- modules and checkpoint names
+
+
+def make_router(args: ModelArgs) -> TopKRouter:
+    """Bias-free; softmax over all E experts in float32, top-k, renormalised over the k
+    when ``norm_topk_prob``."""
+    return TopKRouter(args.hidden_size, args.num_experts, args.top_k, softmax_before_topk=True,
+                      softmax_dtype=torch.float32, renormalize=args.norm_topk_prob)
 
 
 class Qwen3MoeExperts(nn.Module):
@@ -57,7 +64,7 @@ class Qwen3MoeExperts(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         E, H = args.num_experts, args.hidden_size
-        I = args.moe_intermediate_size // args.tp_size  # this rank's share
+        I = shard_size(args.moe_intermediate_size, args.tp_size)  # this rank's share
         self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
         self.total_intermediate_size = args.moe_intermediate_size
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
@@ -74,7 +81,7 @@ class Qwen3MoeSparseBlock(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.tp_size = args.tp_size
-        self.gate = Qwen3MoeRouter(args)  # replicated on every rank
+        self.gate = make_router(args)  # replicated on every rank
         self.experts = Qwen3MoeExperts(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,6 +104,11 @@ class Qwen3MoeSparseBlock(nn.Module):
 
 class Qwen3MoeModel(DecoderModel):
     family = "qwen3_moe"
+
+    @classmethod
+    def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
+        return ModelArgs.from_config(config, cls.family, num_layers, layer_layout=layer_layout, qk_norm=True,
+                                     read_family=read_moe)
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args

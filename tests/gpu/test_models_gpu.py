@@ -13,10 +13,17 @@ import time
 import pytest
 import torch
 
-from bcgprof.models import common, load
-from bcgprof.models.common import RoutedExperts, fused_moe, reference_attention
+from bcgprof.models import load
 from bcgprof.models.gpt_oss import clamped_swiglu
-from bcgprof.models.qwen3_moe import swiglu
+from bcgprof.models.layers.attention import (
+    ATTN_BLOCK_Q,
+    ATTN_TILE_ELEMS,
+    attention_core,
+    chunked_attention,
+    reference_attention,
+)
+from bcgprof.models.layers.mlp import swiglu
+from bcgprof.models.layers.moe import RoutedExperts, fused_moe
 from bcgprof.models.weights import count_parameters
 
 pytestmark = pytest.mark.gpu
@@ -141,7 +148,7 @@ def test_attention_core_matches_reference_on_gpu(window, sinks):
     q, k, v = _qkv(3000, Hq=16, Hkv=2)
     s = torch.randn(16, device="cuda") if sinks else None
     out = torch.empty_like(q)
-    common._attention_core(q, k, v, out, scale=0.125, window=window, sinks=s, block_q=512, tile_elems=16 * 512 * 384)
+    attention_core(q, k, v, out, scale=0.125, window=window, sinks=s, block_q=512, tile_elems=16 * 512 * 384)
     want = reference_attention(q, k, v, scale=0.125, window=window, sinks=s)
     torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2)
 
@@ -152,11 +159,11 @@ def test_attention_at_16k_is_memory_bounded():
     sinks = torch.randn(64, device="cuda", dtype=torch.bfloat16)
 
     def core(window, s):
-        return lambda out: common._attention_core(q, k, v, out, scale=scale, window=window, sinks=s)
+        return lambda out: attention_core(q, k, v, out, scale=scale, window=window, sinks=s)
 
     def chunked(s):
-        return lambda out: common._chunked_attention(q, k, v, out, scale=scale, window=None, sinks=s,
-                                                     block_q=common.ATTN_BLOCK_Q, tile_elems=common.ATTN_TILE_ELEMS)
+        return lambda out: chunked_attention(q, k, v, out, scale=scale, window=None, sinks=s,
+                                             block_q=ATTN_BLOCK_Q, tile_elems=ATTN_TILE_ELEMS)
 
     cases = {
         "flash sdpa (core, full)": core(None, None),

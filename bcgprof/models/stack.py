@@ -1,0 +1,154 @@
+"""The decoder stack every family builds: :class:`DecoderModel` (embedding, layers, final
+norm, rotary tables, and the checkpoint API the loaders use) and :class:`DecoderLayer`
+(the pre-norm residual block)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from bcgprof.errors import ModelConfigError
+from bcgprof.models.args import ModelArgs
+from bcgprof.models.checkpoint import CheckpointTarget
+from bcgprof.models.layers.norm import RMSNorm
+from bcgprof.models.layers.rope import RotaryEmbedding, rope_parameters
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+class DecoderModel(nn.Module):
+    """A decoder-only layer stack: embedding, layers, final norm. No LM head.
+
+    ``forward(input_ids [T], positions [T]) -> [T, hidden]`` (final-norm hidden states).
+    Subclasses (one per family) set ``family``, implement ``read_args`` (the family's
+    reading of config.json) and ``make_layer``.
+
+    The checkpoint API used by the loaders in :mod:`bcgprof.models.weights`:
+    ``checkpoint_shapes``, ``ignores_checkpoint_name``, ``load_checkpoint_tensor``.
+    """
+
+    family: str = ""
+    norm_fp32_weight: bool = False
+
+    def __init__(self, config: dict, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1):
+        super().__init__()
+        self.config = config
+        self.args = self.read_args(config, num_layers).shard(tp_rank, tp_size)
+        self.tp_rank, self.tp_size = self.args.tp_rank, self.args.tp_size
+        a = self.args
+        self.num_layers = a.num_layers
+        self.hidden_size = a.hidden_size
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
+        self.layers = nn.ModuleList([self.make_layer(i) for i in range(a.num_layers)])
+        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps, self.norm_fp32_weight)
+        # one rotary table per distinct RoPE description (usually one for all layers)
+        specs: dict[str, dict] = {}
+        self._rope_of_layer: list[str] = []
+        for lt in a.layer_types:
+            p = rope_parameters(config, lt, a.rope_theta_default)
+            key = next((k for k, v in specs.items() if v == p), None)
+            if key is None:
+                key = f"r{len(specs)}"
+                specs[key] = p
+            self._rope_of_layer.append(key)
+        self.rotary = nn.ModuleDict(
+            {k: RotaryEmbedding(p, a.head_dim, a.max_position_embeddings) for k, p in specs.items()}
+        )
+        self._ckpt: dict[str, CheckpointTarget] | None = None
+
+    @classmethod
+    def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
+        """The family's :class:`ModelArgs` from ``config`` (unsharded), keeping ``num_layers`` layers."""
+        raise NotImplementedError
+
+    def make_layer(self, layer_idx: int) -> nn.Module:
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)  # [T, H] (the embedding is replicated on every rank)
+        tables = {k: rope(positions) for k, rope in self.rotary.items()}  # each ([T, D/2], [T, D/2])
+        for layer, key in zip(self.layers, self._rope_of_layer):
+            cos, sin = tables[key]
+            x = layer(x, cos, sin)
+        return self.norm(x)  # [T, H]
+
+    def reset_buffers(self) -> None:
+        """Recompute derived buffers (RoPE); safe after any move, cast or weight init."""
+        for rope in self.rotary.values():
+            rope.reset_buffers()
+
+    # -- checkpoint API -----------------------------------------------------------
+
+    def checkpoint_targets(self) -> dict[str, CheckpointTarget]:
+        if self._ckpt is None:
+            targets = [
+                CheckpointTarget("model.embed_tokens.weight", "embed_tokens.weight", (),
+                                 (self.args.vocab_size, self.hidden_size)),
+                CheckpointTarget("model.norm.weight", "norm.weight", (), (self.hidden_size,)),
+            ]
+            for i, layer in enumerate(self.layers):
+                targets.extend(layer.checkpoint_entries(f"model.layers.{i}", f"layers.{i}"))
+            self._ckpt = {t.name: t for t in targets}
+        return self._ckpt
+
+    def checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor this stack needs from a published checkpoint of its family, with
+        its shape in the dequantised layout (gpt-oss experts as transformers' bf16
+        ``gate_up_proj`` [E, H, 2I] etc.). Layers >= num_layers and the LM head excluded."""
+        return {name: tuple(t.shape) for name, t in self.checkpoint_targets().items()}
+
+    def ignores_checkpoint_name(self, name: str) -> bool:
+        """True for checkpoint tensors deliberately not loaded: the LM head, layers past
+        the truncation, rotary inv_freq buffers some exports carry."""
+        if name.startswith("lm_head.") or name.endswith("rotary_emb.inv_freq"):
+            return True
+        m = _LAYER.match(name)
+        return m is not None and int(m.group(1)) >= self.num_layers
+
+    def load_checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> None:
+        """Copy one checkpoint tensor into its place (a slice of a fused parameter where
+        the stack fuses), converting dtype and device."""
+        target = self.checkpoint_targets().get(name)
+        if target is None:
+            raise ModelConfigError(f"unexpected checkpoint tensor {name} for a {self.family} stack")
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise ModelConfigError(
+                f"checkpoint tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
+            )
+        param = self.get_parameter(target.param)
+        with torch.no_grad():
+            param[target.index].copy_(tensor[target.source] if target.source else tensor)
+
+    def checkpoint_tensor(self, name: str) -> torch.Tensor:
+        """The published tensor ``name`` read back from this (unsharded) stack: the
+        inverse of :meth:`load_checkpoint_tensor` (tests write checkpoints with it)."""
+        if self.tp_size != 1:
+            raise ModelConfigError("checkpoint_tensor reads whole published tensors: only from an unsharded stack")
+        target = self.checkpoint_targets()[name]
+        return self.get_parameter(target.param)[target.index].detach().reshape(target.shape)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then h + mlp(norm(h))."""
+
+    def __init__(self, args: ModelArgs, layer_idx: int, attn: nn.Module, mlp: nn.Module, norm_fp32_weight: bool):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, norm_fp32_weight)
+        self.self_attn = attn
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, norm_fp32_weight)
+        self.mlp = mlp
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin)  # [T, H]
+        return h + self.mlp(self.post_attention_layernorm(h))  # [T, H]
+
+    def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
+        H = self.input_layernorm.weight.shape[0]
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.{name}.weight", (), (H,))
+        yield from self.self_attn.checkpoint_entries(f"{ckpt}.self_attn", f"{param}.self_attn")
+        yield from self.mlp.checkpoint_entries(f"{ckpt}.mlp", f"{param}.mlp")
