@@ -72,18 +72,6 @@ def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
     return dtypes.torch_dtype(spec.dtype if dtype is None else dtype)
 
 
-def check_tensor_parallel(model: str | Path | ModelSpec, tp: int) -> None:
-    """One ModelConfigError line when the model's stack cannot be split over ``tp`` ranks."""
-    from bcgprof.models.common import ModelArgs
-    from bcgprof.models.common import check_tensor_parallel as check
-
-    spec = _spec(model)
-    try:
-        check(ModelArgs.from_config(spec.config, spec.family), tp)
-    except ModelConfigError as e:
-        raise ModelConfigError(f"{spec.name}: {e}; pick a --tp that divides them") from None
-
-
 def build_meta(
     model: str | Path | ModelSpec, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1
 ) -> nn.Module:
