@@ -150,7 +150,10 @@ def capture(
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
     max_tokens: int = typer.Option(16384, min=1, help="Cap, in tokens, of the sglang-prefill preset "
                                                       "(SGLang's chunked prefill size)."),
-    max_bs: int = typer.Option(256, min=1, help="Cap, in sequences, of the sglang-decode preset."),
+    max_bs: int = typer.Option(256, min=1, help="Cap, in sequences, of the sglang-decode preset; decode also sizes "
+                                                "its KV cache for this many sequences."),
+    context_len: int = typer.Option(4096, "--context-len", min=1, help="Decode: tokens of KV cache per sequence "
+                                    "(allocated once before any capture, never charged to a bucket)."),
     modes: str = typer.Option(",".join(MODES), help="Comma list of modes to run, each in a fresh process: per-bucket "
                                                      "(each bucket keeps its own output), shared (one max-size output "
                                                      "buffer outside the pool), shared-largest (the largest bucket's "
@@ -195,7 +198,7 @@ def capture(
 
     opts = CaptureOptions(
         model=model, weights=weights.value, num_layers=num_layers, phase=phase.value, buckets=buckets,
-        max_tokens=max_tokens, max_bs=max_bs, modes=mode_list, warmup=warmup, device=device, out=out,
+        max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )

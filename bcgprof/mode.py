@@ -140,7 +140,9 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     workload, error = None, None
     try:
         workload = build_workload(spec, weights=opts.weights, num_layers=opts.num_layers, device=group.device,
-                                  max_tokens=max(buckets), seed=opts.seed, tp_rank=group.rank, tp_size=group.world)
+                                  max_tokens=max(buckets), seed=opts.seed, tp_rank=group.rank, tp_size=group.world,
+                                  phase=opts.phase, max_bs=max(opts.max_bs, max(buckets)),
+                                  context_len=opts.context_len)
     except Exception as e:
         if group.world == 1:
             raise  # the caller reports it, with its traceback in the mode's log
@@ -161,7 +163,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
 
         sites.start_history(SNAPSHOT_ENTRIES)
     status = EXIT_OK
-    timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes}
+    timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes,
+                    "kv_cache_bytes": workload.kv_cache_bytes}
     try:
         captured_at = time.perf_counter()
         for rows in lockstep(capturer.run(), group):

@@ -37,6 +37,7 @@ class CaptureOptions:
     buckets: Optional[str] = None  # bucket spec; None: the phase's SGLang preset
     max_tokens: int = 16384
     max_bs: int = 256
+    context_len: int = 4096  # decode: tokens of KV cache per sequence
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
     warmup: int = 2
     device: str = "cuda:0"

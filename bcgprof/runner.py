@@ -92,8 +92,46 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
         graph=opts.graph, order=opts.order,
         extra={"device": opts.device, "warmup": opts.warmup, "verify": opts.verify,
                "sample_interval_ms": opts.sample_interval_ms, "max_tokens": opts.max_tokens,
-               "seed": opts.seed, "snapshot": opts.snapshot},
+               "seed": opts.seed, "snapshot": opts.snapshot, **kv_figures(opts, spec, buckets)},
     )
+
+
+def kv_figures(opts: CaptureOptions, spec, buckets: list[int]) -> dict:
+    """What run.json records about the KV cache: bytes per token (how explain converts costs to
+    tokens) and, for decode, the cache's shape and bytes (allocated before any capture, never
+    charged to a bucket)."""
+    from bcgprof import dtypes
+    from bcgprof.models import build_meta, kvcache
+
+    meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp)
+    attn = meta.layers[0].self_attn
+    width = dtypes.dtype_bytes(spec.dtype)
+    layers = len(meta.layers)
+    figures = {
+        "kv_bytes_per_token": kvcache.kv_bytes_per_token(layers, attn.num_kv_heads, attn.head_dim, width),
+        "kv_formula": f"{layers} layers x 2 x {attn.num_kv_heads} KV heads x {attn.head_dim} head dim x "
+                      f"{width} bytes" + (f" (rank 0 of {opts.tp})" if opts.tp > 1 else ""),
+    }
+    if opts.phase == "decode":
+        seqs = max(opts.max_bs, max(buckets))
+        figures.update(context_len=opts.context_len, max_bs=seqs,
+                       kv_cache_bytes=layers * 2 * seqs * attn.num_kv_heads * opts.context_len * attn.head_dim * width)
+    return figures
+
+
+def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> None:
+    """Before any mode starts: the weights and the KV cache must fit in the free memory."""
+    import torch
+
+    from bcgprof import dtypes
+    from bcgprof.models import build_meta
+    from bcgprof.workload import check_cache_fits
+
+    meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp)
+    weights = sum(p.numel() for p in meta.parameters()) * dtypes.dtype_bytes(spec.dtype)
+    need = kv_figures(opts, spec, buckets)["kv_cache_bytes"]
+    free, _ = torch.cuda.mem_get_info(dev)
+    check_cache_fits(need, max(0, int(free) - weights), max(opts.max_bs, max(buckets)), opts.context_len)
 
 
 def _new_report(opts: CaptureOptions, spec, buckets: list[int], dev, extra: Optional[dict] = None):
@@ -119,9 +157,6 @@ def _prepare(opts: CaptureOptions):
     from bcgprof.buckets import default_bucket_spec, parse_buckets
     from bcgprof.models.config import resolve_model
 
-    if opts.phase != "prefill":
-        raise CaptureError(f"phase {opts.phase!r} cannot be captured yet: the layer stacks have no KV cache; "
-                           "use --phase prefill")
     spec = resolve_model(opts.model)
     if opts.num_layers is not None and not 1 <= opts.num_layers:
         raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
@@ -157,6 +192,8 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> Captur
                              {"tp_launch": "spawn", "tp_environment": dist.tp_environment()})
     else:
         dev = check_gpu(opts.device)
+        if opts.phase == "decode":
+            _check_decode_fits(opts, spec, buckets, dev)
         writer = _new_report(opts, spec, buckets, dev)
     out = writer.path
     emit(_begin_event(writer, spec, buckets, opts))

@@ -1,4 +1,13 @@
-"""What one mode captures: the model's layer stack and its static input buffers."""
+"""What one mode captures: the model's layer stack, its static input buffers, and for
+decode the KV cache.
+
+Prefill inputs are token ids and positions of one chunk, ``[max_tokens]`` each; a bucket
+of ``T`` tokens runs on their first ``T``. Decode inputs are one new token per sequence
+and its position, ``[max_bs]`` each; a bucket of ``B`` sequences runs on the first ``B``
+(sequence ``b`` lives in row ``b`` of the cache, and attends over slots ``0..position``).
+The KV cache is allocated once, before any capture, outside the graph pool, and never
+charged to a bucket.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,9 @@ from typing import Callable, Sequence
 import torch
 
 from bcgprof import dtypes
+from bcgprof.errors import CaptureError
 from bcgprof.models.config import ModelSpec
+from bcgprof.report_format import GIB
 
 
 @dataclass
@@ -19,11 +30,14 @@ class Workload:
     refill: Callable[[Sequence[torch.Tensor], torch.Generator], None]
     build_s: float
     parameter_bytes: int
+    kv_cache_bytes: int = 0  # decode: the cache allocated before any capture
 
 
 def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.device,
-                   max_tokens: int, seed: int, tp_rank: int = 0, tp_size: int = 1) -> Workload:
-    """Build the model on ``device`` and input buffers for the largest bucket.
+                   max_tokens: int, seed: int, tp_rank: int = 0, tp_size: int = 1, phase: str = "prefill",
+                   max_bs: int = 256, context_len: int = 4096) -> Workload:
+    """Build the model on ``device`` and input buffers for the largest bucket (and, for
+    decode, a KV cache for ``max_bs`` sequences of ``context_len`` tokens).
 
     Inputs are allocated once and sliced per bucket, as the engines do. ``tp_rank`` /
     ``tp_size``: this tensor-parallel rank's shard (the inputs are the same on every rank).
@@ -40,6 +54,9 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
     vocab = int(spec.config["vocab_size"])
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if phase == "decode":
+        return _decode_workload(model, vocab, device, gen, max_bs, context_len, build_s, param_bytes)
     input_ids = torch.randint(0, vocab, (max_tokens,), device=device, generator=gen)
     positions = torch.arange(max_tokens, device=device)
 
@@ -50,6 +67,36 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
         start = torch.randint(0, 4096, (1,), device=pos.device, generator=generator)
         pos.copy_(torch.arange(pos.shape[0], device=pos.device) + start)
 
-    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return Workload(fn=model, inputs=[input_ids, positions], refill=refill, build_s=build_s,
                     parameter_bytes=param_bytes)
+
+
+def check_cache_fits(need: int, free: int, max_bs: int, context_len: int) -> None:
+    """One line when the KV cache does not fit in the free memory."""
+    if need > free:
+        raise CaptureError(f"the KV cache for --max-bs {max_bs} x --context-len {context_len} needs "
+                           f"{need / GIB:.2f} GiB but only {free / GIB:.2f} GiB of GPU memory is free for it "
+                           "(after the weights); lower --max-bs or --context-len")
+
+
+def _decode_workload(model, vocab: int, device: torch.device, gen: torch.Generator, max_bs: int, context_len: int,
+                     build_s: float, param_bytes: int) -> Workload:
+    from bcgprof.models import kvcache
+
+    need = kvcache.cache_bytes(model, max_bs, context_len)
+    free, _ = torch.cuda.mem_get_info(device)
+    check_cache_fits(need, int(free), max_bs, context_len)
+    cache = kvcache.allocate(model, max_bs, context_len, device, gen)  # past tokens' keys and values
+    kvcache.attach(model, cache)
+    input_ids = torch.randint(0, vocab, (max_bs,), device=device, generator=gen)
+    positions = torch.randint(0, context_len, (max_bs,), device=device, generator=gen)
+
+    def refill(inputs: Sequence[torch.Tensor], generator: torch.Generator) -> None:
+        ids, pos = inputs
+        ids.copy_(torch.randint(0, vocab, ids.shape, device=ids.device, generator=generator))
+        pos.copy_(torch.randint(0, context_len, pos.shape, device=pos.device, generator=generator))
+        for t in cache.k + cache.v:  # new past tokens too
+            t.normal_(0.0, 1.0, generator=generator)
+
+    return Workload(fn=model, inputs=[input_ids, positions], refill=refill, build_s=build_s,
+                    parameter_bytes=param_bytes, kv_cache_bytes=cache.nbytes)

@@ -148,7 +148,8 @@ class FakeCapturer:
 def _fake_workload(spec, *, tp_rank, **kwargs):
     if os.environ.get("BCGPROF_TEST_FAIL_BUILD") == str(tp_rank):
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    return SimpleNamespace(fn=None, inputs=[], refill=None, build_s=0.1, parameter_bytes=10 * (tp_rank + 1))
+    return SimpleNamespace(fn=None, inputs=[], refill=None, build_s=0.1, parameter_bytes=10 * (tp_rank + 1),
+                           kv_cache_bytes=0)
 
 
 def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) -> None:

@@ -70,9 +70,11 @@ class DecoderModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # [T, H] (the embedding is replicated on every rank)
         tables = {k: rope(positions) for k, rope in self.rotary.items()}  # each ([T, D/2], [T, D/2])
+        # decode (a KV cache attached): token t is sequence t's next token, at positions[t]
+        decode = self.layers[0].self_attn.kv_cache is not None
         for layer, key in zip(self.layers, self._rope_of_layer):
             cos, sin = tables[key]
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, positions) if decode else layer(x, cos, sin)
         return self.norm(x)  # [T, H]
 
     def reset_buffers(self) -> None:
@@ -142,8 +144,12 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, norm_fp32_weight)
         self.mlp = mlp
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin)  # [T, H]
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        if positions is None:
+            h = x + self.self_attn(self.input_layernorm(x), cos, sin)  # [T, H]
+        else:  # decode over the attached KV cache
+            h = x + self.self_attn(self.input_layernorm(x), cos, sin, positions)
         return h + self.mlp(self.post_attention_layernorm(h))  # [T, H]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:

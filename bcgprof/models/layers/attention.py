@@ -17,6 +17,7 @@ from torch import nn
 from bcgprof.bcg.breaks import graph_break
 from bcgprof.models.args import ModelArgs
 from bcgprof.models.checkpoint import CheckpointTarget
+from bcgprof.models.layers.kv_attention import decode_attention, write_kv
 from bcgprof.models.layers.norm import RMSNorm
 from bcgprof.models.layers.rope import apply_rotary
 from bcgprof.models.tp import row_parallel_linear, split_heads
@@ -288,8 +289,16 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if sinks else None
+        # decode: this layer's (K, V) cache, [seqs, Hkv, context, D] each (bcgprof.models.kvcache.attach)
+        self.kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Prefill (no cache): T tokens attend to each other. Decode (a cache attached):
+        token t of the batch is sequence t's new token at ``positions[t]``; it is written to
+        the cache and attends over the sequence's cached tokens."""
+        if self.kv_cache is not None:
+            return self._decode(x, cos, sin, positions)
         T = x.shape[0]
         qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]  (this rank's heads)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -301,6 +310,22 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         o = attention(q, k, v.contiguous(), scale=self.scale, window=self.window, sinks=self.sinks)  # [T, Hq, D]
         return row_parallel_linear(o.view(T, self.q_size), self.o_proj, self.tp_rank, self.tp_size)  # [T, hidden]
+
+    def _decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        B = x.shape[0]
+        qkv = self.qkv_proj(x)  # [B, (Hq + 2 Hkv) D]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(B, self.num_heads, self.head_dim)  # [B, Hq, D]
+        k = k.view(B, self.num_kv_heads, self.head_dim)  # [B, Hkv, D]
+        v = v.view(B, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        k_cache, v_cache = self.kv_cache
+        write_kv(k_cache, v_cache, k, v, positions)  # inside the graph: static shapes, no sync
+        o = decode_attention(q, k_cache, v_cache, positions, scale=self.scale, window=self.window,
+                             sinks=self.sinks)  # [B, Hq, D]
+        return row_parallel_linear(o.view(B, self.q_size), self.o_proj, self.tp_rank, self.tp_size)  # [B, hidden]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         H, q, kv, D = self.qkv_proj.in_features, self.q_size, self.kv_size, self.head_dim

@@ -1,0 +1,61 @@
+"""The decode KV cache: allocated once, before any capture, outside the graph pool.
+
+One K and one V tensor per layer, ``[seqs, Hkv, context, D]`` (this rank's KV heads), in
+the model's dtype. Sequence ``b`` of a decode batch lives in row ``b``. Attaching the cache
+to a stack (:func:`attach`) switches every attention layer to its decode path: it writes
+the new token's K and V into the cache and attends over the cached tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """``layers x 2 (K and V) x KV heads x head dim x dtype bytes``: one token's cache, every layer full."""
+    return num_layers * 2 * kv_heads * head_dim * dtype_bytes
+
+
+def _attention_layers(model: nn.Module) -> list[nn.Module]:
+    return [layer.self_attn for layer in model.layers]
+
+
+def cache_bytes(model: nn.Module, seqs: int, context: int) -> int:
+    """Bytes :func:`allocate` would take for ``model`` (meta or materialised) and this shape."""
+    width = next(model.parameters()).element_size()
+    return sum(2 * seqs * a.num_kv_heads * context * a.head_dim * width for a in _attention_layers(model))
+
+
+@dataclass
+class KVCache:
+    k: list[torch.Tensor]  # per layer [seqs, Hkv, context, D]
+    v: list[torch.Tensor]
+    seqs: int
+    context: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+def allocate(model: nn.Module, seqs: int, context: int, device: torch.device,
+             generator: torch.Generator | None = None) -> KVCache:
+    """Allocate (and fill with seeded values, like past tokens' keys and values) the cache for ``model``."""
+    dtype = next(model.parameters()).dtype
+    k, v = [], []
+    for a in _attention_layers(model):
+        shape = (seqs, a.num_kv_heads, context, a.head_dim)
+        for store in (k, v):
+            t = torch.empty(shape, dtype=dtype, device=device)
+            t.normal_(0.0, 1.0, generator=generator)
+            store.append(t)
+    return KVCache(k, v, seqs, context)
+
+
+def attach(model: nn.Module, cache: KVCache | None) -> None:
+    """Give every attention layer its slice of ``cache`` (None: back to prefill without a cache)."""
+    for i, a in enumerate(_attention_layers(model)):
+        a.kv_cache = None if cache is None else (cache.k[i], cache.v[i])
