@@ -247,7 +247,8 @@ def capture(
     in_process: bool = typer.Option(False, "--in-process", help="Run all modes in this process (debugging; "
                                                                 "modes then share allocator state); recorded in "
                                                                 "run.json."),
-    sample_interval_ms: float = typer.Option(2.0, min=0.1, help="NVML peak-sampler interval, in milliseconds."),
+    sample_interval_ms: float = typer.Option(2.0, help="NVML peak-sampler interval, in milliseconds "
+                                                            "(0.1 to 60000)."),
     tp: int = typer.Option(1, min=1, help="Tensor-parallel ranks (GPUs), one process each."),
     seed: int = typer.Option(0, help="Random seed for dummy weights and inputs."),
 ) -> None:
@@ -264,7 +265,7 @@ def capture(
     mode_list = _parse_modes(modes)
     if not re.fullmatch(r"cuda(:\d{1,4})?", device):
         raise BcgprofError(f"--device {device!r} is not a CUDA device; write cuda:0, cuda:1, ...")
-    if not math.isfinite(sample_interval_ms) or sample_interval_ms > 60_000:
+    if not (math.isfinite(sample_interval_ms) and 0.1 <= sample_interval_ms <= 60_000):
         raise BcgprofError(f"--sample-interval-ms {sample_interval_ms} is out of range; use 0.1 to 60000")
     if not -2 ** 63 <= seed < 2 ** 64:
         raise BcgprofError("--seed is out of range; use an integer that fits in 64 bits")

@@ -50,8 +50,25 @@ def _rows(report: Report, mode: str, rank: int):
 
 def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 120) -> Path:
     """Write the figure to ``out`` (see :func:`image_path` for the suffixes); return the path written."""
+    import matplotlib.pyplot as plt
+
     out = image_path(out)
     check_dpi(dpi)
+    fig = build_figure(report, rank=rank)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=dpi)
+    except Exception as e:  # OSError, or a backend that cannot draw here (a missing tool)
+        detail = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BcgprofError(f"cannot write {out}: {detail[:200]}; write a .png, .svg or .pdf somewhere writable") \
+            from None
+    finally:
+        plt.close(fig)
+    return out
+
+
+def build_figure(report: Report, *, rank: int = 0):
+    """The figure of one rank of a report (a matplotlib Figure; the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,7 +129,7 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
     span = (high - low) or max(abs(high), 1.0) * 0.1
     top.set_ylim(low - 0.08 * span, high + 0.12 * span)
     top.grid(True, alpha=0.3)
-    top.legend(loc="lower right", fontsize=8)
+    top.legend(loc="upper left", fontsize=8)  # the curves rise to the right; the floor lies along the bottom
     run = report.run
     status = "" if run.status == "complete" else f" [{run.status}]"
     tp = f", rank {rank} of {run.tp}" if run.tp and run.tp > 1 else ""
@@ -134,13 +151,4 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
     ticks = list(range(0, len(labels), step))
     bottom.set_xticks(ticks)
     bottom.set_xticklabels([str(labels[i]) for i in ticks], rotation=60, fontsize=8)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=dpi)
-    except Exception as e:  # OSError, or a backend that cannot draw here (a missing tool)
-        detail = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise BcgprofError(f"cannot write {out}: {detail[:200]}; write a .png, .svg or .pdf somewhere writable") \
-            from None
-    finally:
-        plt.close(fig)
-    return out
+    return fig
