@@ -23,7 +23,7 @@ from typing import List, Optional
 import typer
 
 from bcgprof import __version__
-from bcgprof.errors import EXIT_INTERRUPTED, EXIT_USAGE, BcgprofError, CaptureError, one_line
+from bcgprof.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BcgprofError, CaptureError, one_line
 from bcgprof.options import DEFAULT_MODEL, MODES
 
 app = typer.Typer(
@@ -75,8 +75,26 @@ class Verify(str, Enum):
 PIPE_WIDTH = 220  # columns of tables written to a pipe or file (COLUMNS overrides it)
 
 
+class OutputClosed(Exception):
+    """The reader of stdout went away (``bcgprof show ... | head``)."""
+
+
+def _quiet_stdout() -> None:
+    """Send what is left of stdout to /dev/null, so that nothing fails at exit either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def _console():
     from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's own handler exits 1, which means "regression"
+            _quiet_stdout()
+            raise OutputClosed()
 
     if sys.stdout.isatty():
         width = None  # the terminal's
@@ -84,7 +102,7 @@ def _console():
         # A pipe or file gets wide lines rather than wrapped table cells, unless COLUMNS says otherwise.
         columns = os.environ.get("COLUMNS", "")
         width = int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else PIPE_WIDTH
-    return Console(highlight=False, width=width, soft_wrap=False)
+    return _Console(highlight=False, width=width, soft_wrap=False)
 
 
 class _State:
@@ -103,7 +121,8 @@ def _fail(message: str, code: int) -> None:
 def _user_errors(fn):
     """Every way a command can end, as one line and a documented exit code.
 
-    BcgprofError: its message and code (2). Ctrl-C: 130. Anything else is an internal
+    BcgprofError: its message and code (2). Ctrl-C: 130. A reader that closes stdout
+    early (``| head``): quietly 0 (the gate keeps its verdict). Anything else is an internal
     error: one line and exit 2 (never 0 or 1, which mean pass and regression/failure),
     with the traceback only under --debug or BCGPROF_DEBUG=1.
     """
@@ -122,6 +141,10 @@ def _user_errors(fn):
             _fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", EXIT_INTERRUPTED)
+        except (OutputClosed, BrokenPipeError):
+            # The reader stopped reading (| head): nothing went wrong here.
+            _quiet_stdout()
+            raise typer.Exit(EXIT_OK)
         except Exception as e:
             if _debugging():
                 traceback.print_exc()
@@ -395,7 +418,10 @@ def gate(
         if summary_md is not None:
             _append(summary_md, gate_error_markdown(str(e)))
         raise
-    print_gate(result, _console())
+    try:
+        print_gate(result, _console())
+    except (OutputClosed, BrokenPipeError):
+        _quiet_stdout()  # the verdict is the exit code, whether or not anyone read the tables
     if summary_md is not None:
         _append(summary_md, gate_markdown(result))
     raise typer.Exit(result.exit_code)

@@ -300,3 +300,17 @@ def test_a_gate_that_crashes_is_never_a_pass_or_a_regression(data_dir, report_co
 
     monkeypatch.setattr(bcgprof.gate, "gate_reports", broken)
     assert "internal error: ZeroDivisionError" in refused(gate(data_dir / "baseline", report_copy("baseline")))
+
+
+def test_a_reader_that_stops_reading_is_not_an_error(data_dir, monkeypatch):
+    """`bcgprof show ... | head`: quietly 0; a gate keeps its verdict as exit code."""
+    import bcgprof.render
+
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(bcgprof.render, "show_report", closed)
+    monkeypatch.setattr(bcgprof.render, "print_gate", closed)
+    result = run("show", data_dir / "baseline")
+    assert result.exit_code == 0 and not result.stderr
+    assert gate(data_dir / "baseline", data_dir / "grown").exit_code == 1
