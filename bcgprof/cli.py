@@ -1,15 +1,21 @@
 """The `bcgprof` command line: one small function per command; the work is done elsewhere.
 
-User errors (:class:`~bcgprof.errors.BcgprofError`) print one line, ``error: ...``,
-on stderr and exit with the error's code (2 for bad input); never a traceback.
+Exit codes (bcgprof.errors): 0 ok; 1 a regression (gate) or a failed mode (capture); 2
+unusable input, a refusal before any work, or an internal error; 130 interrupted.
+User errors (:class:`~bcgprof.errors.BcgprofError`) print one line, ``error: what is
+wrong; what to do``, on stderr; an unexpected exception prints one line too and exits 2.
+Never a traceback, unless ``--debug`` or ``BCGPROF_DEBUG=1`` asks for one.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import os
 import re
 import shlex
 import sys
+import traceback
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -17,7 +23,8 @@ from typing import List, Optional
 import typer
 
 from bcgprof import __version__
-from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError
+from bcgprof.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BcgprofError, CaptureError, one_line
+from bcgprof.buckets import MAX_BUCKET_SIZE
 from bcgprof.options import DEFAULT_MODEL, MODES
 
 app = typer.Typer(
@@ -76,29 +83,84 @@ class Order(str, Enum):
     smallest_first = "smallest-first"
 
 
+PIPE_WIDTH = 220  # columns of tables written to a pipe or file (COLUMNS overrides it)
+
+
+class OutputClosed(Exception):
+    """The reader of stdout went away (``bcgprof show ... | head``)."""
+
+
+def _quiet_stdout() -> None:
+    """Send what is left of stdout to /dev/null, so that nothing fails at exit either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def _console():
     from rich.console import Console
 
-    # A pipe or file gets wide lines rather than wrapped table cells.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 220, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's own handler exits 1, which means "regression"
+            _quiet_stdout()
+            raise OutputClosed()
+
+    if sys.stdout.isatty():
+        width = None  # the terminal's
+    else:
+        # A pipe or file gets wide lines rather than wrapped table cells, unless COLUMNS says otherwise.
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else PIPE_WIDTH
+    return _Console(highlight=False, width=width, soft_wrap=False)
+
+
+class _State:
+    debug = False  # --debug: tracebacks for internal errors
+
+
+def _debugging() -> bool:
+    return _State.debug or os.environ.get("BCGPROF_DEBUG", "") not in ("", "0")
 
 
 def _fail(message: str, code: int) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
     raise typer.Exit(code)
 
 
 def _user_errors(fn):
-    """Turn BcgprofError and Ctrl-C into one line and an exit code."""
+    """Every way a command can end, as one line and a documented exit code.
+
+    BcgprofError: its message and code (2). Ctrl-C: 130. A reader that closes stdout
+    early (``| head``): quietly 0 (the gate keeps its verdict). Anything else is an internal
+    error: one line and exit 2 (never 0 or 1, which mean pass and regression/failure),
+    with the traceback only under --debug or BCGPROF_DEBUG=1.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import click
+
         try:
             return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
         except BcgprofError as e:
+            if _debugging():
+                traceback.print_exc()
             _fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", EXIT_INTERRUPTED)
+        except (OutputClosed, BrokenPipeError):
+            # The reader stopped reading (| head): nothing went wrong here.
+            _quiet_stdout()
+            raise typer.Exit(EXIT_OK)
+        except Exception as e:
+            if _debugging():
+                traceback.print_exc()
+                raise typer.Exit(EXIT_USAGE)
+            _fail(f"internal error: {one_line(e)}; re-run with --debug for the traceback and report it", EXIT_USAGE)
 
     return wrapper
 
@@ -113,18 +175,27 @@ def _version(value: bool) -> None:
 def _main(
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                  help="Print the bcgprof version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Print the traceback of an internal error (as does "
+                                                      "BCGPROF_DEBUG=1); without it, every error is one line."),
 ) -> None:
     """Profile the GPU memory of breakable CUDA-graph capture across size buckets.
 
     `capture` needs a CUDA GPU; `show`, `compare`, `gate`, `plot` and `estimate` do not.
+    Exit codes: 0 ok, 1 a regression (gate) or a failed mode (capture), 2 unusable input or
+    an internal error, 130 interrupted.
     """
+    _State.debug = debug
 
 
 # ---------------------------------------------------------------- capture
 
 BUCKETS_HELP = ("Bucket spec: comma list (4,8,16), inclusive range START:STOP:STEP (512:4096:512), or a preset "
                 "(sglang-prefill: token counts, capped by --max-tokens, 74 buckets at 16384; sglang-decode: batch "
-                "sizes, capped by --max-bs). Entries may be mixed. Default: the phase's preset.")
+                "sizes, capped by --max-bs). Entries may be mixed; at most 4096 buckets of at most 1048576 each. "
+                "Default: the phase's preset.")
+
+# Phases `capture` can measure (this is the one place the CLI refuses a phase).
+CAPTURE_PHASES = ("prefill", "decode")
 
 
 def _parse_modes(text: str) -> list[str]:
@@ -137,6 +208,50 @@ def _parse_modes(text: str) -> list[str]:
     return modes
 
 
+def _check_capture_phase(phase: str) -> None:
+    """Refuse, before any work, a phase capture cannot measure yet (exit 2)."""
+    if phase not in CAPTURE_PHASES:
+        raise CaptureError(f"{phase} capture is not available yet: the layer stacks have no KV cache; "
+                           f"use --phase prefill (`bcgprof estimate --phase {phase}` gives the analytic "
+                           "output-buffer figures)")
+
+
+def _bucket_list(buckets: Optional[str], phase: str, max_tokens: int, max_bs: int) -> list[int]:
+    """The buckets to use; --buckets '' is an error, not the default preset."""
+    from bcgprof.buckets import check_caps, default_bucket_spec, parse_buckets
+
+    check_caps(max_tokens, max_bs)
+    if buckets is not None and not buckets.strip():
+        raise BcgprofError("--buckets is empty; give sizes like 4,8,16, a range 512:4096:512 or a preset "
+                           "(sglang-prefill, sglang-decode), or leave --buckets out for the phase's preset")
+    return parse_buckets(buckets if buckets is not None else default_bucket_spec(phase),
+                         max_tokens=max_tokens, max_bs=max_bs)
+
+
+REPORT_FILES = ("run.json", "buckets.csv", "summary.csv")
+
+
+def _holds_report(directory: Path) -> bool:
+    return directory.is_dir() and any((directory / name).exists() for name in REPORT_FILES)
+
+
+def _check_out(out: Optional[Path]) -> None:
+    """``capture --out``: a new or empty directory somewhere writable; never a file or an existing report."""
+    if out is None:
+        return
+    if out.exists() and not out.is_dir():
+        raise CaptureError(f"--out {out} is an existing file; pass a new directory for the report")
+    if _holds_report(out):
+        raise CaptureError(f"--out {out} already holds a report; pass a new --out directory")
+    parent = out
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CaptureError(f"--out {out} cannot be created: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CaptureError(f"--out {out} cannot be created: {parent} is not writable")
+
+
 @app.command()
 @_user_errors
 def capture(
@@ -146,14 +261,15 @@ def capture(
                                                         "safetensors: load the checkpoint directory's weights."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
                                              help="Decoder layers to build. Default: all of the model's layers."),
-    phase: Phase = typer.Option(Phase.prefill, help="prefill: buckets are token counts; decode: batch sizes."),
+    phase: Phase = typer.Option(Phase.prefill, help="prefill: buckets are token counts; decode: batch sizes, "
+                                                    "one new token per sequence over a KV cache."),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
-    max_tokens: int = typer.Option(16384, min=1, help="Cap, in tokens, of the sglang-prefill preset "
-                                                      "(SGLang's chunked prefill size)."),
-    max_bs: int = typer.Option(256, min=1, help="Cap, in sequences, of the sglang-decode preset; decode also sizes "
-                                                "its KV cache for this many sequences."),
-    context_len: int = typer.Option(4096, "--context-len", min=1, help="Decode: tokens of KV cache per sequence "
-                                    "(allocated once before any capture, never charged to a bucket)."),
+    max_tokens: int = typer.Option(16384, help="Cap, in tokens, of the sglang-prefill preset "
+                                               "(SGLang's chunked prefill size); 1 to 1048576."),
+    max_bs: int = typer.Option(256, help="Cap, in sequences, of the sglang-decode preset, and the sequences decode's "
+                                         "KV cache is sized for; 1 to 1048576."),
+    context_len: int = typer.Option(4096, "--context-len", help="Decode: tokens of KV cache per sequence, allocated "
+                                    "once before any capture and never charged to a bucket; 1 to 1048576."),
     modes: str = typer.Option(",".join(MODES), help="Comma list of modes to run, each in a fresh process: per-bucket "
                                                      "(each bucket keeps its own output), shared (one max-size output "
                                                      "buffer outside the pool), shared-largest (the largest bucket's "
@@ -169,7 +285,8 @@ def capture(
     in_process: bool = typer.Option(False, "--in-process", help="Run all modes in this process (debugging; "
                                                                 "modes then share allocator state); recorded in "
                                                                 "run.json."),
-    sample_interval_ms: float = typer.Option(2.0, min=0.1, help="NVML peak-sampler interval, in milliseconds."),
+    sample_interval_ms: float = typer.Option(2.0, help="NVML peak-sampler interval, in milliseconds "
+                                                            "(0.1 to 60000)."),
     tp: int = typer.Option(1, min=1, help="Tensor-parallel ranks (GPUs), one process each."),
     seed: int = typer.Option(0, help="Random seed for dummy weights and inputs."),
     graph: GraphKind = typer.Option(GraphKind.breakable, "--graph", help="breakable: each bucket's graph is split "
@@ -183,16 +300,27 @@ def capture(
     """Capture the model over the buckets in each mode and write a report (needs a CUDA GPU).
 
     With no options: gpt-oss-20b, the sglang-prefill buckets up to 16384 tokens, all three modes.
+    Exit codes: 0 every mode completed, 1 a mode failed (the report is partial or failed), 2 refused
+    before any work (bad option, model or --out, no GPU), 130 interrupted.
     """
-    from bcgprof.buckets import default_bucket_spec, parse_buckets
     from bcgprof.models.config import resolve_model
 
-    # Cheap checks first, so a typo fails before torch is imported or a GPU touched.
+    # Every input check first, so a typo fails before torch is imported or a GPU touched.
+    _check_capture_phase(phase.value)
     mode_list = _parse_modes(modes)
-    if not re.fullmatch(r"cuda(:\d+)?", device):
+    if not re.fullmatch(r"cuda(:\d{1,4})?", device):
         raise BcgprofError(f"--device {device!r} is not a CUDA device; write cuda:0, cuda:1, ...")
+    if not (math.isfinite(sample_interval_ms) and 0.1 <= sample_interval_ms <= 60_000):
+        raise BcgprofError(f"--sample-interval-ms {sample_interval_ms} is out of range; use 0.1 to 60000")
+    if not -2 ** 63 <= seed < 2 ** 64:
+        raise BcgprofError("--seed is out of range; use an integer that fits in 64 bits")
+    _bucket_list(buckets, phase.value, max_tokens, max_bs)
+    if context_len < 1:
+        raise BcgprofError(f"--context-len must be a positive number of tokens, got {context_len}")
+    if context_len > MAX_BUCKET_SIZE:
+        raise BcgprofError(f"--context-len {context_len} is over the cap of {MAX_BUCKET_SIZE} tokens")
     resolve_model(model)
-    parse_buckets(buckets or default_bucket_spec(phase.value), max_tokens=max_tokens, max_bs=max_bs)
+    _check_out(out)
 
     from bcgprof.options import CaptureOptions
 
@@ -207,26 +335,17 @@ def capture(
 
 def _run_capture(opts) -> int:
     """Run the capture under a progress bar, then show the report; return the exit code."""
-    from rich.console import Console
-
     from bcgprof import runner
-    from bcgprof.capture_view import CaptureProgress
-    from bcgprof.render import print_report, verdict_line
+    from bcgprof.render import print_capture_result
+    from bcgprof.render.progress import CaptureProgress
     from bcgprof.report import read_report
 
-    console = Console()
-    if not console.is_terminal:  # a log file, not a screen: keep the tables' columns whole
-        console = Console(width=200)
+    console = _console()
     with CaptureProgress(console) as progress:
         outcome = runner.run_capture(opts, progress.handle)
     if not outcome.reporter:  # a torchrun rank other than 0: rank 0 shows the report
         return outcome.exit_code
-    report = read_report(outcome.out)
-    print_report(report, console)
-    line = verdict_line(report)
-    if line:
-        console.print(line)
-    console.print(f"report: {outcome.out}")
+    print_capture_result(read_report(outcome.out), console)
     if outcome.exit_code:
         console.print(f"[red]capture {outcome.status}[/] ({outcome.message or 'interrupted'}); "
                       f"the finished rows are in {outcome.out}")
@@ -241,22 +360,28 @@ FORMAT_HELP = ("table: rich tables in MiB/GiB; markdown: the same as GitHub tabl
 SECTION_HELP = "Which part to print: all, buckets (per-bucket rows) or summary (per-mode totals)."
 
 
+WIDE_HELP = ("Tables: every column (wider than 100 columns). By default tables show the key columns and "
+             "as many others as the terminal fits, never cutting a number.")
+
+
 @app.command()
 @_user_errors
 def show(
     report: Path = typer.Argument(..., help=REPORT_HELP, show_default=False),
     format: Format = typer.Option(Format.table, "--format", "-f", help=FORMAT_HELP),
     section: Section = typer.Option(Section.all, help=SECTION_HELP),
+    wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
 ) -> None:
     """Print a report's tables (no GPU needed).
 
     A table per mode, buckets in capture order, and a summary with the savings of shared against
     per-bucket (bytes and %) and each mode's ratio to the floor, both on device-used bytes.
+    -f csv prints the report's own files (their columns, order and values).
     """
     from bcgprof.render import show_report
     from bcgprof.report import read_report
 
-    show_report(read_report(report), _console(), format.value, section.value)
+    show_report(read_report(report), _console(), format.value, section.value, wide=wide)
 
 
 @app.command()
@@ -266,6 +391,7 @@ def compare(
     new: Path = typer.Argument(..., help="The newer report directory.", show_default=False),
     format: Format = typer.Option(Format.table, "--format", "-f", help=FORMAT_HELP),
     section: Section = typer.Option(Section.all, help="all, summary (per-mode totals) or buckets (per-bucket deltas)."),
+    wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
 ) -> None:
     """Compare two reports side by side (no GPU needed).
 
@@ -276,17 +402,20 @@ def compare(
     from bcgprof.render import show_comparison
     from bcgprof.report import read_report
 
-    show_comparison(compare_reports(read_report(old), read_report(new)), _console(), format.value, section.value)
+    show_comparison(compare_reports(read_report(old), read_report(new)), _console(), format.value, section.value,
+                    wide=wide)
 
 
 @app.command()
 @_user_errors
 def gate(
-    baseline: Path = typer.Option(..., "--baseline", help="The reference report directory.", show_default=False),
-    current: Path = typer.Option(..., "--current", help="The report to check.", show_default=False),
+    baseline: Path = typer.Option(..., "--baseline", help="The reference report directory (a complete report).",
+                                  show_default=False),
+    current: Path = typer.Option(..., "--current", help="The report to check (another directory).",
+                                 show_default=False),
     rel_tol: str = typer.Option("0.01", "--rel-tol", help="Relative tolerance, a fraction of the baseline value "
-                                                           "(0.01) or a percentage (1%)."),
-    abs_tol_mib: float = typer.Option(16.0, "--abs-tol-mib", min=0, help="Absolute tolerance, in MiB."),
+                                                           "(0.01) or a percentage (1%); finite, >= 0."),
+    abs_tol_mib: float = typer.Option(16.0, "--abs-tol-mib", help="Absolute tolerance, in MiB; finite, >= 0."),
     tol: Optional[List[str]] = typer.Option(None, "--tol", help="Per-metric tolerance METRIC=REL:ABS, repeatable, "
                                             "e.g. pool_bytes=0.5%:8MiB or device_used_bytes=:32MiB (an empty side "
                                             "keeps the default). Metrics: pool_bytes, device_used_bytes (mode totals), "
@@ -297,8 +426,9 @@ def gate(
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="Compare reports of different models, GPUs, "
                                         "bucket lists, layers, dtypes, phases, modes or TP sizes on their common "
                                         "buckets instead of refusing (exit 2)."),
-    summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="Append the verdict and table as markdown "
-                                              "to this file (e.g. \"$GITHUB_STEP_SUMMARY\").", show_default=False),
+    summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="Append the verdict and tables as markdown "
+                                              "to this file (e.g. \"$GITHUB_STEP_SUMMARY\"), also when the input is "
+                                              "unusable; checked before any report is read.", show_default=False),
 ) -> None:
     """The CI memory-regression gate: fail when memory grew beyond tolerance (no GPU needed).
 
@@ -309,54 +439,85 @@ def gate(
     never fail.
 
     Exit codes: 0 pass, 1 regression (offending rows printed), 2 unusable input (missing or corrupt
-    files, wrong schema version, reports of different models, GPUs or bucket lists).
+    files, wrong schema version, a baseline that is not complete, the same report twice, reports of
+    different models, GPUs or bucket lists, nothing in common to compare).
     """
-    from bcgprof.gate import GateOptions, Tolerance, gate_reports, parse_rel, parse_tolerance
+    from bcgprof.gate import GateInputError, GateOptions, Tolerance, gate_reports, parse_abs_mib, parse_rel
+    from bcgprof.gate import parse_tolerance, same_report
     from bcgprof.render import gate_error_markdown, gate_markdown, print_gate
     from bcgprof.report import read_report
-    from bcgprof.report_format import MIB
 
+    # The options and --summary-md first: a mistake there is found before any report is read,
+    # so it never hides a report error and never turns a verdict into exit 2.
+    default = Tolerance(rel=parse_rel(rel_tol, what="--rel-tol"), abs_bytes=parse_abs_mib(abs_tol_mib))
+    per_metric = dict(parse_tolerance(t, default) for t in tol or [])
+    options = GateOptions(default, per_metric, per_bucket=per_bucket, allow_mismatch=allow_mismatch)
+    if summary_md is not None:
+        _check_summary_md(summary_md, baseline, current)
     try:
-        default = Tolerance(rel=parse_rel(rel_tol, what="--rel-tol"), abs_bytes=int(round(abs_tol_mib * MIB)))
-        per_metric = dict(parse_tolerance(t, default) for t in tol or [])
-        options = GateOptions(default, per_metric, per_bucket=per_bucket, allow_mismatch=allow_mismatch)
+        if same_report(baseline, current):
+            raise GateInputError(f"--baseline and --current are the same report ({baseline}); a gate compares a "
+                                 "new capture against a baseline: pass the new report as --current")
         result = gate_reports(read_report(baseline), read_report(current), options)
     except BcgprofError as e:
         if summary_md is not None:
             _append(summary_md, gate_error_markdown(str(e)))
         raise
-    print_gate(result, _console())
+    try:
+        print_gate(result, _console())
+    except (OutputClosed, BrokenPipeError):
+        _quiet_stdout()  # the verdict is the exit code, whether or not anyone read the tables
     if summary_md is not None:
         _append(summary_md, gate_markdown(result))
     raise typer.Exit(result.exit_code)
 
 
+def _check_summary_md(path: Path, *reports: Path) -> None:
+    """--summary-md names a file we may append to, outside every report directory."""
+    if path.is_dir():
+        raise BcgprofError(f"--summary-md {path} is a directory; name a file (e.g. \"$GITHUB_STEP_SUMMARY\")")
+    parent = path.parent
+    if path.name in REPORT_FILES or _holds_report(parent) or any(
+            parent.exists() and r.is_dir() and os.path.samefile(parent, r) for r in reports):
+        raise BcgprofError(f"--summary-md {path} is inside a report directory; appending there would damage the "
+                           "report: name a file outside it")
+    if not parent.is_dir():
+        raise BcgprofError(f"--summary-md {path}: directory {parent} does not exist; create it or name another file")
+    if path.exists() and not path.is_file():
+        raise BcgprofError(f"--summary-md {path} is not a regular file; name a file")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise BcgprofError(f"--summary-md {path} is not writable; name a file you can write")
+
+
 def _append(path: Path, text: str) -> None:
+    """Append to --summary-md; a failure now (checked before) is a warning, never the exit code."""
     try:
-        with open(path, "a") as f:
+        with open(path, "a", encoding="utf-8") as f:
             f.write(text)
     except OSError as e:
-        raise BcgprofError(f"cannot append to --summary-md {path}: {e.strerror}") from None
+        typer.echo(f"warning: cannot append to --summary-md {path}: {e.strerror or e}", err=True)
 
 
 @app.command()
 @_user_errors
 def plot(
     report: Path = typer.Argument(..., help=REPORT_HELP, show_default=False),
-    out: Path = typer.Option(..., "--out", "-o", help="Image file to write (.png; .svg and .pdf work too).",
-                             show_default=False),
+    out: Path = typer.Option(..., "--out", "-o", help="Image file to write: .png, .svg, .pdf or .jpg; a name "
+                             "without a suffix gets .png.", show_default=False),
     rank: int = typer.Option(0, min=0, help="Tensor-parallel rank to plot."),
-    dpi: int = typer.Option(120, min=30, help="Resolution of raster images, in dots per inch."),
+    dpi: int = typer.Option(120, help="Resolution of raster images, in dots per inch (30 to 600)."),
 ) -> None:
     """Plot a report to an image file (no GPU needed).
 
     Top: cumulative capture cost (device used, solid; graph pool, dashed) against the buckets in
-    capture order, one line per mode, the floor as a horizontal reference. Bottom: each bucket's
+    capture order, one line per mode, the floor as horizontal references. Bottom: each bucket's
     graph-pool delta.
     """
-    from bcgprof.plot import plot_report
+    from bcgprof.plot import check_dpi, image_path, plot_report
     from bcgprof.report import read_report
 
+    out = image_path(out)
+    check_dpi(dpi)
     written = plot_report(read_report(report), out, rank=rank, dpi=dpi)
     typer.echo(f"wrote {written}")
 
@@ -369,8 +530,8 @@ def estimate(
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
     phase: Phase = typer.Option(Phase.prefill, help="prefill: buckets are token counts; decode: batch sizes "
                                                     "(one output row per sequence)."),
-    max_tokens: int = typer.Option(16384, min=1, help="Cap, in tokens, of the sglang-prefill preset."),
-    max_bs: int = typer.Option(256, min=1, help="Cap, in sequences, of the sglang-decode preset."),
+    max_tokens: int = typer.Option(16384, help="Cap, in tokens, of the sglang-prefill preset; 1 to 1048576."),
+    max_bs: int = typer.Option(256, help="Cap, in sequences, of the sglang-decode preset; 1 to 1048576."),
     dtype: Optional[str] = typer.Option(None, help="Output dtype: bfloat16, float16 or float32. "
                                                    "Default: the model config's dtype."),
     format: EstimateFormat = typer.Option(EstimateFormat.table, "--format", "-f",
@@ -379,24 +540,19 @@ def estimate(
     """Output-buffer arithmetic per bucket: analytic, not measured (no GPU needed).
 
     Each bucket's output buffer (rows x hidden size x dtype bytes) and the retained-output total in
-    per-bucket mode (the sum over buckets) versus shared mode (the largest bucket's buffer).
-    Intermediates and graph executables are not included; capture measures them.
+    per-bucket mode (the sum over buckets) versus shared mode (the largest bucket's buffer). Their
+    difference is not the saving of sharing: the graph pool reuses memory, and intermediates and
+    graph executables are not included; capture measures them.
     """
-    import json
-
-    from bcgprof.buckets import default_bucket_spec, parse_buckets
     from bcgprof.estimate import estimate_output_buffers
     from bcgprof.models.config import resolve_model
+    from bcgprof.render import render
+    from bcgprof.render.views import estimate_view
 
+    bucket_list = _bucket_list(buckets, phase.value, max_tokens, max_bs)
     spec = resolve_model(model)
-    bucket_list = parse_buckets(buckets or default_bucket_spec(phase.value), max_tokens=max_tokens, max_bs=max_bs)
     result = estimate_output_buffers(spec, bucket_list, phase=phase.value, dtype=dtype)
-    if format is EstimateFormat.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
-    else:
-        from bcgprof.render import print_estimate
-
-        print_estimate(result, _console())
+    render(estimate_view(result), format.value, _console())
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """Two reports side by side: per-mode totals and per-bucket deltas, largest growth first.
 
-Everything here is a pure function of two :class:`~bcgprof.report.Report` objects;
-`bcgprof compare` prints the result and `bcgprof gate` builds its decisions on the
-same pairing of rows.
+Everything here is a pure function of two :class:`~bcgprof.report.Report` objects:
+summary rows are paired by (mode, rank) and bucket rows by (mode, rank, bucket).
+`bcgprof compare` prints the pairs (bcgprof.render) and `bcgprof gate` judges them
+(:func:`bcgprof.gate.gate_comparison`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bcgprof.report import MODES, BucketRecord, Report, RunInfo, SummaryRecord
+from bcgprof.options import mode_index
+from bcgprof.report import BucketRecord, Report, RunInfo, SummaryRecord
 from bcgprof.report_format import pct_change
 
 # Totals compared per mode, in the order they are shown.
@@ -82,10 +84,6 @@ class Comparison:
         return any(t.rank not in ("0",) for t in self.totals)
 
 
-def _mode_index(mode: str) -> int:
-    return MODES.index(mode) if mode in MODES else len(MODES)
-
-
 def _rank_sort(rank: str):
     return (0, int(rank), "") if rank.isdigit() else (1, 0, rank)
 
@@ -136,7 +134,7 @@ def compare_reports(old: Report, new: Report) -> Comparison:
     old_totals = {(s.mode, s.rank): s for s in old.summary}
     new_totals = {(s.mode, s.rank): s for s in new.summary}
     totals = []
-    for key in sorted(set(old_totals) | set(new_totals), key=lambda k: (_mode_index(k[0]), _rank_sort(k[1]))):
+    for key in sorted(set(old_totals) | set(new_totals), key=lambda k: (mode_index(k[0]), _rank_sort(k[1]))):
         a, b = old_totals.get(key), new_totals.get(key)
         presence = BOTH if a and b else (OLD_ONLY if a else NEW_ONLY)
         totals.append(TotalComparison(key[0], key[1], presence, a, b,
@@ -155,6 +153,6 @@ def compare_reports(old: Report, new: Report) -> Comparison:
     def pool_growth(c: BucketComparison) -> int:
         return int(c.changes["pool_delta_bytes"].delta or 0)
 
-    paired.sort(key=lambda c: (-c.growth, -pool_growth(c), _mode_index(c.mode), c.rank, c.bucket))
-    one_sided.sort(key=lambda c: (_mode_index(c.mode), c.rank, c.presence, c.bucket))
+    paired.sort(key=lambda c: (-c.growth, -pool_growth(c), mode_index(c.mode), c.rank, c.bucket))
+    one_sided.sort(key=lambda c: (mode_index(c.mode), c.rank, c.presence, c.bucket))
     return Comparison(old, new, totals, paired + one_sided, run_differences(old.run, new.run))

@@ -5,7 +5,9 @@ bucket (tokens for prefill, sequences of one token each for decode). Without
 shared output buffers every bucket keeps its own output in the graph pool, so the
 outputs retain the sum over buckets; with one shared buffer of the largest bucket's
 size, they retain that buffer alone. Intermediates, graph executables and allocator
-rounding are not part of this figure: `bcgprof capture` measures those.
+rounding are not part of this figure: `bcgprof capture` measures those. The difference of
+the two totals is not the saving to expect from sharing: the graph pool reuses freed
+memory across buckets, so the device memory that sharing saves is usually much less.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Estimate:
 
     @property
     def saved_bytes(self) -> int:
+        """Output bytes per-bucket mode retains beyond shared mode. Not the saving a capture measures:
+        the graph pool reuses memory across buckets, so sharing saves less device memory than this."""
         return self.per_bucket_total_bytes - self.shared_total_bytes
 
     @property
@@ -52,7 +56,7 @@ class Estimate:
             "buckets": [{"bucket": b.bucket, "rows": b.rows, "output_bytes": b.output_bytes} for b in self.buckets],
             "per_bucket_total_bytes": self.per_bucket_total_bytes,
             "shared_total_bytes": self.shared_total_bytes,
-            "saved_bytes": self.saved_bytes,
+            "output_difference_bytes": self.saved_bytes,  # outputs only: not the measured saving
         }
 
 

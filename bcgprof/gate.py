@@ -16,18 +16,27 @@ Figures checked, per mode and per tensor-parallel rank:
 Reports that measure different things (model config, GPU, bucket list, layers,
 dtype, phase, modes, TP ranks) are unusable input (:class:`GateMismatchError`,
 exit 2) unless ``allow_mismatch``; then only the common buckets are compared and
-the result says so.
+the result says so. So are a baseline that is not complete, the same report given
+twice, and reports that leave nothing to compare (:class:`GateInputError`, exit 2):
+a gate never passes on figures it did not see.
+
+The gate judges the pairs that :func:`bcgprof.compare.compare_reports` makes: summary
+rows paired by (mode, rank), bucket rows by (mode, rank, bucket).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
-from bcgprof.compare import run_differences
-from bcgprof.errors import BcgprofError
-from bcgprof.report import MODES, BucketRecord, Report
+from bcgprof.compare import BOTH, OLD_ONLY, BucketComparison, Comparison, compare_reports
+from bcgprof.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BcgprofError
+from bcgprof.options import mode_index
+from bcgprof.report import Report
 from bcgprof.report_format import MIB, fmt_bytes, fmt_pct, parse_bytes, pct_change
 
 TOTAL_METRICS = ("pool_bytes", "device_used_bytes")
@@ -38,21 +47,38 @@ _TOTAL_FROM_BUCKETS = {"pool_bytes": "pool_delta_bytes", "device_used_bytes": "d
 
 DEFAULT_REL_TOL = 0.01
 DEFAULT_ABS_TOL_BYTES = 16 * MIB
+MAX_REL_TOL = 1e6  # a fraction: 100,000,000 %
+MAX_ABS_TOL_BYTES = 2 ** 50  # 1 PiB
 
 PASS, REGRESSION, IMPROVEMENT = "pass", "regression", "improvement"
-EXIT_PASS, EXIT_REGRESSION = 0, 1
+EXIT_PASS, EXIT_REGRESSION = EXIT_OK, EXIT_FAILED
 
 
 class GateMismatchError(BcgprofError):
     """The two reports measure different things; comparing them would mean nothing."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
+
+
+class GateInputError(BcgprofError):
+    """The gate cannot judge these reports: the same report twice, a baseline that is not
+    complete, or nothing in common to compare."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)
 class Tolerance:
     rel: float = DEFAULT_REL_TOL  # fraction of the baseline value
     abs_bytes: int = DEFAULT_ABS_TOL_BYTES
+
+    def __post_init__(self):
+        rel, abs_bytes = self.rel, self.abs_bytes
+        if isinstance(rel, bool) or not isinstance(rel, (int, float)) or not math.isfinite(rel) \
+                or not 0 <= rel <= MAX_REL_TOL:
+            raise BcgprofError(f"relative tolerance {rel!r} must be a finite number from 0 to {MAX_REL_TOL:g}")
+        if isinstance(abs_bytes, bool) or not isinstance(abs_bytes, int) or not 0 <= abs_bytes <= MAX_ABS_TOL_BYTES:
+            raise BcgprofError(f"absolute tolerance {abs_bytes!r} must be a byte count from 0 to {MAX_ABS_TOL_BYTES}")
 
     def limit(self, baseline: int) -> float:
         """The largest growth that still passes: both tolerances must be exceeded to fail."""
@@ -75,7 +101,8 @@ class GateOptions:
 
 @dataclass
 class GateCheck:
-    """One decision. ``bucket`` is None for a mode total; ``metric`` is ``status`` for a failed bucket."""
+    """One decision. ``bucket`` is None for a mode total; ``metric`` is ``status`` for a failed bucket
+    (then ``baseline_status``/``current_status`` say what each report holds)."""
 
     mode: str
     rank: str
@@ -87,7 +114,8 @@ class GateCheck:
     limit: Optional[float] = None  # largest growth that passes
     detail: str = ""
     tensor_parallel: bool = False  # from a multi-rank comparison: name rank 0 too
-
+    baseline_status: Optional[str] = None  # status checks: ok | oom | error | None (no row)
+    current_status: Optional[str] = None
 
     @property
     def delta(self) -> Optional[int]:
@@ -144,15 +172,31 @@ class GateResult:
 # ---------------------------------------------------------------- tolerances
 
 def parse_rel(text: str, *, what: str = "relative tolerance") -> float:
-    """``1%`` or ``0.01`` -> 0.01."""
+    """``1%`` or ``0.01`` -> 0.01; a finite number from 0 up."""
     raw = str(text).strip()
+    shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:36] + "...")
     try:
         value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise BcgprofError(f"{what} {text!r} is not a number; write e.g. 0.01 or 1%") from None
+        raise BcgprofError(f"{what} {shown} is not a number; write e.g. 0.01 or 1%") from None
+    if not math.isfinite(value):
+        raise BcgprofError(f"{what} {shown} is not a finite number; write e.g. 0.01 or 1%")
     if value < 0:
-        raise BcgprofError(f"{what} {text!r} is negative; tolerances are >= 0")
+        raise BcgprofError(f"{what} {shown} is negative; tolerances are >= 0")
+    if value > MAX_REL_TOL:
+        raise BcgprofError(f"{what} {shown} is over {MAX_REL_TOL:g}; write e.g. 0.01 or 1%")
     return value
+
+
+def parse_abs_mib(value: float, *, what: str = "--abs-tol-mib") -> int:
+    """An absolute tolerance in MiB (finite, >= 0) -> bytes."""
+    if not math.isfinite(value):
+        raise BcgprofError(f"{what} {value} is not a finite number; write e.g. 16")
+    if value < 0:
+        raise BcgprofError(f"{what} {value:g} is negative; tolerances are >= 0")
+    if value * MIB > MAX_ABS_TOL_BYTES:
+        raise BcgprofError(f"{what} {value:g} is over {MAX_ABS_TOL_BYTES // MIB} MiB (1 PiB); write e.g. 16")
+    return int(round(value * MIB))
 
 
 def parse_tolerance(text: str, default: Tolerance) -> tuple[str, Tolerance]:
@@ -165,9 +209,14 @@ def parse_tolerance(text: str, default: Tolerance) -> tuple[str, Tolerance]:
         raise BcgprofError(f"--tol {text!r}: unknown metric {metric!r}; use one of {', '.join(METRICS)}")
     if not rel and not abs_text:
         raise BcgprofError(f"--tol {text!r} sets nothing; write METRIC=REL:ABS, e.g. {metric}=0.5%:8MiB")
+    abs_bytes = default.abs_bytes
+    if abs_text:
+        abs_bytes = parse_bytes(abs_text, what=f"--tol {text!r}: absolute tolerance")
+        if abs_bytes > MAX_ABS_TOL_BYTES:
+            raise BcgprofError(f"--tol {text!r}: absolute tolerance is over 1 PiB; write e.g. 8MiB")
     return metric, Tolerance(
         rel=parse_rel(rel, what=f"--tol {text!r}: relative tolerance") if rel else default.rel,
-        abs_bytes=parse_bytes(abs_text, what=f"--tol {text!r}: absolute tolerance") if abs_text else default.abs_bytes,
+        abs_bytes=abs_bytes,
     )
 
 
@@ -180,6 +229,50 @@ def judge(baseline: int, current: int, tol: Tolerance) -> str:
     if -delta > limit:
         return IMPROVEMENT
     return PASS
+
+
+# ---------------------------------------------------------------- inputs
+
+def same_report(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name the same directory (after resolving links)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _missing_rows(report: Report) -> list[str]:
+    """Rows a report's run.json promises (every mode, rank and bucket; floor: the largest) but buckets.csv lacks."""
+    run = report.run
+    have = {(r.mode, r.rank, r.bucket) for r in report.buckets}
+    missing = []
+    for mode in run.modes:
+        expected = ([max(run.buckets)] if run.buckets else []) if mode == "floor" else run.buckets
+        for rank in range(run.tp):
+            for bucket in expected:
+                if (mode, rank, bucket) not in have:
+                    missing.append(f"{mode}" + (f" rank {rank}" if run.tp > 1 else "") + f" bucket {bucket}")
+    return missing
+
+
+def check_gate_inputs(baseline: Report, current: Report) -> None:
+    """Refuse (exit 2) what the gate cannot judge: one report given twice, a baseline that is not complete."""
+    if same_report(baseline.path, current.path):
+        raise GateInputError(
+            f"--baseline and --current are the same report ({baseline.path}); a gate compares a new capture "
+            "against a baseline: pass the new report as --current")
+    run = baseline.run
+    if run.status != "complete":
+        message = f" ({run.message})" if run.message else ""
+        raise GateInputError(
+            f"baseline {baseline.path} is {run.status}{message}, not complete: a gate needs a complete baseline; "
+            "re-capture the baseline with the same options, or look at the two with `bcgprof compare`")
+    missing = _missing_rows(baseline)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise GateInputError(
+            f"baseline {baseline.path} says it is complete but has no row for {missing[0]}{more}: a gate needs "
+            "every figure of the baseline; restore the report or re-capture it")
 
 
 # ---------------------------------------------------------------- the gate
@@ -196,18 +289,27 @@ def _metric_check(mode, rank, bucket, metric, base: int, cur: int, options: Gate
     return GateCheck(mode, rank, bucket, metric, base, cur, verdict, tol.limit(base), detail)
 
 
-def _rows(report: Report) -> dict[tuple[str, int], dict[int, BucketRecord]]:
-    out: dict[tuple[str, int], dict[int, BucketRecord]] = {}
-    for r in report.buckets:
-        out.setdefault((r.mode, r.rank), {})[r.bucket] = r
-    return out
+def _status_check(mode, rank, bucket, verdict, detail, base_status, cur_status) -> GateCheck:
+    return GateCheck(mode, rank, bucket, "status", None, None, verdict, detail=detail,
+                     baseline_status=base_status, current_status=cur_status)
 
 
 def gate_reports(baseline: Report, current: Report, options: GateOptions | None = None) -> GateResult:
-    """Decide pass/regression for every checked figure; raise :class:`GateMismatchError` for incomparable reports."""
+    """Decide pass/regression for every checked figure.
+
+    Raises :class:`GateInputError` for the same report twice or a baseline that is not complete,
+    and :class:`GateMismatchError` for incomparable reports (unless ``allow_mismatch``).
+    """
+    check_gate_inputs(baseline, current)
+    return gate_comparison(compare_reports(baseline, current), options)
+
+
+def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> GateResult:
+    """The gate's decisions on compare's pairs (baseline = the comparison's old report)."""
     options = options or GateOptions()
+    baseline, current = cmp.old, cmp.new
     notes: list[str] = []
-    differences = run_differences(baseline.run, current.run)
+    differences = cmp.differences
     if differences and not options.allow_mismatch:
         raise GateMismatchError(
             f"baseline {baseline.path} and current {current.path} are not comparable: {'; '.join(differences)}; "
@@ -218,70 +320,83 @@ def gate_reports(baseline: Report, current: Report, options: GateOptions | None 
         notes.append(f"current report status is {current.run.status!r}"
                      + (f" ({current.run.message})" if current.run.message else ""))
 
-    base_rows, cur_rows = _rows(baseline), _rows(current)
-    base_summary = {(s.mode, s.rank): s for s in baseline.summary}
-    cur_summary = {(s.mode, s.rank): s for s in current.summary}
+    groups: dict[tuple[str, int], list[BucketComparison]] = {}
+    for pair in cmp.buckets:
+        groups.setdefault((pair.mode, pair.rank), []).append(pair)
+    totals = {(t.mode, t.rank): t for t in cmp.totals}
     intended = set(current.run.buckets)
     checks: list[GateCheck] = []
 
-    def order(key):
-        return (MODES.index(key[0]) if key[0] in MODES else len(MODES), key[1])
-
-    for key in sorted(set(base_rows) | set(cur_rows), key=order):
-        mode, rank = key
+    for mode, rank in sorted(groups, key=lambda k: (mode_index(k[0]), k[1])):
+        pairs = sorted(groups[(mode, rank)], key=lambda p: p.bucket)
         rank_label = str(rank)
         where = f"{mode}" + (f" rank {rank}" if rank else "")
-        if key not in cur_rows or key not in base_rows:
-            side = "baseline" if key in base_rows else "current"
+        base_rows = [p for p in pairs if p.old is not None]
+        cur_rows = [p for p in pairs if p.new is not None]
+        if not base_rows or not cur_rows:
+            side = "baseline" if base_rows else "current"
             if side == "baseline" and mode in current.run.modes and not differences:
                 # The current run meant to capture this mode but produced nothing for it.
-                checks.append(GateCheck(mode, rank_label, None, "status", None, None, REGRESSION,
-                                        detail=f"no rows in the current report (baseline had {len(base_rows[key])})"))
+                checks.append(_status_check(mode, rank_label, None, REGRESSION,
+                                            f"no rows in the current report (baseline had {len(base_rows)})",
+                                            None, None))
             else:
                 notes.append(f"{where} is only in the {side} report; not compared")
             continue
-        b_rows, c_rows = base_rows[key], cur_rows[key]
-        common = sorted(set(b_rows) & set(c_rows))
-        for bucket in sorted(set(b_rows) - set(c_rows)):
-            if bucket in intended and b_rows[bucket].status == "ok":
-                checks.append(GateCheck(mode, rank_label, bucket, "status", None, None, REGRESSION,
-                                        detail="no row in the current report although its run lists this bucket"))
-            else:
-                notes.append(f"{where} bucket {bucket} is only in the baseline; not compared")
-        for bucket in sorted(set(c_rows) - set(b_rows)):
-            notes.append(f"{where} bucket {bucket} is only in the current report; not compared")
+        common = [p for p in pairs if p.presence == BOTH]
+        for p in pairs:
+            if p.presence == OLD_ONLY:
+                if p.bucket in intended and p.old.status == "ok":
+                    checks.append(_status_check(mode, rank_label, p.bucket, REGRESSION,
+                                                "no row in the current report although its run lists this bucket",
+                                                p.old.status, None))
+                else:
+                    notes.append(f"{where} bucket {p.bucket} is only in the baseline; not compared")
+        for p in pairs:
+            if p.presence != BOTH and p.presence != OLD_ONLY:
+                notes.append(f"{where} bucket {p.bucket} is only in the current report; not compared")
+        if not common:
+            notes.append(f"{where} has no bucket in both reports; its totals are not compared")
+            continue
 
-        # Mode totals: the summary rows when both reports hold the same buckets, else sums over the common ones.
-        complete = set(b_rows) == set(c_rows)
-        if not complete:
+        # Mode totals: the paired summary rows when both reports hold the same buckets, else sums over the
+        # common ones.
+        complete = len(common) == len(pairs)
+        total = totals.get((mode, rank_label))
+        if not complete or total is None or total.presence != BOTH:
             notes.append(f"{where} totals are sums of per-bucket deltas over the {len(common)} common buckets")
         for metric in TOTAL_METRICS:
-            if complete:
-                base = getattr(base_summary[(mode, rank_label)], metric)
-                cur = getattr(cur_summary[(mode, rank_label)], metric)
+            if complete and total is not None and total.presence == BOTH:
+                change = total.changes[metric]
+                base, cur = change.old, change.new
             else:
                 part = _TOTAL_FROM_BUCKETS[metric]
-                base = sum(getattr(b_rows[b], part) for b in common)
-                cur = sum(getattr(c_rows[b], part) for b in common)
+                base = sum(p.changes[part].old for p in common)
+                cur = sum(p.changes[part].new for p in common)
             checks.append(_metric_check(mode, rank_label, None, metric, base, cur, options))
 
-        for bucket in common:
-            b, c = b_rows[bucket], c_rows[bucket]
+        for p in common:
+            b, c = p.old, p.new
             if b.status == "ok" and c.status != "ok":
-                checks.append(GateCheck(mode, rank_label, bucket, "status", None, None, REGRESSION,
-                                        detail=f"{c.status} in the current report (baseline ok)"
-                                        + (f": {c.detail}" if c.detail else "")))
+                checks.append(_status_check(mode, rank_label, p.bucket, REGRESSION,
+                                            f"{c.status} in the current report (baseline ok)"
+                                            + (f": {c.detail}" if c.detail else ""), b.status, c.status))
                 continue
             if b.status != "ok" and c.status == "ok":
-                checks.append(GateCheck(mode, rank_label, bucket, "status", None, None, IMPROVEMENT,
-                                        detail=f"ok in the current report (baseline {b.status})"))
+                checks.append(_status_check(mode, rank_label, p.bucket, IMPROVEMENT,
+                                            f"ok in the current report (baseline {b.status})", b.status, c.status))
             elif b.status != "ok":
-                notes.append(f"{where} bucket {bucket} failed in both reports ({b.status}, {c.status})")
+                notes.append(f"{where} bucket {p.bucket} failed in both reports ({b.status}, {c.status})")
             if options.per_bucket and b.status == "ok" and c.status == "ok":
                 for metric in BUCKET_METRICS:
-                    checks.append(_metric_check(mode, rank_label, bucket, metric,
-                                                getattr(b, metric), getattr(c, metric), options))
-    if any(rank != 0 for _, rank in set(base_rows) | set(cur_rows)):
+                    change = p.changes[metric]
+                    checks.append(_metric_check(mode, rank_label, p.bucket, metric, change.old, change.new, options))
+    if not any(c.metric != "status" for c in checks) and not any(c.verdict == REGRESSION for c in checks):
+        raise GateInputError(
+            f"baseline {baseline.path} and current {current.path} have no figures in common to compare "
+            f"({'no bucket rows' if not cmp.buckets else 'no bucket in both reports'}): the gate cannot pass "
+            "what it did not see; capture both with the same options")
+    if any(rank != 0 for _, rank in groups):
         for c in checks:  # tensor-parallel: every check names its rank, rank 0 included
             c.tensor_parallel = True
     return GateResult(baseline, current, options, checks, notes)

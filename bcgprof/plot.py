@@ -1,9 +1,14 @@
-"""`bcgprof plot`: a report's capture cost as a PNG (matplotlib, Agg backend, imported only here).
+"""`bcgprof plot`: a report's capture cost as an image (matplotlib, Agg backend, imported only here).
 
 Top panel: cumulative cost against the buckets in capture order (largest first),
 one colour per mode; solid lines are device used (NVML), dashed lines the graph
-pool. The floor (largest bucket alone) is a horizontal reference. Bottom panel: each
-bucket's graph-pool delta, per mode, on a symmetric log scale.
+pool. Its y axis spans the plotted figures (not from 0), so the range where the modes
+differ fills the panel. The floor (largest bucket alone) is two horizontal references
+drawn under the modes' lines: dash-dot for its device used, dotted for its pool.
+Bottom panel: each bucket's graph-pool delta, per mode, on a symmetric log scale.
+
+Images are .png, .svg, .pdf or .jpg (:data:`SUFFIXES`); a name without a suffix gets
+.png; any other suffix is refused before the report is read.
 """
 
 from __future__ import annotations
@@ -15,6 +20,28 @@ from bcgprof.report import Report
 from bcgprof.report_format import GIB, MIB
 
 COLOURS = {"per-bucket": "#d62728", "shared": "#1f77b4", "floor": "#2ca02c"}
+SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+DPI_RANGE = (30, 600)  # 600 dpi: a 6600 x 4800 image
+
+
+def image_path(out: str | Path) -> Path:
+    """``out`` with .png added when it has no suffix; an unsupported suffix is a one-line error."""
+    out = Path(out)
+    if not out.name or out.name in (".", ".."):
+        raise BcgprofError(f"-o {out} names no file; write e.g. -o cost.png")
+    if out.suffix == "":
+        return out.with_name(out.name + ".png")
+    if out.suffix.lower() not in SUFFIXES:
+        raise BcgprofError(f"-o {out}: cannot write {out.suffix} images; use {', '.join(SUFFIXES[:-1])} "
+                           "(or no suffix for .png)")
+    return out
+
+
+def check_dpi(dpi: int) -> None:
+    lo, hi = DPI_RANGE
+    if not lo <= dpi <= hi:
+        shown = dpi if len(str(dpi)) <= 12 else "a huge number"
+        raise BcgprofError(f"--dpi {shown} is out of range; use {lo} to {hi} dots per inch")
 
 
 def _rows(report: Report, mode: str, rank: int):
@@ -22,14 +49,32 @@ def _rows(report: Report, mode: str, rank: int):
 
 
 def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 120) -> Path:
-    """Write the figure to ``out`` (PNG, or any format matplotlib knows by the suffix); return the path."""
+    """Write the figure to ``out`` (see :func:`image_path` for the suffixes); return the path written."""
+    import matplotlib.pyplot as plt
+
+    out = image_path(out)
+    check_dpi(dpi)
+    fig = build_figure(report, rank=rank)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=dpi)
+    except Exception as e:  # OSError, or a backend that cannot draw here (a missing tool)
+        detail = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BcgprofError(f"cannot write {out}: {detail[:200]}; write a .png, .svg or .pdf somewhere writable") \
+            from None
+    finally:
+        plt.close(fig)
+    return out
+
+
+def build_figure(report: Report, *, rank: int = 0):
+    """The figure of one rank of a report (a matplotlib Figure; the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    out = Path(out)
     curves = [m for m in ("per-bucket", "shared") if _rows(report, m, rank)]
     floor = _rows(report, "floor", rank)
     extra = [m for m in report.modes() if m not in ("per-bucket", "shared", "floor") and _rows(report, m, rank)]
@@ -49,7 +94,7 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
     peak = max([abs(sum(r.device_used_delta_bytes for r in _rows(report, m, rank))) for m in curves + ["floor"]]
                + [abs(r.pool_bytes) for r in report.buckets if r.rank == rank] + [1])
     unit, scale = ("GiB", GIB) if peak >= GIB else ("MiB", MIB)
-    highest = 0.0
+    plotted: list[float] = []  # every value on the top panel, for its y range
     for mode in curves:
         rows = [r for r in _rows(report, mode, rank) if r.bucket in x_of]
         xs = [x_of[r.bucket] for r in rows]
@@ -62,25 +107,29 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
         colour = COLOURS.get(mode)
         used = [u / scale for u in used]
         pool = [p / scale for p in pool]
-        highest = max([highest, *used, *pool])
-        top.plot(xs, used, "-o", color=colour, markersize=3, label=f"{mode}: device used")
-        top.plot(xs, pool, "--", color=colour, alpha=0.7, label=f"{mode}: graph pool")
+        plotted += used + pool
+        top.plot(xs, used, "-o", color=colour, markersize=3, linewidth=1.8, zorder=3, label=f"{mode}: device used")
+        top.plot(xs, pool, "--", color=colour, linewidth=1.8, zorder=3, label=f"{mode}: graph pool")
         failed = [(x, u) for x, u, r in zip(xs, used, rows) if r.status != "ok"]
         if failed:
-            top.plot(*zip(*failed), "x", color="black", markersize=9, label=f"{mode}: failed bucket")
+            top.plot(*zip(*failed), "x", color="black", markersize=9, zorder=4, label=f"{mode}: failed bucket")
     if floor:
         f = floor[-1]
         floor_used = sum(r.device_used_delta_bytes for r in floor) / scale
         floor_pool = f.pool_bytes / scale
-        highest = max(highest, floor_used, floor_pool)
-        top.axhline(floor_used, color=COLOURS["floor"], linewidth=1.5,
+        plotted += [floor_used, floor_pool]
+        # Under the modes' lines (zorder 1), each in its own pattern: the shared pool
+        # often ends a few MiB above the floor's and must stay visible on top of it.
+        top.axhline(floor_used, color=COLOURS["floor"], linewidth=1.5, linestyle="-.", zorder=1,
                     label=f"floor (bucket {f.bucket} alone): device used {floor_used:.2f} {unit}")
-        top.axhline(floor_pool, color=COLOURS["floor"], linewidth=1, linestyle=":",
+        top.axhline(floor_pool, color=COLOURS["floor"], linewidth=2.5, linestyle=":", zorder=1,
                     label=f"floor: graph pool {floor_pool:.2f} {unit}")
     top.set_ylabel(f"cumulative capture cost ({unit})")
-    top.set_ylim(0, highest * 1.08 or 1)
+    low, high = (min(plotted), max(plotted)) if plotted else (0.0, 1.0)
+    span = (high - low) or max(abs(high), 1.0) * 0.1
+    top.set_ylim(low - 0.08 * span, high + 0.12 * span)
     top.grid(True, alpha=0.3)
-    top.legend(loc="lower right", fontsize=8)
+    top.legend(loc="upper left", fontsize=8)  # the curves rise to the right; the floor lies along the bottom
     run = report.run
     status = "" if run.status == "complete" else f" [{run.status}]"
     tp = f", rank {rank} of {run.tp}" if run.tp and run.tp > 1 else ""
@@ -102,11 +151,4 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
     ticks = list(range(0, len(labels), step))
     bottom.set_xticks(ticks)
     bottom.set_xticklabels([str(labels[i]) for i in ticks], rotation=60, fontsize=8)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=dpi)
-    except (OSError, ValueError) as e:
-        raise BcgprofError(f"cannot write {out}: {e}") from None
-    finally:
-        plt.close(fig)
-    return out
+    return fig

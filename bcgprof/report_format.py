@@ -68,10 +68,20 @@ def pct_change(old: Optional[float], new: Optional[float]) -> Optional[float]:
     return 100.0 * (new - old) / abs(old)
 
 
+MAX_PARSED_BYTES = 2 ** 60  # 1 EiB: larger sizes are typing mistakes
+
+
 def parse_bytes(text: str, *, what: str = "size") -> int:
-    """``16MiB``, ``1.5 GiB``, ``512k``, ``1048576`` (bytes) -> bytes. Units are binary (KiB, MiB, GiB, TiB)."""
+    """``16MiB``, ``1.5 GiB``, ``512k``, ``1048576`` (bytes) -> bytes. Units are binary (KiB, MiB, GiB, TiB).
+
+    At most :data:`MAX_PARSED_BYTES`; anything else is a one-line :class:`BcgprofError`.
+    """
+    shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:36] + "...")
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text or "")
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS:
-        raise BcgprofError(f"{what} {text!r} is not a size; write e.g. 16MiB, 1.5GiB, 512KiB or a byte count")
-    return int(round(float(m.group(1)) * _UNITS[unit]))
+        raise BcgprofError(f"{what} {shown} is not a size; write e.g. 16MiB, 1.5GiB, 512KiB or a byte count")
+    number = m.group(1)
+    if len(number) > 30 or float(number) * _UNITS[unit] > MAX_PARSED_BYTES:
+        raise BcgprofError(f"{what} {shown} is too large; write e.g. 16MiB, 1.5GiB or 512KiB")
+    return int(round(float(number) * _UNITS[unit]))

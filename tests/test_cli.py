@@ -176,8 +176,8 @@ def gate(data_dir, baseline, current, *extra):
     return run("gate", "--baseline", data_dir / baseline, "--current", data_dir / current, *extra)
 
 
-def test_gate_pass(data_dir):
-    result = gate(data_dir, "baseline", "baseline")
+def test_gate_pass(data_dir, report_copy):
+    result = gate(data_dir, "baseline", report_copy("baseline"))
     assert result.exit_code == 0, result.stderr
     assert "PASS: no memory regression" in result.stdout
 
@@ -233,11 +233,11 @@ def test_gate_bad_tolerances(data_dir, args, message):
     assert message in one_line_error(gate(data_dir, "baseline", "baseline", *args))
 
 
-def test_gate_summary_md_is_appended(data_dir, tmp_path):
+def test_gate_summary_md_is_appended(data_dir, tmp_path, report_copy):
     summary = tmp_path / "summary.md"
     summary.write_text("# CI\n\n")
     assert gate(data_dir, "baseline", "grown", "--summary-md", summary).exit_code == 1
-    assert gate(data_dir, "baseline", "baseline", "--summary-md", summary).exit_code == 0
+    assert gate(data_dir, "baseline", report_copy("baseline"), "--summary-md", summary).exit_code == 0
     assert gate(data_dir, "baseline", "corrupt", "--summary-md", summary).exit_code == 2
     text = summary.read_text()
     assert text.startswith("# CI\n\n## bcgprof gate: FAIL")
@@ -326,13 +326,13 @@ def test_capture_defaults_reach_run_capture(captured):
 
 def test_capture_options_reach_run_capture(captured, tmp_path):
     result = run("capture", "--model", "Qwen3-8B", "--weights", "safetensors", "--num-layers", "4", "--phase",
-                 "decode", "--buckets", "1,2,4", "--max-tokens", "8192", "--max-bs", "64", "--modes", "shared,floor",
+                 "prefill", "--buckets", "1,2,4", "--max-tokens", "8192", "--max-bs", "64", "--modes", "shared,floor",
                  "--warmup", "3", "--device", "cuda:1", "--out", tmp_path / "r", "--verify", "all", "--in-process",
                  "--sample-interval-ms", "0.5", "--tp", "2", "--seed", "7")
     assert result.exit_code == 0, result.stderr
     (opts,) = captured
     assert (opts.model, opts.weights, opts.num_layers, opts.phase, opts.buckets) == (
-        "Qwen3-8B", "safetensors", 4, "decode", "1,2,4")
+        "Qwen3-8B", "safetensors", 4, "prefill", "1,2,4")
     assert (opts.max_tokens, opts.max_bs, opts.modes, opts.warmup, opts.device) == (
         8192, 64, ["shared", "floor"], 3, "cuda:1")
     assert (opts.out, opts.verify, opts.in_process, opts.sample_interval_ms, opts.tp, opts.seed) == (

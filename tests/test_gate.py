@@ -33,8 +33,8 @@ def grow_bucket(row, pool=0, device=0, non_torch=0):
     row.non_torch_delta_bytes += non_torch
 
 
-def test_identical_reports_pass(data_dir):
-    result = gate(data_dir / "baseline", data_dir / "baseline")
+def test_identical_reports_pass(data_dir, report_copy):
+    result = gate(data_dir / "baseline", report_copy("baseline"))
     assert result.passed and result.exit_code == 0
     assert not result.improvements
     # two totals per mode, nothing per bucket without per_bucket

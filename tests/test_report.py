@@ -180,7 +180,7 @@ def test_wrong_schema_version_is_a_report_error(data_dir):
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda t: t.replace("per-bucket,4096", "per-bucket,lots", 1), "'lots' is not a number"),
-    (lambda t: t.replace(",ok,", ",melted,", 1), "unknown mode 'per-bucket' or status 'melted'"),
+    (lambda t: t.replace(",ok,", ",melted,", 1), "row 2, column status: unknown value 'melted'"),
     (lambda t: t.replace("mode,", "kind,", 1), "missing column(s) mode"),
     (lambda t: "", "is empty"),
 ])

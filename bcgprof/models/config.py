@@ -64,15 +64,27 @@ class ModelSpec:
         return str(name).replace("torch.", "")
 
 
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _family(config: dict, where: str) -> str:
-    for arch in config.get("architectures") or []:
+    archs = config.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise ModelConfigError(f"{where}: architectures must be a list of names such as [\"LlamaForCausalLM\"], "
+                               f"got {_shown(archs)}; fix the config.json")
+    mt = config.get("model_type")
+    if mt is not None and not isinstance(mt, str):
+        raise ModelConfigError(f"{where}: model_type must be a name such as \"llama\", got {_shown(mt)}; "
+                               "fix the config.json")
+    for arch in archs or []:
         if arch in FAMILIES:
             return FAMILIES[arch]
-    mt = config.get("model_type")
     if mt in MODEL_TYPES:
         return MODEL_TYPES[mt]
     supported = ", ".join(sorted(FAMILIES))
-    found = config.get("architectures") or config.get("model_type") or "nothing"
+    found = _shown(archs) if archs else (_shown(mt) if mt else "nothing")
     raise ModelConfigError(
         f"{where}: unsupported architecture {found}; bcgprof supports {supported}"
     )
@@ -85,11 +97,16 @@ def config_hash(config: dict) -> str:
 
 def _read_json(path: Path) -> dict:
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_bytes().decode("utf-8-sig"))
     except OSError as e:
         raise ModelConfigError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ModelConfigError(f"{path} is not UTF-8 text (byte at offset {e.start}); fix or re-download it") from None
     except json.JSONDecodeError as e:
         raise ModelConfigError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix or re-download it") from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer of thousands of digits, or nesting too deep
+        raise ModelConfigError(f"{path} is not usable JSON ({str(e).splitlines()[0][:100]}); "
+                               "fix or re-download it") from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path} is not a config.json object")
     return config
@@ -117,7 +134,8 @@ def resolve_model(model: str) -> ModelSpec:
         )
     config = _read_json(config_path)
     family = _family(config, str(config_path))
-    missing = [k for k in REQUIRED if not isinstance(config.get(k), int) or config[k] <= 0]
+    missing = [k for k in REQUIRED if not isinstance(config.get(k), int) or isinstance(config[k], bool)
+               or config[k] <= 0]
     if missing:
         raise ModelConfigError(f"{config_path}: missing or invalid {', '.join(missing)}")
     return ModelSpec(name, source, config_path, ckpt, family, config, config_hash(config))

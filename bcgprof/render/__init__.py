@@ -1,0 +1,86 @@
+"""Output of `show`, `compare`, `gate`, `estimate` and a finished `capture`.
+
+Two layers: :mod:`~bcgprof.render.views` builds a view model (a
+:class:`~bcgprof.render.model.View`) from a report, a comparison, a gate result or an
+estimate; one renderer per output draws any view: :func:`render_table` (rich tables
+fitted to the console), :func:`render_markdown`, :func:`render_json` and
+:func:`render_csv`. The functions below are what the CLI and the runner call.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from bcgprof.render.as_csv import render_csv
+from bcgprof.render.as_json import render_json
+from bcgprof.render.as_markdown import render_markdown
+from bcgprof.render.as_table import render_table
+from bcgprof.render.model import Column, Line, Sheet, View
+from bcgprof.render.views import (
+    capture_view, compare_view, estimate_view, gate_headline, gate_view, report_tables_view, run_line, show_view,
+    verdict_line,
+)
+
+FORMATS = ("table", "markdown", "json", "csv")
+SECTIONS = ("all", "buckets", "summary")
+
+__all__ = [
+    "FORMATS", "SECTIONS", "Column", "Line", "Sheet", "View", "render", "render_csv", "render_json",
+    "render_markdown", "render_table", "show_report", "show_comparison", "print_gate", "gate_markdown",
+    "gate_error_markdown", "gate_headline", "print_estimate", "print_capture_result",
+    "verdict_line", "run_line",
+]
+
+
+def _write(console: Console, text: str) -> None:
+    # Plain text, exactly as produced: no markup, wrapping or highlighting.
+    console.file.write(text)
+    console.file.flush()
+
+
+def render(view: View, fmt: str, console: Console, *, wide: bool = False) -> None:
+    """Draw ``view`` on ``console`` in one of :data:`FORMATS`."""
+    if fmt == "table":
+        render_table(view, console, wide=wide)
+    elif fmt == "markdown":
+        _write(console, render_markdown(view))
+    elif fmt == "json":
+        _write(console, render_json(view))
+    elif fmt == "csv":
+        _write(console, render_csv(view))
+    else:
+        raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def show_report(report, console: Console, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
+    """`bcgprof show`: per-mode bucket tables and the summary, in any of :data:`FORMATS`."""
+    render(show_view(report, section), fmt, console, wide=wide)
+
+
+def show_comparison(cmp, console: Console, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
+    """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)."""
+    render(compare_view(cmp, section), fmt, console, wide=wide)
+
+
+def print_gate(result, console: Console) -> None:
+    render_table(gate_view(result), console)
+
+
+def gate_markdown(result) -> str:
+    """The verdict and tables appended to ``--summary-md`` (a CI job summary)."""
+    return render_markdown(gate_view(result)) + "\n"
+
+
+def gate_error_markdown(message: str) -> str:
+    return f"## bcgprof gate: UNUSABLE INPUT\n\n{message}\n\n"
+
+
+def print_estimate(est, console: Console) -> None:
+    render_table(estimate_view(est), console)
+
+
+def print_capture_result(report, console: Console) -> None:
+    """What a finished capture shows: its tables (fitted to the console), the verdict line and "report: PATH"."""
+    render_table(capture_view(report), console)
+
+

@@ -1,0 +1,139 @@
+"""Views as rich tables on a console, fitted to its width.
+
+Every column gets a width before rich sees it: numbers and key columns (mode, bucket,
+status, #, the main byte figures) are never wrapped, shrunk or cut; text columns wrap
+at spaces; headers wrap at spaces. When a table does not fit, the non-key columns
+with the highest ``drop`` are left out, whole, and a note under the table names them.
+Only when the key columns alone do not fit (or with ``wide``) is the table drawn wider
+than the console, so that nothing is ever cut.
+"""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
+
+_STYLES = {STRONG: "bold", WARNING: "yellow", BAD: "bold red", GOOD: "bold green"}
+
+
+def table_width(widths: list[int]) -> int:
+    """Characters a rich table (default box, padding 1) takes for these content widths."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def _words(text: str) -> int:
+    return max((cell_len(w) for w in text.split()), default=0)
+
+
+def _measure(sheet: Sheet, column: Column) -> tuple[int, int]:
+    """(natural, minimum) content width of a column."""
+    cells = [sheet.cell(row, column) for row in sheet.rows]
+    longest = max((cell_len(c) for c in cells), default=0)
+    header = cell_len(column.header)
+    if column.numeric or column.key_column:
+        return max(longest, header, 1), max(longest, _words(column.header), 1)
+    return max(longest, header, 1), max(max((_words(c) for c in cells), default=0), _words(column.header), 1)
+
+
+def _shrink(natural: list[int], minimum: list[int], limit: int) -> list[int]:
+    """Narrow the columns with the most room above their minimum until the table fits ``limit`` (or cannot)."""
+    widths = list(natural)
+    excess = table_width(widths) - limit
+    while excess > 0:
+        slack = [w - m for w, m in zip(widths, minimum)]
+        i = max(range(len(widths)), key=lambda k: slack[k], default=None)
+        if i is None or slack[i] <= 0:
+            break
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def fit_columns(sheet: Sheet, columns: list[Column], limit: int, *, drop: bool = True):
+    """(columns kept, their widths, columns left out) for a table at most ``limit`` characters wide."""
+    kept = list(columns)
+    hidden: list[Column] = []
+    while True:
+        sizes = [_measure(sheet, c) for c in kept]
+        widths = _shrink([n for n, _ in sizes], [m for _, m in sizes], limit)
+        if table_width(widths) <= limit or not drop:
+            return kept, widths, hidden
+        candidates = [c for c in kept if not c.key_column]
+        if not candidates:
+            return kept, widths, hidden
+        top = max(c.drop for c in candidates)
+        going = [c for c in candidates if c.drop == top]
+        hidden = going + hidden
+        kept = [c for c in kept if c not in going]
+
+
+def sheet_table(sheet: Sheet, columns: list[Column], widths: list[int]) -> Table:
+    table = Table(title=escape(sheet.title) if sheet.title else None, title_justify="left", header_style="bold")
+    for c, w in zip(columns, widths):
+        # Wrapping stays on so that headers wrap at spaces; a number or key cell never wraps because
+        # its width is at least its longest cell (fit_columns).
+        table.add_column(escape(c.header), justify="right" if c.numeric else "left", width=w, overflow="fold")
+    for row in sheet.rows:
+        style = row.get("_style")
+        cells = [escape(sheet.cell(row, c)) for c in columns]
+        table.add_row(*[f"[{style}]{text}[/]" if style and text else text for text in cells])
+    return table
+
+
+def line_markup(line: Line) -> str:
+    text = escape(line.text)
+    if line.lead:
+        text = f"[bold]{escape(line.lead)}[/]{text}"
+    style = _STYLES.get(line.style)
+    return f"[{style}]{text}[/]" if style else text
+
+
+def print_line(console: Console, line: Line) -> None:
+    console.print(line_markup(line), highlight=False)
+
+
+def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str = "") -> bool:
+    """One sheet: all its columns with ``wide``, else the default ones that fit the console.
+
+    Returns whether a note said which columns were left out."""
+    columns = [c for c in sheet.columns if wide or not c.wide]
+    limit = console.width
+    kept, widths, hidden = fit_columns(sheet, columns, limit, drop=not wide)
+    needed = table_width(widths)
+    table = sheet_table(sheet, kept, widths)
+    if needed > limit:
+        # Nothing fits narrower without cutting a key figure: draw it whole, wider than the console.
+        saved = console.width
+        console.width = needed
+        try:
+            console.print(table)
+        finally:
+            console.width = saved
+    else:
+        console.print(table)
+    if hidden:
+        names = ", ".join(c.header for c in hidden)
+        console.print(f"  [dim]left out at {limit} columns: {escape(names)}"
+                      + (f"; {escape(hint)}" if hint else "") + "[/]", highlight=False)
+    for note in sheet.notes:
+        console.print(f"  {escape(note)}", highlight=False)
+    return bool(hidden)
+
+
+def render_table(view: View, console: Console, *, wide: bool = False) -> None:
+    """Draw a view on a rich console: head lines, tables, foot lines, then the headline."""
+    for line in view.head:
+        print_line(console, line)
+    told = False
+    for sheet in view.sheets:
+        told = print_sheet(console, sheet, wide=wide, hint=view.hint) or told
+    if not told and not wide and any(c.wide for s in view.sheets for c in s.columns) and view.hint:
+        console.print(f"[dim]{escape(view.hint)}[/]", highlight=False)
+    for line in view.foot:
+        print_line(console, line)
+    if view.headline is not None:
+        print_line(console, view.headline)

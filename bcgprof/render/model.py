@@ -1,0 +1,63 @@
+"""The view model: what a command shows, before it is drawn in any format.
+
+A :class:`View` is lines above the tables (``head``), the tables (:class:`Sheet`), lines
+below them (``foot``), an optional one-line verdict (``headline``) and the JSON
+document (``data``). Sheets hold raw row values and :class:`Column` descriptions of
+how to show them; the renderers (:mod:`~bcgprof.render.as_table`,
+:mod:`~bcgprof.render.as_markdown`, :mod:`~bcgprof.render.as_json`,
+:mod:`~bcgprof.render.as_csv`) decide nothing but the drawing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+
+@dataclass
+class Column:
+    key: str  # key of the raw value in each row, and the csv header
+    header: str  # what tables and markdown show
+    fmt: Callable[[Any], str] = str
+    numeric: bool = True  # right-aligned, never wrapped
+    key_column: bool = False  # tables never hide, shrink or cut it
+    wide: bool = False  # tables show it only with --wide; markdown, json and csv always
+    drop: int = 1  # when a table is too narrow, non-key columns with the highest drop go first
+
+
+@dataclass
+class Sheet:
+    name: str  # machine name of the section: buckets, summary, totals, ...
+    title: str
+    columns: list[Column]
+    rows: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # printed under the table
+
+    def cell(self, row: dict, column: Column) -> str:
+        """A row may override a column's format (the compare totals mix bytes, counts and seconds)."""
+        fmt = row.get("_fmt", {}).get(column.key, column.fmt)
+        return fmt(row.get(column.key))
+
+
+# Line styles: what a line means; each renderer shows it its own way.
+PLAIN, STRONG, WARNING, BAD, GOOD = "", "strong", "warning", "bad", "good"
+
+
+@dataclass
+class Line:
+    text: str
+    style: str = PLAIN
+    lead: str = ""  # shown before the text, in bold (a path, a label)
+    bullet: bool = False  # a list item in markdown
+
+
+@dataclass
+class View:
+    head: list[Line] = field(default_factory=list)
+    sheets: list[Sheet] = field(default_factory=list)
+    foot: list[Line] = field(default_factory=list)
+    data: Any = None  # the JSON document
+    csv_text: Optional[str] = None  # exact csv output (show: the files' own columns); else the sheets' raw values
+    title: str = ""  # a markdown heading over everything (the gate's job summary)
+    headline: Optional[Line] = None  # the verdict: last in a table, first in markdown
+    hint: str = ""  # how to see what a narrow table leaves out

@@ -1,0 +1,489 @@
+"""View models of `show`, `compare`, `gate`, `estimate` and a finished `capture`.
+
+Each function turns a report (or a comparison, a gate result, an estimate) into a
+:class:`~bcgprof.render.model.View`; the renderers draw it. Nothing here decides
+anything: compare.py and gate.py do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from bcgprof.compare import BOTH, NEW_ONLY, OLD_ONLY, Comparison
+from bcgprof.estimate import Estimate
+from bcgprof.gate import IMPROVEMENT, PASS, REGRESSION, GateCheck, GateResult
+from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
+from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
+from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
+
+WIDE_HINT = "--wide shows every column; -f csv or -f json gives every figure"
+GATE_HINT = "a wider terminal, or --summary-md, shows every column"
+
+
+def _bytes(n) -> str:
+    return fmt_bytes(n)
+
+
+def _delta(n) -> str:
+    return fmt_bytes(n, signed=True)
+
+
+def _pct_signed(v) -> str:
+    return fmt_pct(v, signed=True)
+
+
+def _blank(_) -> str:
+    return ""
+
+
+def _diff(v) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _rank_text(rank) -> str:
+    """Ranks are strings in every JSON document: "0", "1", ... or "max"/"sum" for the summary's cross-rank rows."""
+    return str(rank)
+
+
+# ---------------------------------------------------------------- report
+
+def multi_rank(report: Report) -> bool:
+    return any(r.rank != 0 for r in report.buckets) or report.run.tp > 1
+
+
+def run_line(report: Report) -> str:
+    run = report.run
+    buckets = run.buckets
+    span = f"{len(buckets)} buckets {buckets[0]}..{buckets[-1]}" if buckets else "no buckets"
+    what = "tokens" if run.phase == "prefill" else "batch sizes"
+    gpu = run.gpu_name or "unknown GPU"
+    tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
+    return (f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} weights) {run.phase}: "
+            f"{span} ({what}){tp} on {gpu}; torch {run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; "
+            f"status {run.status}")
+
+
+def bucket_columns(report: Report) -> list[Column]:
+    """Columns of the per-mode bucket tables: the key figures by default, everything with --wide."""
+    any_nodes = any(r.graph_nodes is not None for r in report.buckets)
+    any_diff = any(r.replay_max_abs_diff is not None for r in report.buckets)
+    any_process = any(r.process_used_delta_bytes is not None for r in report.buckets)
+    any_peak = any(r.device_peak_delta_bytes is not None for r in report.buckets)
+    any_free = any(r.free_bytes is not None for r in report.buckets)
+    return [
+        Column("order", "#", key_column=True),
+        Column("bucket", "bucket", key_column=True),
+        Column("status", "status", numeric=False, key_column=True),
+        Column("segments", "segments", wide=True),
+        *([Column("graph_nodes", "graph nodes", fmt_int, wide=True)] if any_nodes else []),
+        Column("pool_bytes", "pool", _bytes, key_column=True),
+        Column("pool_delta_bytes", "pool Δ", _delta, key_column=True),
+        Column("device_used_delta_bytes", "device-used Δ", _delta, key_column=True),
+        Column("non_torch_delta_bytes", "non-torch Δ", _delta, drop=2),
+        Column("retained_output_bytes", "retained output", _bytes, drop=1),
+        Column("peak_transient_bytes", "peak transient", _bytes, drop=3),
+        Column("torch_reserved_delta_bytes", "torch reserved Δ", _delta, wide=True),
+        *([Column("process_used_delta_bytes", "process-used Δ", _delta, wide=True)] if any_process else []),
+        *([Column("device_peak_delta_bytes", "device peak Δ", _delta, wide=True)] if any_peak else []),
+        *([Column("free_bytes", "free after", _bytes, wide=True)] if any_free else []),
+        Column("warmup_ms", "warm-up", fmt_ms, wide=True),
+        Column("capture_ms", "capture", fmt_ms, wide=True),
+        *([Column("replay_max_abs_diff", "replay diff", _diff, wide=True)] if any_diff else []),
+    ]
+
+
+def bucket_sheets(report: Report) -> list[Sheet]:
+    """One sheet per mode (and rank), rows in capture order."""
+    multi = multi_rank(report)
+    columns = bucket_columns(report)
+    groups: dict[tuple[str, int], list[BucketRecord]] = {}
+    for r in report.buckets:
+        groups.setdefault((r.mode, r.rank), []).append(r)
+    sheets = []
+    for (mode, rank), rows in groups.items():
+        rows = sorted(rows, key=lambda r: r.order)
+        title = f"{mode}" + (f" rank {rank}" if multi else "") + " (capture order)"
+        sheet = Sheet("buckets", title, columns)
+        for r in rows:
+            row = dataclasses.asdict(r)
+            if r.status != "ok":
+                row["_style"] = "red"
+                sheet.notes.append(f"bucket {r.bucket}: {r.status}" + (f": {r.detail}" if r.detail else ""))
+            sheet.rows.append(row)
+        sheets.append(sheet)
+    return sheets
+
+
+def summary_sheet(report: Report) -> Sheet:
+    multi = multi_rank(report)
+    any_failed = any(s.failed for s in report.summary)
+    columns = [
+        Column("mode", "mode", numeric=False, key_column=True),
+        *([Column("rank", "rank", numeric=False, key_column=True)] if multi else []),
+        Column("buckets", "buckets ok", drop=4),
+        Column("failed", "failed", wide=not any_failed, drop=4),
+        Column("segments", "segments", wide=True),
+        Column("pool_bytes", "pool", _bytes, key_column=True),
+        Column("torch_reserved_bytes", "torch reserved", _bytes, wide=True),
+        Column("device_used_bytes", "device used", _bytes, key_column=True),
+        Column("non_torch_bytes", "non-torch", _bytes, wide=True),
+        Column("retained_output_bytes", "retained output", _bytes, drop=3),
+        Column("peak_transient_bytes", "peak transient", _bytes, wide=True),
+        Column("capture_s", "warm-up + capture", fmt_seconds, wide=True),
+        Column("saved_vs_per_bucket_bytes", "saved vs per-bucket", _bytes, key_column=True),
+        Column("saved_vs_per_bucket_pct", "saved %", fmt_pct, drop=2),
+        Column("ratio_to_floor", "× floor", fmt_ratio, drop=1),
+    ]
+    rows = []
+    for s in report.summary:
+        row = dataclasses.asdict(s)
+        if s.mode == "floor":
+            # The floor is the reference, not a third option: no saving to show.
+            row["_fmt"] = {"saved_vs_per_bucket_bytes": _blank, "saved_vs_per_bucket_pct": _blank}
+        rows.append(row)
+    title = "summary (savings and floor ratios on device used)"
+    sheet = Sheet("summary", title, columns, rows)
+    if report.summary_source == SUMMARY_RECOMPUTED:
+        sheet.notes.append(f"summary {SUMMARY_RECOMPUTED} (the report is {report.run.status})")
+    return sheet
+
+
+def _headline_rank(summary: list[SummaryRecord]) -> str:
+    """Rank 0 for single-GPU runs, the per-mode worst rank ('max') for tensor-parallel ones."""
+    return "max" if any(s.rank == "max" for s in summary) else "0"
+
+
+def verdict_line(report: Report) -> str:
+    """One sentence: what sharing saved and how far each mode is from the floor; '' when nothing to compare."""
+    rank = _headline_rank(report.summary)
+    by_mode = {s.mode: s for s in report.summary if s.rank == rank}
+    parts = []
+    shared = by_mode.get("shared")
+    if shared is not None and shared.saved_vs_per_bucket_bytes is not None:
+        pct = f" ({shared.saved_vs_per_bucket_pct:.1f}%)" if shared.saved_vs_per_bucket_pct is not None else ""
+        verb = "saves" if shared.saved_vs_per_bucket_bytes >= 0 else "costs"
+        parts.append(f"sharing the output buffer {verb} {fmt_bytes(abs(shared.saved_vs_per_bucket_bytes))}{pct} "
+                     f"of device memory against per-bucket")
+        per_bucket = by_mode["per-bucket"]
+        ok_counts = (shared.buckets, per_bucket.buckets)
+        if shared.failed or per_bucket.failed or ok_counts[0] != ok_counts[1]:
+            # Totals over different bucket sets are not a like-for-like saving.
+            parts[-1] += (f" (not like for like: shared has {ok_counts[0]} buckets ok, "
+                          f"per-bucket {ok_counts[1]})")
+    ratios = [f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}" for m in ("per-bucket", "shared")
+              if m in by_mode and by_mode[m].ratio_to_floor is not None]
+    if ratios:
+        parts.append("cost / floor: " + ", ".join(ratios))
+    if not parts:
+        return ""
+    return ("worst rank: " if rank == "max" else "") + "; ".join(parts)
+
+
+def _status_lines(report: Report) -> list[Line]:
+    if report.run.status == "complete":
+        return []
+    message = f" ({report.run.message})" if report.run.message else ""
+    return [Line(f"this report is {report.run.status}{message}: figures cover only the finished rows; "
+                 f"summary {SUMMARY_RECOMPUTED}", WARNING)]
+
+
+def _record_json(record) -> dict:
+    data = dataclasses.asdict(record)
+    data["rank"] = _rank_text(data["rank"])
+    return data
+
+
+def report_json(report: Report, section: str = "all") -> dict:
+    data = {
+        "report": str(report.path),
+        "summary_source": report.summary_source,
+        "run": dataclasses.asdict(report.run),
+        "summary": [_record_json(s) for s in report.summary],
+        "buckets": [_record_json(b) for b in report.buckets],
+    }
+    if section == "buckets":
+        data.pop("summary")
+    elif section == "summary":
+        data.pop("buckets")
+    return data
+
+
+def report_csv(report: Report, section: str = "all") -> str:
+    """The report's own files: buckets.csv's and summary.csv's columns, order and values."""
+    buckets = records_to_csv(report.buckets, BucketRecord, report.columns.get("buckets"))
+    summary = records_to_csv(report.summary, SummaryRecord, report.columns.get("summary"))
+    if section == "buckets":
+        return buckets
+    if section == "summary":
+        return summary
+    return f"# buckets\n{buckets}\n# summary\n{summary}"
+
+
+def show_view(report: Report, section: str = "all") -> View:
+    """`bcgprof show`: per-mode bucket tables and the summary."""
+    sheets = []
+    if section in ("all", "buckets"):
+        sheets += bucket_sheets(report)
+    if section in ("all", "summary"):
+        sheets.append(summary_sheet(report))
+    verdict = verdict_line(report)
+    return View(
+        head=[Line(f": {run_line(report)}", lead=str(report.path))] + _status_lines(report),
+        sheets=sheets,
+        foot=[Line(verdict)] if verdict and section != "buckets" else [],
+        data=report_json(report, section),
+        csv_text=report_csv(report, section),
+        hint=WIDE_HINT,
+    )
+
+
+def report_tables_view(report: Report) -> View:
+    """The tables of a finished capture (no run line, no verdict)."""
+    return View(head=_status_lines(report), sheets=bucket_sheets(report) + [summary_sheet(report)], hint=WIDE_HINT)
+
+
+def capture_view(report: Report) -> View:
+    """What a finished capture shows: its tables, the verdict and where the report is."""
+    view = report_tables_view(report)
+    verdict = verdict_line(report)
+    view.foot = ([Line(verdict)] if verdict else []) + [Line(f": {report.path}", lead="report")]
+    view.data = report_json(report)
+    return view
+
+
+# ---------------------------------------------------------------- compare
+
+_TOTAL_FORMAT = {"segments": fmt_int, "capture_s": fmt_seconds}
+_TOTAL_DELTA_FORMAT = {"segments": lambda v: "-" if v is None else f"{int(v):+d}",
+                       "capture_s": lambda v: "-" if v is None else f"{v:+.2f} s"}
+# How a total is named in tables and markdown; csv and json keep the summary.csv column name.
+_TOTAL_LABEL = {"capture_s": "warm-up + capture"}
+
+
+def _presence_text(presence: str, old_label: str = "OLD", new_label: str = "NEW") -> str:
+    return {OLD_ONLY: f"only in {old_label}", NEW_ONLY: f"only in {new_label}"}.get(presence, "")
+
+
+def _growth_style(delta) -> Optional[str]:
+    if not delta:
+        return None
+    return "red" if delta > 0 else "green"
+
+
+def totals_sheet(cmp: Comparison) -> Sheet:
+    multi = cmp.multi_rank
+    columns = [
+        Column("mode", "mode", numeric=False, key_column=True),
+        *([Column("rank", "rank", numeric=False, key_column=True)] if multi else []),
+        Column("metric", "metric", lambda m: _TOTAL_LABEL.get(m, m or ""), numeric=False, key_column=True),
+        Column("old", "old", fmt_bytes, key_column=True), Column("new", "new", fmt_bytes, key_column=True),
+        Column("delta", "change", _delta, key_column=True), Column("pct", "change %", _pct_signed, drop=1),
+    ]
+    sheet = Sheet("totals", "per-mode totals", columns)
+    for t in cmp.totals:
+        if t.presence != BOTH:
+            sheet.rows.append({"mode": t.mode, "rank": t.rank, "metric": _presence_text(t.presence),
+                               "old": None, "new": None, "delta": None, "pct": None, "_style": "yellow"})
+            continue
+        for metric, change in t.changes.items():
+            plain = _TOTAL_FORMAT.get(metric, fmt_bytes)
+            signed = _TOTAL_DELTA_FORMAT.get(metric, _delta)
+            sheet.rows.append({
+                "mode": t.mode, "rank": t.rank, "metric": metric,
+                "old": change.old, "new": change.new, "delta": change.delta, "pct": change.pct,
+                "_fmt": {"old": plain, "new": plain, "delta": signed},
+                "_style": _growth_style(change.delta) if metric != "capture_s" else None,
+            })
+    return sheet
+
+
+def compare_bucket_sheet(cmp: Comparison) -> Sheet:
+    multi = cmp.multi_rank
+    columns = [
+        Column("mode", "mode", numeric=False, key_column=True),
+        *([Column("rank", "rank", key_column=True)] if multi else []),
+        Column("bucket", "bucket", key_column=True),
+        Column("status", "status", numeric=False, key_column=True),
+        Column("old_pool_delta_bytes", "pool Δ old", _bytes, wide=True),
+        Column("new_pool_delta_bytes", "pool Δ new", _bytes, wide=True),
+        Column("pool_change_bytes", "pool change", _delta, key_column=True),
+        Column("old_device_used_delta_bytes", "device-used Δ old", _bytes, drop=2),
+        Column("new_device_used_delta_bytes", "device-used Δ new", _bytes, drop=2),
+        Column("device_used_change_bytes", "device-used change", _delta, key_column=True),
+        Column("device_used_change_pct", "change %", _pct_signed, drop=1),
+    ]
+    sheet = Sheet("buckets", "per-bucket deltas, largest device-used growth first", columns)
+    for c in cmp.buckets:
+        old, new = c.old, c.new
+        if c.presence == BOTH:
+            status = old.status if old.status == new.status else f"{old.status} -> {new.status}"
+            pool, dev = c.changes["pool_delta_bytes"], c.changes["device_used_delta_bytes"]
+            row = {"pool_change_bytes": pool.delta, "device_used_change_bytes": dev.delta,
+                   "device_used_change_pct": dev.pct, "_style": _growth_style(dev.delta)}
+        else:
+            status = _presence_text(c.presence)
+            row = {"pool_change_bytes": None, "device_used_change_bytes": None, "device_used_change_pct": None,
+                   "_style": "yellow"}
+        row.update({
+            "mode": c.mode, "rank": c.rank, "bucket": c.bucket, "status": status,
+            "old_pool_delta_bytes": old.pool_delta_bytes if old else None,
+            "new_pool_delta_bytes": new.pool_delta_bytes if new else None,
+            "old_device_used_delta_bytes": old.device_used_delta_bytes if old else None,
+            "new_device_used_delta_bytes": new.device_used_delta_bytes if new else None,
+        })
+        sheet.rows.append(row)
+    return sheet
+
+
+def comparison_json(cmp: Comparison, section: str = "all") -> dict:
+    totals = []
+    for t in cmp.totals:
+        item = {"mode": t.mode, "rank": _rank_text(t.rank), "presence": t.presence}
+        for metric, change in t.changes.items():
+            item[metric] = {"old": change.old, "new": change.new, "delta": change.delta, "pct": change.pct}
+        totals.append(item)
+    buckets = []
+    for c in cmp.buckets:
+        item = {"mode": c.mode, "rank": _rank_text(c.rank), "bucket": c.bucket, "presence": c.presence,
+                "old_status": c.old.status if c.old else None, "new_status": c.new.status if c.new else None}
+        for metric in ("pool_delta_bytes", "device_used_delta_bytes", "non_torch_delta_bytes",
+                       "retained_output_bytes", "peak_transient_bytes"):
+            change = c.changes.get(metric)
+            item[metric] = {"old": getattr(c.old, metric) if c.old else None,
+                            "new": getattr(c.new, metric) if c.new else None,
+                            "delta": change.delta if change else None}
+        buckets.append(item)
+    data = {"old": str(cmp.old.path), "new": str(cmp.new.path), "differences": cmp.differences,
+            "totals": totals, "buckets": buckets}
+    if section == "buckets":
+        data.pop("totals")
+    elif section == "summary":
+        data.pop("buckets")
+    return data
+
+
+def compare_view(cmp: Comparison, section: str = "all") -> View:
+    """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)."""
+    sheets = []
+    if section in ("all", "summary"):
+        sheets.append(totals_sheet(cmp))
+    if section in ("all", "buckets"):
+        sheets.append(compare_bucket_sheet(cmp))
+    head = [Line(f": {run_line(cmp.old)}", lead=f"OLD {cmp.old.path}"),
+            Line(f": {run_line(cmp.new)}", lead=f"NEW {cmp.new.path}")]
+    for side, report in (("OLD", cmp.old), ("NEW", cmp.new)):
+        if report.summary_source == SUMMARY_RECOMPUTED:
+            head.append(Line(f"{side} is {report.run.status}: its totals cover only the finished rows", WARNING))
+    if cmp.differences:
+        head.append(Line("the reports differ: " + "; ".join(cmp.differences), WARNING))
+    return View(head=head, sheets=sheets, data=comparison_json(cmp, section), hint=WIDE_HINT)
+
+
+# ---------------------------------------------------------------- gate
+
+_STATUS_TEXT = {None: "no row"}
+
+
+def _check_value(check: GateCheck, attr: str) -> str:
+    if check.metric == "status":
+        if attr == "delta":
+            return "-"
+        status = check.baseline_status if attr == "baseline" else check.current_status
+        if check.bucket is None:  # a whole mode missing
+            return "rows" if attr == "baseline" else "no rows"
+        return _STATUS_TEXT.get(status, status)
+    return fmt_bytes(getattr(check, attr), signed=(attr == "delta"))
+
+
+def gate_sheets(result: GateResult, *, all_rows: bool = True) -> list[Sheet]:
+    columns = [
+        Column("where", "mode / bucket", numeric=False, key_column=True),
+        Column("metric", "metric", numeric=False, key_column=True),
+        Column("baseline", "baseline", drop=3), Column("current", "current", drop=3),
+        Column("delta", "change", key_column=True),
+        Column("pct", "change %", drop=2), Column("limit", "allowed growth", drop=4),
+        Column("verdict", "verdict", numeric=False, key_column=True),
+        Column("detail", "why", numeric=False, drop=5),
+    ]
+    totals = Sheet("totals", "mode totals" + (" per rank" if result.multi_rank else ""), columns)
+    flagged = Sheet("buckets", "buckets outside tolerance or failed", columns)
+    for c in result.checks:
+        row = {"where": c.where, "metric": c.metric, "baseline": _check_value(c, "baseline"),
+               "current": _check_value(c, "current"), "delta": _check_value(c, "delta"),
+               "pct": fmt_pct(c.pct, signed=True) if c.metric != "status" else "-",
+               "limit": fmt_bytes(int(c.limit)) if c.limit is not None else "-",
+               "verdict": c.verdict, "detail": c.detail,
+               "_style": {REGRESSION: "red", IMPROVEMENT: "green"}.get(c.verdict)}
+        if c.bucket is None and c.metric != "status":
+            if all_rows or c.verdict != PASS:
+                totals.rows.append(row)
+        elif c.verdict != PASS:
+            flagged.rows.append(row)
+    return [totals] + ([flagged] if flagged.rows else [])
+
+
+def gate_headline(result: GateResult) -> str:
+    n_reg, n_imp = len(result.regressions), len(result.improvements)
+    if result.passed:
+        text = "PASS: no memory regression"
+    else:
+        worst = result.worst()
+        text = f"FAIL: {n_reg} regression{'s' if n_reg != 1 else ''}"
+        if worst is not None:
+            what = worst.where if worst.metric == "status" else f"{worst.where} {worst.metric}"
+            text += f"; worst: {what}: {worst.detail}"
+    if n_imp:
+        text += f" ({n_imp} improvement{'s' if n_imp != 1 else ''})"
+    return text
+
+
+def tolerance_line(result: GateResult) -> str:
+    opts = result.options
+    line = f"a growth fails when it exceeds both {opts.default.describe()}"
+    if opts.per_metric:
+        line += " (" + ", ".join(f"{m}: {t.describe()}" for m, t in sorted(opts.per_metric.items())) + ")"
+    return line + ("; per-bucket figures checked" if opts.per_bucket else "; totals checked (add --per-bucket for buckets)")
+
+
+def gate_view(result: GateResult) -> View:
+    head = [Line(f": {run_line(result.baseline)}", lead=f"baseline {result.baseline.path}", bullet=True),
+            Line(f": {run_line(result.current)}", lead=f"current  {result.current.path}", bullet=True),
+            Line(tolerance_line(result), bullet=True)]
+    foot = [Line(f": {n}", WARNING, lead="note", bullet=True) for n in result.notes]
+    return View(head=head, sheets=gate_sheets(result), foot=foot,
+                title=f"bcgprof gate: {'PASS' if result.passed else 'FAIL'}",
+                headline=Line(gate_headline(result), GOOD if result.passed else BAD), hint=GATE_HINT,
+                data=None)
+
+
+# ---------------------------------------------------------------- estimate
+
+def estimate_sheet(est: Estimate) -> Sheet:
+    rows_label = "tokens" if est.phase == "prefill" else "sequences"
+    columns = [Column("bucket", "bucket", key_column=True), Column("rows", f"rows ({rows_label})"),
+               Column("output_bytes", "output buffer", _bytes, key_column=True),
+               Column("cumulative", "per-bucket total so far", _bytes)]
+    sheet = Sheet("estimate", f"output buffers, {est.label}", columns)
+    running = 0
+    for b in est.buckets:
+        running += b.output_bytes
+        sheet.rows.append({"bucket": b.bucket, "rows": b.rows, "output_bytes": b.output_bytes, "cumulative": running})
+    return sheet
+
+
+def estimate_view(est: Estimate) -> View:
+    head = [Line(f": {est.phase}, {len(est.buckets)} buckets, hidden size {est.hidden_size}, {est.dtype} "
+                 f"({est.dtype_bytes} bytes); output = rows x hidden size x dtype bytes", lead=est.model)]
+    foot = [
+        Line(f"retained outputs, per-bucket mode: {fmt_bytes(est.per_bucket_total_bytes)} "
+             f"({est.per_bucket_total_bytes} bytes, the sum over buckets)"),
+        Line(f"retained outputs, shared mode:     {fmt_bytes(est.shared_total_bytes)} "
+             f"({est.shared_total_bytes} bytes, one buffer of the largest bucket)"),
+        Line(f"output bytes per-bucket mode retains beyond shared: {fmt_bytes(est.saved_bytes)}. This is not the "
+             "expected saving: the graph pool reuses memory across buckets, so the device memory that sharing "
+             "saves is measured by `bcgprof capture` and can be much smaller"),
+        Line(f"{est.label}: outputs only; intermediates, graph executables and allocator rounding are not "
+             "included", STRONG),
+    ]
+    return View(head=head, sheets=[estimate_sheet(est)], foot=foot, data=est.to_json())
