@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
+
+# The fused kernels' CPU tests (tests/test_kernels.py) run Triton's interpreter, which has
+# to be chosen before triton is first imported; with a GPU the compiled kernels are tested.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 DATA = Path(__file__).resolve().parent / "data"
 
