@@ -18,7 +18,7 @@ _TILE = 4096
 
 
 @triton.jit
-def _bf16_rne(y):
+def bf16_rne(y):
     """float32 -> bfloat16, round to nearest even, with integer ops. Only for Triton's
     interpreter (SOFT_BF16), whose own cast truncates; compiled kernels use ``.to``."""
     bits = y.to(tl.uint32, bitcast=True)
@@ -42,7 +42,7 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, M, I, stride_xm, stride_om,
     up = tl.load(src + I, mask=mask, other=0.0).to(tl.float32)  # columns [I, 2I)
     y = gate * tl.sigmoid(gate) * up
     if SOFT_BF16:
-        y = _bf16_rne(y)
+        y = bf16_rne(y)
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -60,7 +60,7 @@ def _clamped_swiglu_kernel(x_ptr, out_ptr, M, I, stride_xm, stride_om, alpha, li
     glu = gate * tl.sigmoid(gate * alpha)
     y = (up + 1.0) * glu
     if SOFT_BF16:
-        y = _bf16_rne(y)
+        y = bf16_rne(y)
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -17,7 +17,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from bcgprof.models.kernels._backend import interpreting
-from bcgprof.models.kernels._triton_activation import _bf16_rne, soft_bf16
+from bcgprof.models.kernels._triton_activation import bf16_rne, soft_bf16
 from bcgprof.models.kernels.routing import Routing
 
 
@@ -80,7 +80,7 @@ def _moe_gemm_kernel(
         w = tl.load(weight_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         acc = acc * w[:, None]
     if SOFT_BF16:
-        acc = _bf16_rne(acc)
+        acc = bf16_rne(acc)
     c_ptrs = c_ptr + rows[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n[None, :] < N))
 
@@ -97,7 +97,7 @@ def _moe_sum_kernel(c_ptr, out_ptr, T, H, stride_ct, stride_cs, stride_ot,
     for s in tl.static_range(TOP_K):
         acc += tl.load(src + s * stride_cs, mask=mask, other=0.0).to(tl.float32)
     if SOFT_BF16:
-        acc = _bf16_rne(acc)
+        acc = bf16_rne(acc)
     tl.store(out_ptr + t[:, None] * stride_ot + h[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
