@@ -11,9 +11,7 @@ import torch
 
 from bcgprof.models import build_meta, model_class
 from bcgprof.models.config import resolve_model
-from bcgprof.models.gpt_oss import clamped_swiglu
 from bcgprof.models.gpt_oss import make_router as gpt_oss_router
-from bcgprof.models.layers import moe
 from bcgprof.models.layers.attention import (
     attention,
     attention_core,
@@ -22,8 +20,8 @@ from bcgprof.models.layers.attention import (
     sdpa_causal,
     sdpa_causal_sinks,
 )
-from bcgprof.models.layers.mlp import swiglu
-from bcgprof.models.layers.moe import RoutedExperts, TopKRouter, fused_moe
+from bcgprof.models.kernels import clamped_swiglu, fused_experts, silu_and_mul
+from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.layers.rope import rope_inv_freq, rope_parameters
 from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
 from test_models_tiny import close, inputs, randomize_, tiny_config
@@ -392,16 +390,17 @@ def _moe_case(T=50, E=16, k=4, H=32, I=24, seed=0, empty_experts=()):
     return x, route, w1, w2, b1, b2
 
 
-@pytest.mark.parametrize("fallback", [False, True], ids=["grouped_mm", "eager-loop"])
-def test_fused_moe_matches_naive_loop(monkeypatch, fallback):
-    if fallback:
-        monkeypatch.setattr(moe, "grouped_mm_supported", lambda x: False)
+def _clamped(alpha, limit):
+    return lambda h: clamped_swiglu(h, alpha, limit)
+
+
+def test_fused_experts_matches_naive_loop():
     x, route, w1, w2, b1, b2 = _moe_case(empty_experts=(0, 5, 15))
-    act = lambda h: clamped_swiglu(h, 1.702, 1.0)  # noqa: E731
-    got = fused_moe(x, route, w1, w2, act, b1, b2)
-    torch.testing.assert_close(got, _naive_moe(x, route, w1, w2, act, b1, b2), rtol=1e-5, atol=1e-5)
-    got = fused_moe(x, route, w1, w2, swiglu)
-    torch.testing.assert_close(got, _naive_moe(x, route, w1, w2, swiglu), rtol=1e-5, atol=1e-5)
+    got = fused_experts(x, route.ids, route.weights, w1, w2, "clamped_swiglu", b1, b2, alpha=1.702, limit=1.0)
+    want = _naive_moe(x, route, w1, w2, _clamped(1.702, 1.0), b1, b2)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got = fused_experts(x, route.ids, route.weights, w1, w2, "silu")
+    torch.testing.assert_close(got, _naive_moe(x, route, w1, w2, silu_and_mul), rtol=1e-5, atol=1e-5)
 
 
 def test_moe_forward_is_bit_identical_run_to_run():
@@ -412,7 +411,7 @@ def test_moe_forward_is_bit_identical_run_to_run():
             a, b = model(ids, pos), model(ids, pos)
         assert torch.equal(a, b)
     x, route, w1, w2, b1, b2 = _moe_case(T=300, E=64, k=8)
-    runs = [fused_moe(x, route, w1, w2, swiglu, b1, b2) for _ in range(3)]
+    runs = [fused_experts(x, route.ids, route.weights, w1, w2, "silu", b1, b2) for _ in range(3)]
     assert all(torch.equal(runs[0], r) for r in runs[1:])
 
 

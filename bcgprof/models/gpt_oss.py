@@ -19,7 +19,8 @@ from torch import nn
 from bcgprof.models.args import ModelArgs, config_value
 from bcgprof.models.checkpoint import CheckpointTarget
 from bcgprof.models.layers.attention import Attention
-from bcgprof.models.layers.moe import RoutedExperts, TopKRouter, fused_moe
+from bcgprof.models.kernels import fused_experts
+from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.stack import DecoderLayer, DecoderModel
 from bcgprof.models.tp import shard_range, shard_size, tp_all_reduce
 
@@ -51,14 +52,6 @@ def make_router(args: ModelArgs) -> TopKRouter:
     return TopKRouter(args.hidden_size, args.num_experts, args.top_k, bias=True)
 
 
-def clamped_swiglu(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
-    """gpt-oss's activation over interleaved columns (gate = 0::2, up = 1::2): [M, 2I] -> [M, I]."""
-    gate, up = gate_up[..., 0::2], gate_up[..., 1::2]
-    gate = gate.clamp(max=limit)
-    up = up.clamp(min=-limit, max=limit)
-    return (up + 1) * (gate * torch.sigmoid(gate * alpha))
-
-
 class GptOssExperts(nn.Module):
     """E experts stored as transformers' bf16 layout: gate_up_proj [E, H, 2I] (gate/up
     interleaved), down_proj [E, I, H], with biases.
@@ -81,14 +74,12 @@ class GptOssExperts(nn.Module):
         self.down_proj = nn.Parameter(torch.zeros(E, I, H))
         self.down_proj_bias = nn.Parameter(torch.zeros(E, H))
 
-    def activation(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return clamped_swiglu(gate_up, self.alpha, self.limit)
-
     def forward(self, x: torch.Tensor, route: RoutedExperts) -> torch.Tensor:
+        """The fused MoE with the clamped SwiGLU, its output written over ``x`` (SGLang's
+        in-place default): [T, H], this rank's partial sum under tensor parallelism."""
         b2 = self.down_proj_bias if self.tp_rank == 0 else None  # once over the ranks
-        return fused_moe(
-            x, route, self.gate_up_proj, self.down_proj, self.activation, self.gate_up_proj_bias, b2
-        )  # [T, H] (this rank's partial sum under tensor parallelism)
+        return fused_experts(x, route.ids, route.weights, self.gate_up_proj, self.down_proj, "clamped_swiglu",
+                             self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit, out=x)
 
 
 class GptOssMLP(nn.Module):

@@ -13,8 +13,9 @@ from torch import nn
 from bcgprof.models.args import ModelArgs, config_value
 from bcgprof.models.checkpoint import CheckpointTarget
 from bcgprof.models.layers.attention import Attention
-from bcgprof.models.layers.mlp import DenseMLP, swiglu
-from bcgprof.models.layers.moe import RoutedExperts, TopKRouter, fused_moe
+from bcgprof.models.kernels import fused_experts
+from bcgprof.models.layers.mlp import DenseMLP
+from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.stack import DecoderLayer, DecoderModel
 from bcgprof.models.tp import shard_range, shard_size, tp_all_reduce
 
@@ -74,7 +75,8 @@ class Qwen3MoeExperts(nn.Module):
     def forward(self, x: torch.Tensor, route: RoutedExperts) -> torch.Tensor:
         w1 = self.gate_up_proj.transpose(1, 2)  # [E, H, 2I] view
         w2 = self.down_proj.transpose(1, 2)  # [E, I, H] view
-        return fused_moe(x, route, w1, w2, swiglu)  # [T, H]
+        # the fused MoE, its output written over x (SGLang's in-place default)
+        return fused_experts(x, route.ids, route.weights, w1, w2, "silu", out=x)  # [T, H]
 
 
 class Qwen3MoeSparseBlock(nn.Module):

@@ -72,10 +72,11 @@ class DecoderModel(nn.Module):
         tables = {k: rope(positions) for k, rope in self.rotary.items()}  # each ([T, D/2], [T, D/2])
         # decode (a KV cache attached): token t is sequence t's next token, at positions[t]
         decode = self.layers[0].self_attn.kv_cache is not None
+        residual = None  # the running sum of the residual stream, as the engines carry it
         for layer, key in zip(self.layers, self._rope_of_layer):
             cos, sin = tables[key]
-            x = layer(x, cos, sin, positions) if decode else layer(x, cos, sin)
-        return self.norm(x)  # [T, H]
+            x, residual = layer(x, residual, cos, sin, positions if decode else None)
+        return self.norm(residual.add_(x))  # [T, H]
 
     def reset_buffers(self) -> None:
         """Recompute derived buffers (RoPE); safe after any move, cast or weight init."""
@@ -134,7 +135,15 @@ class DecoderModel(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then h + mlp(norm(h))."""
+    """Pre-norm residual block, carried as the serving engines carry it: two [T, H] buffers,
+    the block's output ``x`` and the running ``residual``.
+
+    ``forward(x, residual) -> (x, residual)``: residual += x (the first layer starts the
+    residual from its input), x = attn(norm(residual)); residual += x, x = mlp(norm(residual)).
+    The additions are in place (SGLang's fused add-RMSNorm keeps the same two buffers), so
+    what is alive across a layer is x, residual and whatever the attention or MLP holds;
+    the MoE writes its output over its input.
+    """
 
     def __init__(self, args: ModelArgs, layer_idx: int, attn: nn.Module, mlp: nn.Module, norm_fp32_weight: bool):
         super().__init__()
@@ -144,13 +153,18 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, norm_fp32_weight)
         self.mlp = mlp
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        residual = x if residual is None else residual.add_(x)  # [T, H]
+        h = self.input_layernorm(residual)
         if positions is None:
-            h = x + self.self_attn(self.input_layernorm(x), cos, sin)  # [T, H]
+            x = self.self_attn(h, cos, sin)  # [T, H]
         else:  # decode over the attached KV cache
-            h = x + self.self_attn(self.input_layernorm(x), cos, sin, positions)
-        return h + self.mlp(self.post_attention_layernorm(h))  # [T, H]
+            x = self.self_attn(h, cos, sin, positions)
+        del h
+        residual.add_(x)
+        x = self.mlp(self.post_attention_layernorm(residual))  # [T, H]
+        return x, residual
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         H = self.input_layernorm.weight.shape[0]

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from bcgprof.models import load
-from bcgprof.models.gpt_oss import clamped_swiglu
 from bcgprof.models.layers.attention import (
     ATTN_BLOCK_Q,
     ATTN_TILE_ELEMS,
@@ -22,8 +21,8 @@ from bcgprof.models.layers.attention import (
     chunked_attention,
     reference_attention,
 )
-from bcgprof.models.layers.mlp import swiglu
-from bcgprof.models.layers.moe import RoutedExperts, fused_moe
+from bcgprof.models.kernels import clamped_swiglu_reference, fused_experts, silu_and_mul_reference
+from bcgprof.models.layers.moe import RoutedExperts
 from bcgprof.models.weights import count_parameters
 
 pytestmark = pytest.mark.gpu
@@ -191,7 +190,7 @@ def test_attention_at_16k_is_memory_bounded():
 
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["row-major", "transposed-view"])
-def test_grouped_mm_moe_matches_reference_on_gpu(transposed):
+def test_fused_moe_matches_reference_on_gpu(transposed):
     T, E, k, H, I = 2000, 32, 4, 256, 128
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(T, H, device="cuda", generator=g).bfloat16()
@@ -205,8 +204,9 @@ def test_grouped_mm_moe_matches_reference_on_gpu(transposed):
     if transposed:  # qwen3_moe stores [E, N, K] and passes a transposed view
         w1 = w1.transpose(1, 2).contiguous().transpose(1, 2)
         w2 = w2.transpose(1, 2).contiguous().transpose(1, 2)
-    for act, biases in ((lambda h: clamped_swiglu(h, 1.702, 7.0), (b1, b2)), (swiglu, (None, None))):
-        got = fused_moe(x, route, w1, w2, act, *biases)
+    for name, act, biases in (("clamped_swiglu", lambda h: clamped_swiglu_reference(h, 1.702, 7.0), (b1, b2)),
+                              ("silu", silu_and_mul_reference, (None, None))):
+        got = fused_experts(x, ids, route.weights, w1, w2, name, *biases, alpha=1.702, limit=7.0)
         # reference: dense per-token math in float32 on the same bf16 values
         xf, w1f, w2f = x.float(), w1.float(), w2.float()
         h = torch.einsum("th,tkhn->tkn", xf, w1f[ids])
@@ -217,5 +217,5 @@ def test_grouped_mm_moe_matches_reference_on_gpu(transposed):
             y = y + biases[1].float()[ids]
         want = (y * route.weights.float()[..., None]).sum(1)
         torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2 * want.abs().max().item())
-        again = fused_moe(x, route, w1, w2, act, *biases)
+        again = fused_experts(x, ids, route.weights, w1, w2, name, *biases, alpha=1.702, limit=7.0)
         assert torch.equal(got, again)  # deterministic combine

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -30,12 +30,14 @@ MODELS = {  # experts of this rank at tp=1
 }
 
 
-def _old_moe() -> tuple[Callable, type]:
+def _old_moe() -> Optional[Callable]:
+    """The stacks' unfused MoE from before these kernels, where this tree still has it (run the
+    bench from an older checkout to time both); None otherwise."""
     try:
-        from bcgprof.models.common import RoutedExperts, fused_moe
-    except ImportError:  # after the split of models/common.py
-        from bcgprof.models.layers.moe import RoutedExperts, fused_moe
-    return fused_moe, RoutedExperts
+        from bcgprof.models.layers.moe import fused_moe
+    except ImportError:
+        return None
+    return fused_moe
 
 
 def _old_clamped(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
@@ -90,14 +92,17 @@ def bench_moe(name: str, T: int, repeats: int, warmup: int) -> list[tuple]:
     spec = MODELS[name]
     a = moe_inputs(T, **spec)
     act = spec["activation"]
-    fused_moe, RoutedExperts = _old_moe()
-    route = RoutedExperts(a["topk_ids"], a["topk_weights"])
+    fused_moe = _old_moe()
     old_act = (lambda h: _old_clamped(h, 1.702, 7.0)) if act == "clamped_swiglu" else _old_swiglu
+    paths = [("fused_experts (Triton)", lambda: fused_experts(**a, activation=act))]
+    if fused_moe is not None:
+        from bcgprof.models.layers.moe import RoutedExperts
+
+        route = RoutedExperts(a["topk_ids"], a["topk_weights"])
+        paths.append(("old fused_moe (grouped_mm)",
+                      lambda: fused_moe(a["x"], route, a["w1"], a["w2"], old_act, a["b1"], a["b2"])))
     rows = []
-    for path, fn in (
-        ("fused_experts (Triton)", lambda: fused_experts(**a, activation=act)),
-        ("old fused_moe (grouped_mm)", lambda: fused_moe(a["x"], route, a["w1"], a["w2"], old_act, a["b1"], a["b2"])),
-    ):
+    for path, fn in paths:
         ms, peak = measure(fn, repeats, warmup)
         rows.append((name, T, path, ms, peak))
     ws = moe_workspace_shapes(T, spec["k"], spec["H"], 2 * spec["I"], spec["I"], spec["E"])

@@ -1,22 +1,17 @@
-"""The dense SwiGLU MLP (:class:`DenseMLP`) and its activation (:func:`swiglu`)."""
+"""The dense SwiGLU MLP (:class:`DenseMLP`): gate/up projection, the fused SiLU-and-multiply
+(:func:`bcgprof.models.kernels.silu_and_mul`, which allocates only its output), down projection."""
 
 from __future__ import annotations
 
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bcgprof.errors import ModelConfigError
 from bcgprof.models.checkpoint import CheckpointTarget
+from bcgprof.models.kernels import silu_and_mul
 from bcgprof.models.tp import row_parallel_linear, shard_range, shard_size
-
-
-def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
-    """SwiGLU over gate/up halves (gate first): ``silu(gate) * up``, [M, 2I] -> [M, I]."""
-    gate, up = gate_up.chunk(2, dim=-1)  # [M, I] each
-    return F.silu(gate) * up
 
 
 class DenseMLP(nn.Module):
@@ -42,10 +37,10 @@ class DenseMLP(nn.Module):
         self.down_proj = nn.Linear(I, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # gate_up is held until the down projection returns: its [T, 2I] buffer is freed
-        # after down_proj allocates its output, not before (the measured memory profile)
+        # As SGLang's LlamaMLP: gate_up [T, 2I] is held until the down projection returns,
+        # beside the activation [T, I] and then down's output [T, H]
         gate_up = self.gate_up_proj(x)  # [T, 2I]
-        return row_parallel_linear(swiglu(gate_up), self.down_proj, self.tp_rank, self.tp_size)  # [T, H]
+        return row_parallel_linear(silu_and_mul(gate_up), self.down_proj, self.tp_rank, self.tp_size)  # [T, H]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         H, I, full = self.hidden_size, self.intermediate_size, self.total_intermediate_size

@@ -1,45 +1,14 @@
-"""The MoE dispatch: a top-k router (:class:`TopKRouter`), its decision
-(:class:`RoutedExperts`), the grouped GEMM (:func:`grouped_mm`) and the token-choice
-expert computation with a fused-MoE memory profile (:func:`fused_moe`)."""
+"""The MoE router: a top-k router (:class:`TopKRouter`) and its decision
+(:class:`RoutedExperts`). The experts themselves run in
+:func:`bcgprof.models.kernels.fused_experts`, the engines' fused MoE."""
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-
-def grouped_mm_supported(x: torch.Tensor) -> bool:
-    """Whether :func:`grouped_mm` takes ``torch._grouped_mm`` for ``x`` (capturable) or the
-    eager loop. Tests patch this name on this module to force the fallback."""
-    if not hasattr(torch, "_grouped_mm"):
-        return False
-    if x.device.type in ("cpu", "meta"):
-        return True
-    # the CUDA kernel (sm90+) takes bf16; other dtypes take the eager fallback
-    return x.device.type == "cuda" and x.dtype == torch.bfloat16
-
-
-def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """Rows of ``x`` [M, K] sorted by group, times ``w`` [G, K, N] per group -> [M, N].
-
-    ``offs`` [G] int32 holds each group's end row (cumulative counts). Uses
-    ``torch._grouped_mm`` where it runs (CPU; CUDA in bf16), which is capturable and
-    has a fused-MoE memory profile. Otherwise an eager loop over groups that reads the
-    offsets on the host: correct, not capturable.
-    """
-    if grouped_mm_supported(x):
-        return torch._grouped_mm(x, w, offs=offs)
-    out = x.new_empty(x.shape[0], w.shape[-1])
-    ends = offs.tolist()
-    start = 0
-    for g, end in enumerate(ends):
-        if end > start:
-            torch.mm(x[start:end], w[g], out=out[start:end])
-        start = end
-    return out
 
 
 class RoutedExperts(NamedTuple):
@@ -102,49 +71,3 @@ class TopKRouter(nn.Module):
         if self.renormalize:
             top = top / top.sum(dim=-1, keepdim=True)
         return RoutedExperts(ids, top.to(logits.dtype))
-
-
-def fused_moe(
-    x: torch.Tensor,
-    route: RoutedExperts,
-    w1: torch.Tensor,
-    w2: torch.Tensor,
-    activation: Callable[[torch.Tensor], torch.Tensor],
-    b1: torch.Tensor | None = None,
-    b2: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Token-choice MoE with the memory profile of a fused MoE kernel.
-
-    x [T, H]; w1 [E, H, N1] and w2 [E, I, H] (views are fine; N1 is what ``activation``
-    turns into I columns); optional biases b1 [E, N1], b2 [E, H].
-
-    The T x k (token, slot) pairs are sorted by expert with a stable argsort, the
-    per-expert row ends found with ``searchsorted`` (no bincount, no host sync), and
-    both projections run as grouped GEMMs over the sorted rows. The combine un-sorts
-    with a gather into [T, k, H], scales by the routing weights and sums over k: no
-    ``index_add_``, so the result is deterministic and a graph replay equals an eager
-    run bit for bit.
-
-    Transients are O(T x k x max(H, N1)); nothing is O(T x E x anything).
-    """
-    T, H = x.shape
-    k = route.ids.shape[1]
-    E = w1.shape[0]
-    flat = route.ids.reshape(-1)  # [T*k]
-    order = torch.argsort(flat, stable=True)  # [T*k] sorted row -> (token, slot) index
-    sorted_ids = flat[order]  # [T*k]
-    offs = torch.searchsorted(sorted_ids, torch.arange(E, device=x.device), right=True).to(torch.int32)  # [E]
-    xs = x[order // k]  # [T*k, H]
-    h = grouped_mm(xs, w1, offs)  # [T*k, N1]
-    del xs
-    if b1 is not None:
-        h += b1[sorted_ids]  # in place: one [T*k, N1] gather alive beside h, not two
-    a = activation(h)  # [T*k, I]
-    del h
-    y = grouped_mm(a, w2, offs)  # [T*k, H]
-    del a
-    if b2 is not None:
-        y += b2[sorted_ids]
-    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
-    y = y[inverse].view(T, k, H)  # [T, k, H] in (token, slot) order
-    return (y * route.weights.to(y.dtype).unsqueeze(-1)).sum(dim=1)  # [T, H]
