@@ -76,7 +76,8 @@ class DecoderModel(nn.Module):
         for layer, key in zip(self.layers, self._rope_of_layer):
             cos, sin = tables[key]
             x, residual = layer(x, residual, cos, sin, positions if decode else None)
-        return self.norm(residual.add_(x))  # [T, H]
+        x, _ = add_rmsnorm_(x, residual, self.norm)
+        return x  # [T, H]
 
     def reset_buffers(self) -> None:
         """Recompute derived buffers (RoPE); safe after any move, cast or weight init."""
@@ -134,15 +135,24 @@ class DecoderModel(nn.Module):
         return self.get_parameter(target.param)[target.index].detach().reshape(target.shape)
 
 
-class DecoderLayer(nn.Module):
-    """Pre-norm residual block, carried as the serving engines carry it: two [T, H] buffers,
-    the block's output ``x`` and the running ``residual``.
+def add_rmsnorm_(x: torch.Tensor, residual: torch.Tensor, norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """``residual += x; x = norm(residual)``, both in place: the two buffers SGLang's fused
+    add-RMSNorm keeps (the norm's own temporaries are freed before it returns)."""
+    residual.add_(x)
+    x.copy_(norm(residual))
+    return x, residual
 
-    ``forward(x, residual) -> (x, residual)``: residual += x (the first layer starts the
-    residual from its input), x = attn(norm(residual)); residual += x, x = mlp(norm(residual)).
-    The additions are in place (SGLang's fused add-RMSNorm keeps the same two buffers), so
-    what is alive across a layer is x, residual and whatever the attention or MLP holds;
-    the MoE writes its output over its input.
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block, carried as SGLang carries it: the block's output ``x`` and the
+    running ``residual``, each one [T, H] buffer.
+
+    ``forward(x, residual) -> (x, residual)``: the first layer starts the residual from its
+    input and normalises into a new buffer; later layers add and normalise in place. The
+    attention writes a new buffer, which is then added and normalised in place and handed
+    to the MLP; a MoE writes its output over it, a dense MLP returns a new one. While a
+    layer runs, its caller still holds the layer's input: three [T, H] buffers are alive
+    at the MLP's peak, as in the engine.
     """
 
     def __init__(self, args: ModelArgs, layer_idx: int, attn: nn.Module, mlp: nn.Module, norm_fp32_weight: bool):
@@ -155,16 +165,16 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        residual = x if residual is None else residual.add_(x)  # [T, H]
-        h = self.input_layernorm(residual)
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)  # [T, H] each
+        else:
+            x, residual = add_rmsnorm_(x, residual, self.input_layernorm)
         if positions is None:
-            x = self.self_attn(h, cos, sin)  # [T, H]
+            x = self.self_attn(x, cos, sin)  # [T, H], a new buffer
         else:  # decode over the attached KV cache
-            x = self.self_attn(h, cos, sin, positions)
-        del h
-        residual.add_(x)
-        x = self.mlp(self.post_attention_layernorm(residual))  # [T, H]
-        return x, residual
+            x = self.self_attn(x, cos, sin, positions)
+        x, residual = add_rmsnorm_(x, residual, self.post_attention_layernorm)
+        return self.mlp(x), residual  # [T, H]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         H = self.input_layernorm.weight.shape[0]
