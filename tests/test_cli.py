@@ -76,7 +76,7 @@ def test_show_table(data_dir):
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     for text in ("per-bucket (capture order)", "shared (capture order)", "floor (capture order)", "summary",
-                 "24.00 MiB", "7.64%", "1.121x", "sharing the output buffer saves 24.00 MiB (7.6%)"):
+                 "24.00 MiB", "7.64%", "1.121x", "the shared buffer saves 24.00 MiB (7.6%)", "on this bucket list shared is cheapest"):
         assert text in out, text
 
 
@@ -126,7 +126,7 @@ def test_show_failed_bucket_and_tensor_parallel_ranks(write_report, rows):
     out = run("show", path).stdout
     assert "shared rank 1 (capture order)" in out
     assert "bucket 256: oom: CUDA out of memory. Tried to allocate 2.00 GiB" in out
-    assert "worst rank: sharing the output buffer" in out
+    assert "worst rank: on this bucket list shared is cheapest" in out
     summary = json.loads(run("show", path, "-f", "json", "--section", "summary").stdout)["summary"]
     assert [s["rank"] for s in summary if s["mode"] == "shared"] == ["0", "1", "max", "sum"]
 

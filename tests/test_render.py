@@ -157,7 +157,7 @@ def test_estimate_and_capture_result(width, data_dir):
     assert_fits(text, width)
     flat = " ".join(text.split())
     assert "this report is interrupted" in flat
-    assert "sharing the output buffer saves 30.00 MiB" in flat
+    assert "the shared buffer saves 30.00 MiB" in flat
     assert flat.endswith(f"report: {data_dir / 'partial'}")
 
 

@@ -155,23 +155,35 @@ def _headline_rank(summary: list[SummaryRecord]) -> str:
 
 
 def verdict_line(report: Report) -> str:
-    """One sentence: what sharing saved and how far each mode is from the floor; '' when nothing to compare."""
+    """One sentence: what each way of handling outputs costs against per-bucket outputs, which
+    mode is cheapest on this bucket list, and how far each is from the floor; '' when nothing
+    to compare."""
     rank = _headline_rank(report.summary)
     by_mode = {s.mode: s for s in report.summary if s.rank == rank}
     parts = []
-    shared = by_mode.get("shared")
-    if shared is not None and shared.saved_vs_per_bucket_bytes is not None:
-        pct = f" ({shared.saved_vs_per_bucket_pct:.1f}%)" if shared.saved_vs_per_bucket_pct is not None else ""
-        verb = "saves" if shared.saved_vs_per_bucket_bytes >= 0 else "costs"
-        parts.append(f"sharing the output buffer {verb} {fmt_bytes(abs(shared.saved_vs_per_bucket_bytes))}{pct} "
-                     f"of device memory against per-bucket")
-        per_bucket = by_mode["per-bucket"]
-        ok_counts = (shared.buckets, per_bucket.buckets)
-        if shared.failed or per_bucket.failed or ok_counts[0] != ok_counts[1]:
+    per_bucket = by_mode.get("per-bucket")
+    names = {"shared": "the shared buffer", "shared-largest": "the largest bucket's output as the shared buffer"}
+    for mode, name in names.items():
+        s = by_mode.get(mode)
+        if s is None or s.saved_vs_per_bucket_bytes is None:
+            continue
+        pct = f" ({abs(s.saved_vs_per_bucket_pct):.1f}%)" if s.saved_vs_per_bucket_pct is not None else ""
+        saved = s.saved_vs_per_bucket_bytes
+        text = (f"{name} saves {fmt_bytes(saved)}{pct} against per-bucket outputs" if saved >= 0 else
+                f"{name} costs {fmt_bytes(-saved)}{pct} more than per-bucket outputs")
+        if s.failed or per_bucket.failed or s.buckets != per_bucket.buckets:
             # Totals over different bucket sets are not a like-for-like saving.
-            parts[-1] += (f" (not like for like: shared has {ok_counts[0]} buckets ok, "
-                          f"per-bucket {ok_counts[1]})")
-    ratios = [f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}" for m in ("per-bucket", "shared")
+            text += f" (not like for like: {mode} has {s.buckets} buckets ok, per-bucket {per_bucket.buckets})"
+        parts.append(text)
+    # the cheapest way to capture this list: among modes that captured all of it
+    most = max((s.buckets for m, s in by_mode.items() if m != "floor"), default=0)
+    options = {m: s for m, s in by_mode.items() if m != "floor" and not s.failed and s.buckets == most}
+    if len(options) > 1:
+        ranked = sorted(options.values(), key=lambda s: s.device_used_bytes)
+        best, runner_up = ranked[0], ranked[1]
+        parts.insert(0, f"on this bucket list {best.mode} is cheapest, "
+                        f"{fmt_bytes(runner_up.device_used_bytes - best.device_used_bytes)} under {runner_up.mode}")
+    ratios = [f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}" for m in ("per-bucket", "shared", "shared-largest")
               if m in by_mode and by_mode[m].ratio_to_floor is not None]
     if ratios:
         parts.append("cost / floor: " + ", ".join(ratios))
