@@ -54,8 +54,9 @@ def _site_of(frames: list[dict], model_marker: str) -> str:
         frames = frames[::-1]  # outermost first: the root module's frame came first
     module = next((f["name"][len(MODULE_FRAME):] for f in frames if f.get("name", "").startswith(MODULE_FRAME)),
                   None)
+    # the innermost model code that is not a private helper (``_empty``: its caller's line names the tensor)
     code = next((f for f in frames if model_marker in f.get("filename", "")
-                 and not f.get("name", "").startswith(MODULE_FRAME)), None)
+                 and not f.get("name", "").startswith((MODULE_FRAME, "_"))), None)
     if module is None and code is None:
         return NO_SITE
     role = ""

@@ -125,3 +125,14 @@ def test_frames_listed_outermost_first_name_the_same_site(tmp_path):
             e["frames"] = e["frames"][::-1]
     got = {s.site for s in pool_peak(snap, POOL).sites}
     assert got == {"layers.N.mlp.experts: fused (cache13)", NO_SITE}
+
+
+def test_a_private_helper_frame_gives_way_to_its_caller(tmp_path):
+    path = _source(tmp_path)
+    snap = _snapshot(path)
+    helper = {"filename": path.replace("moe.py", "alloc.py"), "line": 1, "name": "_empty"}
+    for e in snap["device_traces"][0]:
+        if e.get("frames"):
+            e["frames"] = [helper] + e["frames"]
+    got = {s.site for s in pool_peak(snap, POOL).sites}
+    assert got == {"layers.N.mlp.experts: fused (cache13)", NO_SITE}

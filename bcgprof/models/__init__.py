@@ -20,6 +20,7 @@ module per family (its config reading, modules and checkpoint names), ``weights`
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -80,8 +81,26 @@ def build_meta(
     ``tp_rank``/``tp_size``: build tensor-parallel rank ``tp_rank``'s shard of a stack
     split over ``tp_size`` ranks (one ModelConfigError line when it does not split)."""
     spec = _spec(model)
-    with torch.device("meta"):
+    with torch.device("meta"), _no_init():
         return model_class(spec.family)(spec.config, num_layers=num_layers, tp_rank=tp_rank, tp_size=tp_size)
+
+
+_INITS = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
+          "trunc_normal_", "constant_", "ones_", "zeros_")
+
+
+@contextmanager
+def _no_init():
+    """``torch.nn.init`` as no-ops while modules are built on meta, where there are no values to
+    initialise: the first random init of a meta tensor imports torch's compiler stack (seconds)."""
+    saved = {name: getattr(torch.nn.init, name) for name in _INITS}
+    try:
+        for name in _INITS:
+            setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
 
 
 def load(

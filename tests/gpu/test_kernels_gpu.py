@@ -209,7 +209,8 @@ def test_activation_graph_replay_equals_an_eager_run():
 def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
     T = 4096
     args = moe_case(T=T, **model)
-    fused_experts(**args)  # compile, so the measured call launches only
+    for _ in range(2):  # compile and create anything made once per process, so the measured call only runs
+        fused_experts(**args, out=args["x"].clone() if in_place else None)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

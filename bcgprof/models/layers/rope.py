@@ -124,8 +124,11 @@ class RotaryEmbedding(nn.Module):
         self.params = dict(params)
         self.head_dim = head_dim
         self.max_position_embeddings = max_position_embeddings
-        inv_freq, self.attention_scaling = rope_inv_freq(self.params, head_dim, max_position_embeddings)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # computed on the host whatever the default device (on meta it would have no values, and
+        # its first arithmetic there imports torch's compiler stack), then placed like the module
+        with torch.device("cpu"):
+            inv_freq, self.attention_scaling = rope_inv_freq(self.params, head_dim, max_position_embeddings)
+        self.register_buffer("inv_freq", inv_freq.to(torch.empty(0).device), persistent=False)
 
     def reset_buffers(self) -> None:
         inv_freq, self.attention_scaling = rope_inv_freq(self.params, self.head_dim, self.max_position_embeddings)
