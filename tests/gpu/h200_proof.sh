@@ -12,7 +12,13 @@
 #   proof    the default capture (three modes) from $OLD, gated with zero tolerance against
 #            reports/gpt-oss-20b-h200
 #   sites    floor captures (16384 tokens) of gpt-oss-20b and Qwen3-30B-A3B: sites.csv, the pool's peak
-#   default  the default capture from this tree, with --snapshot
+#   default  the default capture from this tree (the reference report; its wall time is the benchmark's)
+#   snapshot a small capture with --snapshot (the memory_viz pickles, gzipped)
+#   variants shared-largest's configurations: a sparse list, a 20-bucket subset, Qwen3-30B-A3B and
+#            Llama-3.1-8B at 4 layers
+#   full     the default buckets as full graphs;  smallest  captured smallest first
+#   decode   decode captures: gpt-oss-20b breakable and full, Llama-3.1-8B
+#   layers   gpt-oss-20b and gpt-oss-120b at 2 and 4 layers (for predict)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 HERE=$PWD
@@ -89,12 +95,48 @@ PY
   done
 fi
 
-if stage default; then
-  t=$SECONDS
-  PYTHONPATH=$HERE timeout 500 python3 -m bcgprof capture --snapshot --out "$R/default" >"$R/default.out" 2>&1
-  say "default capture: exit $? in $((SECONDS - t)) s"
-  tail -n 8 "$R/default.out" | tee -a "$SUMMARY"
-  ls -la "$R/default" | tee -a "$SUMMARY"
+# cap NAME ARGS...: one `bcgprof capture` into $R/NAME, its wall time and per-mode totals
+cap() {
+  local name=$1; shift
+  local t=$SECONDS
+  PYTHONPATH=$HERE timeout ${CAP_TIMEOUT:-400} python3 -m bcgprof capture "$@" --out "$R/$name" >"$R/$name.out" 2>&1
+  local rc=$?
+  say "$name: exit $rc in $((SECONDS - t)) s ($*)"
+  [[ -f $R/$name/summary.csv ]] && PYTHONPATH=$HERE python3 - "$R/$name" <<'PY' | tee -a "$SUMMARY"
+import sys
+from bcgprof.report import read_report
+r = read_report(sys.argv[1])
+for s in r.summary:
+    print(f"  {s.mode:<15} device {s.device_used_bytes / 2**20:9.1f} MiB  pool {s.pool_bytes / 2**20:9.1f} MiB  "
+          f"non-torch {s.non_torch_bytes / 2**20:7.1f} MiB  segments {s.segments:>5}  ok {s.buckets} failed {s.failed}")
+PY
+  grep -E "error|Error" "$R/$name.out" | tail -n 3 | tee -a "$SUMMARY"
+}
+
+if stage default; then cap default; fi
+if stage snapshot; then
+  cap snapshot --snapshot --buckets 4096,8192,16384
+  for f in "$R"/snapshot/*.pickle; do [[ -f $f ]] && gzip -9 "$f"; done
+  ls -la "$R/snapshot" | tee -a "$SUMMARY"
+fi
+if stage variants; then
+  cap sparse --buckets 1024,2048,4096,8192
+  cap subset20 --buckets 24,48,128,208,704,768,1024,1280,3072,3840,4096,5120,6144,8192,8704,10240,10752,11776,12288,16384
+  cap qwen3-30b-a3b-4l --model Qwen3-30B-A3B --num-layers 4
+  cap llama-3.1-8b-4l --model Llama-3.1-8B --num-layers 4
+fi
+if stage full; then cap full --graph full; fi
+if stage smallest; then cap smallest-first --order smallest-first --modes per-bucket,shared,floor; fi
+if stage decode; then
+  cap decode --phase decode
+  cap decode-full --phase decode --graph full
+  cap llama-decode --model Llama-3.1-8B --phase decode --context-len 2048
+fi
+if stage layers; then
+  for n in 2 4; do
+    cap gpt-oss-20b-l$n --num-layers $n
+    cap gpt-oss-120b-l$n --model gpt-oss-120b --num-layers $n
+  done
 fi
 
 tar czf "$OUT/proof.tgz" -C "$OUT" r
