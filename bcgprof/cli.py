@@ -57,6 +57,18 @@ class EstimateFormat(str, Enum):
     json = "json"
 
 
+class AnalysisFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+class AdviseMode(str, Enum):
+    shared_largest = "shared-largest"
+    shared = "shared"
+    per_bucket = "per-bucket"
+
+
 class Phase(str, Enum):
     prefill = "prefill"
     decode = "decode"
@@ -553,6 +565,116 @@ def estimate(
     spec = resolve_model(model)
     result = estimate_output_buffers(spec, bucket_list, phase=phase.value, dtype=dtype)
     render(estimate_view(result), format.value, _console())
+
+
+# ---------------------------------------------------------------- why, what if, which
+
+ANALYSIS_FORMAT_HELP = "table, markdown, or json (bytes as integers; the documented contract)."
+
+
+@app.command()
+@_user_errors
+def explain(
+    report: Path = typer.Argument(..., help=REPORT_HELP, show_default=False),
+    format: AnalysisFormat = typer.Option(AnalysisFormat.table, "--format", "-f", help=ANALYSIS_FORMAT_HELP),
+    wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
+) -> None:
+    """Where every byte of a capture went, from the report's own measurements (no GPU needed).
+
+    Per mode: device used split into causes that sum to it exactly (outputs kept in the pool, other
+    live pool bytes, free space inside the pool, torch memory outside it, graph executables and
+    other driver memory); a fit of graph-executable memory to graphs and kernel nodes; what the
+    floor's pool holds at its peak, by model code site, and its allocator slack; each mode's cost in
+    tokens of KV cache; and plain sentences built from those numbers. A report written before the
+    ledger columns explains what it can and says what it cannot.
+    """
+    from bcgprof.explain import explain_report
+    from bcgprof.render import render
+    from bcgprof.render.analysis import explain_view
+    from bcgprof.report import read_report
+
+    render(explain_view(explain_report(read_report(report))), format.value, _console(), wide=wide)
+
+
+@app.command()
+@_user_errors
+def predict(
+    source: List[Path] = typer.Option(..., "--from", help="A profile report; give two or more at different "
+                                      "--num-layers to predict another layer count, one to predict --buckets.",
+                                      show_default=False),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Layer count to predict "
+                                         "(default: the model's full depth)."),
+    buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list, drawn from the "
+                                          "profiled buckets, to predict from one profile."),
+    format: AnalysisFormat = typer.Option(AnalysisFormat.table, "--format", "-f", help=ANALYSIS_FORMAT_HELP),
+) -> None:
+    """Predict a capture's cost without running it (no GPU needed); labelled as predicted.
+
+    With several reports that differ only in their layer count: every mode's totals and bucket rows
+    at --layers, with an error band. With one report and --buckets: each mode's cost for that bucket
+    list, from a model of pool reuse checked against measurements (see the README).
+    """
+    from bcgprof.buckets import parse_buckets
+    from bcgprof.predict import PredictionError, predict_buckets, predict_layers
+    from bcgprof.render import render
+    from bcgprof.render.analysis import prediction_view
+    from bcgprof.report import read_report
+
+    reports = [read_report(p) for p in source]
+    if buckets is not None:
+        if len(reports) != 1:
+            raise PredictionError("--buckets predicts from one profile; pass a single --from")
+        if layers is not None:
+            raise PredictionError("predict either another layer count (several --from) or another bucket list "
+                                  "(--buckets), not both at once")
+        wanted = parse_buckets(buckets, max_tokens=max(reports[0].run.buckets), max_bs=max(reports[0].run.buckets))
+        prediction = predict_buckets(reports[0], wanted)
+    else:
+        prediction = predict_layers(reports, layers)
+    render(prediction_view(prediction), format.value, _console())
+
+
+@app.command()
+@_user_errors
+def advise(
+    source: Path = typer.Option(..., "--from", help="A profile report of the full bucket list to choose from.",
+                                show_default=False),
+    budget: str = typer.Option(..., "--budget", help="Capture-memory budget, e.g. 2.5GiB or 2048MiB.",
+                               show_default=False),
+    lengths: Optional[Path] = typer.Option(None, "--lengths", help="CSV of observed prefill token counts (first "
+                                           "column; a header row is allowed). Default: uniform over the profiled "
+                                           "range.", show_default=False),
+    mode: AdviseMode = typer.Option(AdviseMode.shared_largest, "--mode", help="The mode the server would run."),
+    format: AnalysisFormat = typer.Option(AnalysisFormat.table, "--format", "-f", help=ANALYSIS_FORMAT_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also plot the budget/padding trade-off to this "
+                                       "image (.png, .svg, .pdf).", show_default=False),
+) -> None:
+    """The bucket list with the least expected padding whose predicted cost fits a budget (no GPU needed).
+
+    Prints the list as a --buckets spec, its predicted cost and expected padding (tokens computed for
+    nothing when a batch is padded to the next bucket), and the trade-off curve.
+    """
+    from bcgprof.advise import advise as choose
+    from bcgprof.advise import read_lengths
+    from bcgprof.render import render
+    from bcgprof.render.analysis import advice_view
+    from bcgprof.report import read_report
+    from bcgprof.report_format import parse_bytes
+
+    if out is not None:
+        from bcgprof.plot import image_path
+
+        out = image_path(out)
+    limit = parse_bytes(budget, what="--budget")
+    advice = choose(read_report(source), limit, mode=mode.value,
+                    lengths=read_lengths(lengths) if lengths is not None else None)
+    render(advice_view(advice), format.value, _console())
+    if out is not None:
+        from bcgprof.plot import plot_advice
+
+        written = plot_advice(advice, out)
+        if format is AnalysisFormat.table:
+            typer.echo(f"wrote {written}")
 
 
 def main() -> None:

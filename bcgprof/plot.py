@@ -5,7 +5,9 @@ one colour per mode; solid lines are device used (NVML), dashed lines the graph
 pool. Its y axis spans the plotted figures (not from 0), so the range where the modes
 differ fills the panel. The floor (largest bucket alone) is two horizontal references
 drawn under the modes' lines: dash-dot for its device used, dotted for its pool.
-Bottom panel: each bucket's graph-pool delta, per mode, on a symmetric log scale.
+Middle panel: each bucket's graph-pool delta, per mode, on a symmetric log scale.
+Bottom panel (reports with the ledger columns): one stacked bar per mode, its device used
+split into the causes :mod:`bcgprof.explain` names.
 
 Images are .png, .svg, .pdf or .jpg (:data:`SUFFIXES`); a name without a suffix gets
 .png; any other suffix is refused before the report is read.
@@ -19,7 +21,9 @@ from bcgprof.errors import BcgprofError
 from bcgprof.report import Report
 from bcgprof.report_format import GIB, MIB
 
-COLOURS = {"per-bucket": "#d62728", "shared": "#1f77b4", "floor": "#2ca02c"}
+COLOURS = {"per-bucket": "#d62728", "shared": "#1f77b4", "shared-largest": "#9467bd", "floor": "#2ca02c"}
+CAUSE_COLOURS = {"pool_output": "#d62728", "pool_other_live": "#ff9896", "pool_free": "#c7c7c7",
+                 "outside_pool": "#1f77b4", "graph_executables": "#ff7f0e"}
 SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 DPI_RANGE = (30, 600)  # 600 dpi: a 6600 x 4800 image
 
@@ -50,11 +54,14 @@ def _rows(report: Report, mode: str, rank: int):
 
 def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 120) -> Path:
     """Write the figure to ``out`` (see :func:`image_path` for the suffixes); return the path written."""
-    import matplotlib.pyplot as plt
-
     out = image_path(out)
     check_dpi(dpi)
-    fig = build_figure(report, rank=rank)
+    return _save(build_figure(report, rank=rank), out, dpi)
+
+
+def _save(fig, out: Path, dpi: int) -> Path:
+    import matplotlib.pyplot as plt
+
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=dpi)
@@ -67,6 +74,57 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
     return out
 
 
+def plot_advice(advice, out: str | Path, *, dpi: int = 120) -> Path:
+    """The advisor's trade-off curve: predicted budget against the least expected padding."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = image_path(out)
+    fig, ax = plt.subplots(figsize=(8, 5), constrained_layout=True)
+    xs = [b / GIB for b, _, _ in advice.curve]
+    ax.plot(xs, [p for _, p, _ in advice.curve], "-o", color=COLOURS.get(advice.mode, "#1f77b4"))
+    for x, (_, p, n) in zip(xs, advice.curve):
+        ax.annotate(str(n), (x, p), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axvline(advice.budget_bytes / GIB, color="black", linestyle=":", label="budget")
+    ax.plot([advice.predicted_bytes / GIB], [advice.expected_padding_pct], "*", color="black", markersize=12,
+            label=f"advised: {len(advice.buckets)} buckets")
+    ax.set_xlabel(f"predicted capture memory, {advice.mode} (GiB; predicted, not measured)")
+    ax.set_ylabel("expected padding (% of tokens)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"least padding for a budget ({advice.lengths_source}); labels: buckets in the list")
+    return _save(fig, out, dpi)
+
+
+def _causes_panel(ax, report: Report, rank: int) -> None:
+    """One stacked bar per mode: device used split into its causes (positive up, negative down)."""
+    from bcgprof.explain import CAUSES, causes_of
+
+    modes = [m for m in report.modes() if _rows(report, m, rank)]
+    for i, mode in enumerate(modes):
+        totals = dict.fromkeys(CAUSES, 0)
+        for r in _rows(report, mode, rank):
+            for name, value in (causes_of(r) or {}).items():
+                totals[name] += value
+        up = down = 0.0
+        for name, value in totals.items():
+            v = value / MIB
+            base = up if v >= 0 else down
+            ax.bar(i, v, bottom=base, color=CAUSE_COLOURS[name], label=CAUSES[name][0] if i == 0 else None)
+            if v >= 0:
+                up += v
+            else:
+                down += v
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(modes)))
+    ax.set_xticklabels(modes)
+    ax.set_ylabel("device used by cause (MiB)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=3, loc="upper right")
+
+
 def build_figure(report: Report, *, rank: int = 0):
     """The figure of one rank of a report (a matplotlib Figure; the caller saves and closes it)."""
     import matplotlib
@@ -75,9 +133,10 @@ def build_figure(report: Report, *, rank: int = 0):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    curves = [m for m in ("per-bucket", "shared") if _rows(report, m, rank)]
+    curves = [m for m in ("per-bucket", "shared", "shared-largest") if _rows(report, m, rank)]
     floor = _rows(report, "floor", rank)
-    extra = [m for m in report.modes() if m not in ("per-bucket", "shared", "floor") and _rows(report, m, rank)]
+    extra = [m for m in report.modes() if m not in ("per-bucket", "shared", "shared-largest", "floor")
+             and _rows(report, m, rank)]
     curves += extra
     if not curves and not floor:
         ranks = sorted({r.rank for r in report.buckets})
@@ -88,8 +147,16 @@ def build_figure(report: Report, *, rank: int = 0):
     labels = [r.bucket for r in reference]
     x_of = {r.bucket: i for i, r in enumerate(reference)}
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 2]}, constrained_layout=True)
+    ledger = any(r.pool_live_delta_bytes is not None for r in report.buckets if r.rank == rank)
+    if ledger:
+        fig = plt.figure(figsize=(11, 11), constrained_layout=True)
+        grid = fig.add_gridspec(3, 1, height_ratios=[3, 2, 2])
+        top = fig.add_subplot(grid[0])
+        bottom = fig.add_subplot(grid[1], sharex=top)
+        _causes_panel(fig.add_subplot(grid[2]), report, rank)
+    else:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True,
+                                          gridspec_kw={"height_ratios": [3, 2]}, constrained_layout=True)
     # Plot in GiB, or in MiB for captures under 1 GiB, so the axis gets round ticks.
     peak = max([abs(sum(r.device_used_delta_bytes for r in _rows(report, m, rank))) for m in curves + ["floor"]]
                + [abs(r.pool_bytes) for r in report.buckets if r.rank == rank] + [1])

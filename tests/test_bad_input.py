@@ -60,6 +60,11 @@ def report_commands(bad: Path, good: Path, tmp: Path) -> dict[str, tuple]:
         "gate as current": ("gate", "--baseline", good, "--current", bad, "--per-bucket"),
         "gate as baseline": ("gate", "--baseline", bad, "--current", good),
         "plot": ("plot", bad, "-o", tmp / "plot.png"),
+        "explain": ("explain", bad),
+        "explain json": ("explain", bad, "-f", "json"),
+        "predict buckets": ("predict", "--from", bad, "--buckets", "256,4096"),
+        "predict layers": ("predict", "--from", bad, "--from", good, "--layers", "24"),
+        "advise": ("advise", "--from", bad, "--budget", "4GiB", "--mode", "shared"),
     }
 
 

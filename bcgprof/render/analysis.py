@@ -1,0 +1,131 @@
+"""View models of `explain`, `predict` and `advise`: what a report's figures mean, and what
+other configurations would cost. The analysis is done in explain.py, predict.py and
+advise.py; this module only lays it out."""
+
+from __future__ import annotations
+
+from bcgprof.advise import Advice, advice_json
+from bcgprof.explain import CAUSES, Explanation, explanation_json
+from bcgprof.predict import Prediction, prediction_json
+from bcgprof.render.model import STRONG, WARNING, Column, Line, Sheet, View
+from bcgprof.render.views import run_line
+from bcgprof.report_format import fmt_bytes, fmt_pct
+
+
+def _bytes(n) -> str:
+    return fmt_bytes(n)
+
+
+def _delta(n) -> str:
+    return fmt_bytes(n, signed=True)
+
+
+def _count(n) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+# ---------------------------------------------------------------- explain
+
+def causes_sheet(exp: Explanation) -> Sheet:
+    multi = any(m.rank != 0 for m in exp.modes)
+    columns = [Column("mode", "mode", numeric=False, key_column=True),
+               *([Column("rank", "rank", key_column=True)] if multi else []),
+               Column("device_used_bytes", "device used", _bytes, key_column=True)]
+    columns += [Column(name, label, _delta, key_column=name in ("pool_output", "graph_executables"), drop=2)
+                for name, (label, _) in CAUSES.items()]
+    columns.append(Column("kv_tokens", "KV tokens", _count, drop=3))
+    sheet = Sheet("causes", "where the device memory went (causes sum to device used exactly)", columns)
+    for m in exp.modes:
+        row = {"mode": m.mode, "rank": m.rank, "device_used_bytes": m.device_used_bytes, "kv_tokens": m.kv_tokens}
+        row.update(m.causes or {})
+        sheet.rows.append(row)
+    if any(m.causes is None for m in exp.modes):
+        sheet.notes.append("no ledger columns in this report: causes unknown (-)")
+    return sheet
+
+
+def fit_sheet(exp: Explanation) -> Sheet:
+    f = exp.fit
+    columns = [Column("figure", "graph executables", numeric=False, key_column=True),
+               Column("value", "value", numeric=False, key_column=True)]
+    rows = [
+        ("per graph (segment)", f"{f.bytes_per_graph / 1024:.1f} KiB"),
+        ("per kernel node", f"{f.bytes_per_node:.0f} B" if f.separable else "not separable (same nodes per graph)"),
+        ("buckets fitted", f"{f.rows}" + (" (first of each mode left out)" if f.first_buckets_excluded else "")),
+        ("rms residual", fmt_bytes(int(f.rms_residual_bytes))),
+        ("fitted / measured", f"{fmt_bytes(f.fitted_bytes)} / {fmt_bytes(f.measured_bytes)}"),
+        ("R²", "-" if f.r2 is None else f"{f.r2:.3f}"),
+    ]
+    return Sheet("executables", "graph-executable memory, fitted to graphs and nodes (non-torch deltas)", columns,
+                 [{"figure": a, "value": b} for a, b in rows])
+
+
+def floor_sheet(exp: Explanation, top: int = 12) -> Sheet:
+    fl = exp.floor
+    columns = [Column("site", "site (model code, layers folded into N)", numeric=False, key_column=True),
+               Column("bytes", "live at the peak", _bytes, key_column=True),
+               Column("share", "of the pool", fmt_pct, drop=2)]
+    sheet = Sheet("floor", f"what the floor's pool holds at its peak ({fl.mode}, bucket {fl.bucket}: "
+                           f"{fmt_bytes(fl.pool_bytes)})", columns)
+    shown = fl.sites[:top]
+    for site, n in shown:
+        sheet.rows.append({"site": site, "bytes": n, "share": 100.0 * n / fl.pool_bytes if fl.pool_bytes else None})
+    rest = sum(n for _, n in fl.sites[top:])
+    if rest:
+        sheet.rows.append({"site": f"{len(fl.sites) - top} other sites", "bytes": rest,
+                           "share": 100.0 * rest / fl.pool_bytes})
+    sheet.rows.append({"site": "allocator slack (never live at the peak)", "bytes": fl.slack_bytes,
+                       "share": 100.0 * fl.slack_bytes / fl.pool_bytes if fl.pool_bytes else None})
+    return sheet
+
+
+def explain_view(exp: Explanation) -> View:
+    report = exp.report
+    sheets = [causes_sheet(exp)]
+    if exp.fit is not None:
+        sheets.append(fit_sheet(exp))
+    if exp.floor is not None:
+        sheets.append(floor_sheet(exp))
+    head = [Line(f": {run_line(report)}", lead=str(report.path))]
+    head += [Line(n, WARNING) for n in exp.notes]
+    return View(head=head, sheets=sheets, foot=[Line(s, bullet=True) for s in exp.sentences],
+                data=explanation_json(exp))
+
+
+# ---------------------------------------------------------------- predict
+
+def prediction_view(pred: Prediction) -> View:
+    columns = [Column("mode", "mode", numeric=False, key_column=True),
+               Column("device_used_bytes", "device used", _bytes, key_column=True),
+               Column("low_bytes", "low", _bytes, key_column=True),
+               Column("high_bytes", "high", _bytes, key_column=True),
+               Column("pool_bytes", "graph pool", _bytes, drop=2),
+               Column("non_torch_bytes", "non-torch", _bytes, drop=2)]
+    what = (f"at {pred.layers} layers" if pred.kind == "layers"
+            else f"for {len(pred.bucket_list)} buckets {pred.bucket_list[0]}..{pred.bucket_list[-1]}")
+    sheet = Sheet("predicted", f"{pred.model} on {pred.gpu or 'the profiled GPU'} {what}: {pred.label}", columns)
+    for m in pred.modes:
+        sheet.rows.append({"mode": m.mode, "device_used_bytes": m.device_used_bytes, "low_bytes": m.low_bytes,
+                           "high_bytes": m.high_bytes, "pool_bytes": m.pool_bytes,
+                           "non_torch_bytes": m.non_torch_bytes})
+    head = [Line(pred.label.upper(), STRONG), Line(f"from {', '.join(pred.basis)}")]
+    foot = [Line(n, bullet=True) for n in pred.notes]
+    if pred.kind == "buckets":
+        foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True))
+    return View(head=head, sheets=[sheet], foot=foot, data=prediction_json(pred))
+
+
+# ---------------------------------------------------------------- advise
+
+def advice_view(advice: Advice) -> View:
+    columns = [Column("budget_bytes", "budget", _bytes, key_column=True),
+               Column("expected_padding_pct", "expected padding", fmt_pct, key_column=True),
+               Column("buckets", "buckets", key_column=True)]
+    curve = Sheet("curve", "the trade-off: least expected padding for each budget (predicted)", columns,
+                  [{"budget_bytes": b, "expected_padding_pct": p, "buckets": n} for b, p, n in advice.curve])
+    head = [Line(f"{advice.mode}, budget {fmt_bytes(advice.budget_bytes)}, lengths: {advice.lengths_source}"),
+            Line(f": {advice.spec}", lead="--buckets"),
+            Line(f"{len(advice.buckets)} buckets, predicted {fmt_bytes(advice.predicted_bytes)} "
+                 f"(predicted, not measured), expected padding {advice.expected_padding_pct:.2f}%", STRONG)]
+    return View(head=head, sheets=[curve], foot=[Line(n, bullet=True) for n in advice.notes],
+                data=advice_json(advice))

@@ -1,0 +1,121 @@
+"""`explain`, `predict`, `advise` and the causes panel of `plot` through the command line: their
+formats, their JSON contracts and their refusals (no GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from bcgprof.cli import app
+from test_explain import _report
+from test_predict import _synthetic
+
+runner = CliRunner()
+REFERENCE = "reports/gpt-oss-20b-h200"
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_error(result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.stdout[-1500:], result.stderr[-1500:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stdout
+    return lines[0]
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_explain_shows_causes_fit_floor_and_sentences(tmp_path, fmt):
+    report = _report(tmp_path)
+    result = run("explain", report.path, "-f", fmt)
+    assert result.exit_code == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    for text in ("where the device memory went", "graph executables", "fused_experts (cache13)",
+                 "allocator slack", "fitted in pool space the largest bucket had freed"):
+        assert text in out, text
+
+
+def test_explain_json_is_the_contract(tmp_path):
+    result = run("explain", _report(tmp_path).path, "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    for m in data["modes"]:
+        assert sum(m["causes"].values()) == m["device_used_bytes"] and isinstance(m["rank"], int)
+    f = data["floor"]
+    assert f["peak_live_bytes"] + f["slack_bytes"] == f["pool_bytes"]
+
+
+def test_explain_on_a_report_from_before_the_ledger_says_what_it_cannot_tell():
+    result = run("explain", REFERENCE)
+    assert result.exit_code == 0, result.stderr
+    assert "no ledger columns" in " ".join(result.stdout.split())
+
+
+def test_explain_a_missing_report_is_one_line(tmp_path):
+    assert "does not exist" in one_error(run("explain", tmp_path / "nothing"))
+
+
+def test_predict_layers_json_contract(tmp_path):
+    two, four = _synthetic(tmp_path, 2), _synthetic(tmp_path, 4)
+    result = run("predict", "--from", two.path, "--from", four.path, "--layers", "12", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["layers"] == 12 and data["buckets"] == [256, 512, 1024, 2048, 4096]
+    assert data["label"] == "predicted, not measured"
+    for m in data["modes"]:
+        assert set(m) >= {"mode", "device_used_bytes", "pool_bytes", "non_torch_bytes", "low_bytes", "high_bytes"}
+        assert m["low_bytes"] <= m["device_used_bytes"] <= m["high_bytes"]
+    table = run("predict", "--from", two.path, "--from", four.path, "--layers", "12")
+    assert "PREDICTED, NOT MEASURED" in table.stdout
+
+
+def test_predict_buckets_from_one_profile():
+    result = run("predict", "--from", REFERENCE, "--buckets", "1024,2048,4096,8192", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["buckets"] == [1024, 2048, 4096, 8192] and {m["mode"] for m in data["modes"]} == {
+        "per-bucket", "shared", "floor"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--from", REFERENCE), "two or more layer counts"),
+    (("--from", REFERENCE, "--buckets", "1000"), "not profiled"),
+    (("--from", REFERENCE, "--from", REFERENCE, "--buckets", "4096"), "a single --from"),
+])
+def test_predict_refusals_are_one_line(args, message):
+    assert message in one_error(run("predict", *args))
+
+
+def test_advise_json_contract_and_plot(tmp_path):
+    result = run("advise", "--from", REFERENCE, "--budget", "4GiB", "--mode", "shared", "-f", "json",
+                 "-o", tmp_path / "curve")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) >= {"buckets", "spec", "mode", "predicted_bytes", "expected_padding_pct"}
+    assert data["spec"] == ",".join(map(str, data["buckets"])) and data["mode"] == "shared"
+    assert data["predicted_bytes"] <= 4 << 30 and 16384 in data["buckets"]
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--budget", "lots"), "is not a size"),
+    (("--budget", "100MiB", "--mode", "shared"), "above the budget"),
+    (("--budget", "4GiB", "--mode", "shared-largest"), "has no shared-largest rows"),
+])
+def test_advise_refusals_are_one_line(args, message):
+    assert message in one_error(run("advise", "--from", REFERENCE, *args))
+
+
+def test_plot_draws_the_causes_panel_for_a_report_with_the_ledger(tmp_path):
+    from bcgprof.plot import build_figure
+
+    report = _report(tmp_path)
+    fig = build_figure(report)
+    assert len(fig.axes) == 3
+    labels = {t.get_text() for t in fig.axes[2].get_legend().get_texts()}
+    assert {"graph executables", "pool: outputs kept"} <= labels
+    result = run("plot", report.path, "-o", tmp_path / "cost.png")
+    assert result.exit_code == 0 and (tmp_path / "cost.png").exists()
