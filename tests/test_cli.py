@@ -46,7 +46,8 @@ def test_python_dash_m_works():
 
 def test_every_option_of_every_command_is_described():
     root = typer.main.get_command(app)
-    assert set(root.commands) == {"capture", "show", "compare", "gate", "plot", "estimate"}
+    assert set(root.commands) == {"capture", "show", "compare", "gate", "plot", "estimate", "explain", "predict",
+                                  "advise"}
     for name, command in root.commands.items():
         assert command.help, name
         for param in command.params:
