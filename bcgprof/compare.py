@@ -52,6 +52,8 @@ class TotalComparison:
     old: Optional[SummaryRecord]
     new: Optional[SummaryRecord]
     changes: dict[str, Change] = field(default_factory=dict)
+    causes: dict[str, Change] = field(default_factory=dict)  # explain's causes, when both reports have the ledger
+    graphs: dict[str, Change] = field(default_factory=dict)  # segments and graph nodes of the mode's buckets
 
 
 @dataclass
@@ -129,6 +131,21 @@ def _changes(old, new, metrics) -> dict[str, Change]:
     return {m: Change(m, getattr(old, m), getattr(new, m)) for m in metrics}
 
 
+def _cause_changes(old: SummaryRecord, new: SummaryRecord) -> dict[str, Change]:
+    from bcgprof.explain import summary_causes
+
+    a, b = summary_causes(old), summary_causes(new)
+    if a is None or b is None:
+        return {}
+    return {name: Change(name, a[name], b[name]) for name in a}
+
+
+def _graph_total(report: Report, key: tuple[str, str], name: str) -> Optional[int]:
+    rows = [r for r in report.buckets if (r.mode, str(r.rank)) == key]
+    values = [getattr(r, name) for r in rows]
+    return None if not rows or None in values else sum(values)
+
+
 def compare_reports(old: Report, new: Report) -> Comparison:
     """Pair the summary rows by (mode, rank) and the bucket rows by (mode, rank, bucket)."""
     old_totals = {(s.mode, s.rank): s for s in old.summary}
@@ -137,8 +154,12 @@ def compare_reports(old: Report, new: Report) -> Comparison:
     for key in sorted(set(old_totals) | set(new_totals), key=lambda k: (mode_index(k[0]), _rank_sort(k[1]))):
         a, b = old_totals.get(key), new_totals.get(key)
         presence = BOTH if a and b else (OLD_ONLY if a else NEW_ONLY)
-        totals.append(TotalComparison(key[0], key[1], presence, a, b,
-                                      _changes(a, b, TOTAL_METRICS) if presence == BOTH else {}))
+        total = TotalComparison(key[0], key[1], presence, a, b, _changes(a, b, TOTAL_METRICS) if presence == BOTH else {})
+        if presence == BOTH:
+            total.causes = _cause_changes(a, b)
+            total.graphs = {name: Change(name, _graph_total(old, key, name), _graph_total(new, key, name))
+                            for name in ("segments", "graph_nodes")}
+        totals.append(total)
 
     old_rows = {(r.mode, r.rank, r.bucket): r for r in old.buckets}
     new_rows = {(r.mode, r.rank, r.bucket): r for r in new.buckets}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bcgprof.options import mode_index
-from bcgprof.report import BucketRecord, Report
+from bcgprof.report import BucketRecord, Report, SummaryRecord
 from bcgprof.report_format import fmt_bytes
 
 # cause -> (label, what it is)
@@ -98,6 +98,16 @@ def causes_of(r: BucketRecord) -> Optional[dict[str, int]]:
         "outside_pool": r.outside_pool_delta_bytes,
         "graph_executables": r.non_torch_delta_bytes,
     }
+
+
+def summary_causes(s: SummaryRecord) -> Optional[dict[str, int]]:
+    """A mode's causes from its summary row (the ledger columns summed), or None without them."""
+    if s.pool_live_delta_bytes is None or s.pool_free_delta_bytes is None or s.outside_pool_delta_bytes is None:
+        return None
+    output = s.pool_output_bytes or 0
+    return {"pool_output": output, "pool_other_live": s.pool_live_delta_bytes - output,
+            "pool_free": s.pool_free_delta_bytes, "outside_pool": s.outside_pool_delta_bytes,
+            "graph_executables": s.non_torch_bytes}
 
 
 def _sum_causes(rows: list[BucketRecord]) -> Optional[dict[str, int]]:

@@ -289,6 +289,25 @@ def _metric_check(mode, rank, bucket, metric, base: int, cur: int, options: Gate
     return GateCheck(mode, rank, bucket, metric, base, cur, verdict, tol.limit(base), detail)
 
 
+def causes_grown(total) -> str:
+    """The causes (explain's ledger) that grew between the two reports' totals of one mode, largest first,
+    with the graph and node counts beside graph executables: '' when the reports lack the ledger."""
+    from bcgprof.explain import CAUSES
+
+    parts = []
+    for name, change in sorted(total.causes.items(), key=lambda kv: -(kv[1].delta or 0)):
+        if not change.delta or change.delta <= 0:
+            continue
+        text = f"{CAUSES[name][0]} {fmt_bytes(int(change.delta), signed=True)}"
+        if name == "graph_executables":
+            counts = [f"{label} {int(c.delta):+,}" for key, label in (("segments", "graphs"), ("graph_nodes", "nodes"))
+                      if (c := total.graphs.get(key)) is not None and c.delta]
+            if counts:
+                text += f" ({', '.join(counts)})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
 def _status_check(mode, rank, bucket, verdict, detail, base_status, cur_status) -> GateCheck:
     return GateCheck(mode, rank, bucket, "status", None, None, verdict, detail=detail,
                      baseline_status=base_status, current_status=cur_status)
@@ -373,7 +392,12 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
                 part = _TOTAL_FROM_BUCKETS[metric]
                 base = sum(p.changes[part].old for p in common)
                 cur = sum(p.changes[part].new for p in common)
-            checks.append(_metric_check(mode, rank_label, None, metric, base, cur, options))
+            check = _metric_check(mode, rank_label, None, metric, base, cur, options)
+            if check.verdict == REGRESSION and complete and total is not None:
+                grown = causes_grown(total)
+                if grown:
+                    check.detail += f"; what grew: {grown}"
+            checks.append(check)
 
         for p in common:
             b, c = p.old, p.new

@@ -119,3 +119,36 @@ def test_plot_draws_the_causes_panel_for_a_report_with_the_ledger(tmp_path):
     assert {"graph executables", "pool: outputs kept"} <= labels
     result = run("plot", report.path, "-o", tmp_path / "cost.png")
     assert result.exit_code == 0 and (tmp_path / "cost.png").exists()
+
+
+def _grown_copy(tmp_path, report, nodes=48000, exec_bytes=120 << 20):
+    """The same capture with more graph-executable memory in every per-bucket row."""
+    import dataclasses
+
+    from bcgprof.report import ReportWriter
+
+    rows = []
+    for r in report.buckets:
+        if r.mode == "per-bucket":
+            per = exec_bytes // 4
+            r = dataclasses.replace(r, non_torch_delta_bytes=r.non_torch_delta_bytes + per,
+                                    device_used_delta_bytes=r.device_used_delta_bytes + per,
+                                    graph_nodes=r.graph_nodes + nodes // 4)
+        rows.append(r)
+    ReportWriter(tmp_path / "grown", report.run, rows)
+    return tmp_path / "grown"
+
+
+def test_compare_shows_cause_deltas_and_a_failing_gate_names_what_grew(tmp_path):
+    report = _report(tmp_path)
+    grown = _grown_copy(tmp_path, report)
+    result = run("compare", report.path, grown, "--section", "summary", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    totals = {t["mode"]: t for t in json.loads(result.stdout)["totals"]}
+    assert totals["per-bucket"]["causes"]["graph_executables"]["delta"] == 120 << 20
+    assert totals["shared"]["causes"]["graph_executables"]["delta"] == 0
+    table = " ".join(run("compare", report.path, grown, "--section", "summary", "--wide").stdout.split())
+    assert "cause: graph executables" in table
+    gate = run("gate", "--baseline", report.path, "--current", grown)
+    assert gate.exit_code == 1
+    assert "what grew: graph executables +120.0 MiB (nodes +48,000)" in " ".join(gate.stdout.split())

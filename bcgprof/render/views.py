@@ -12,6 +12,7 @@ from typing import Optional
 
 from bcgprof.compare import BOTH, NEW_ONLY, OLD_ONLY, Comparison
 from bcgprof.estimate import Estimate
+from bcgprof.explain import CAUSES
 from bcgprof.gate import IMPROVEMENT, PASS, REGRESSION, GateCheck, GateResult
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
@@ -307,6 +308,12 @@ def totals_sheet(cmp: Comparison) -> Sheet:
                 "_fmt": {"old": plain, "new": plain, "delta": signed},
                 "_style": _growth_style(change.delta) if metric != "capture_s" else None,
             })
+        for cause, change in t.causes.items():  # where the device-used change went (explain's ledger)
+            sheet.rows.append({
+                "mode": t.mode, "rank": t.rank, "metric": f"  cause: {CAUSES[cause][0]}",
+                "old": change.old, "new": change.new, "delta": change.delta, "pct": change.pct,
+                "_fmt": {"delta": _delta}, "_style": _growth_style(change.delta),
+            })
     return sheet
 
 
@@ -354,6 +361,8 @@ def comparison_json(cmp: Comparison, section: str = "all") -> dict:
         item = {"mode": t.mode, "rank": _rank_text(t.rank), "presence": t.presence}
         for metric, change in t.changes.items():
             item[metric] = {"old": change.old, "new": change.new, "delta": change.delta, "pct": change.pct}
+        if t.causes:
+            item["causes"] = {name: {"old": c.old, "new": c.new, "delta": c.delta} for name, c in t.causes.items()}
         totals.append(item)
     buckets = []
     for c in cmp.buckets:
