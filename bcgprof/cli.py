@@ -9,6 +9,7 @@ Never a traceback, unless ``--debug`` or ``BCGPROF_DEBUG=1`` asks for one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -271,8 +272,9 @@ def capture(
                               help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
     weights: Weights = typer.Option(Weights.dummy, help="dummy: random weights of the right shapes (no download); "
                                                         "safetensors: load the checkpoint directory's weights."),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
-                                             help="Decoder layers to build. Default: all of the model's layers."),
+    num_layers: Optional[str] = typer.Option(None, "--num-layers", help="Decoder layers to build, or a comma list "
+                                             "(2,4): one report per count, in <out>/layers-N. Default: all of the "
+                                             "model's layers."),
     phase: Phase = typer.Option(Phase.prefill, help="prefill: buckets are token counts; decode: batch sizes, "
                                                     "one new token per sequence over a KV cache."),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
@@ -331,18 +333,46 @@ def capture(
         raise BcgprofError(f"--context-len must be a positive number of tokens, got {context_len}")
     if context_len > MAX_BUCKET_SIZE:
         raise BcgprofError(f"--context-len {context_len} is over the cap of {MAX_BUCKET_SIZE} tokens")
-    resolve_model(model)
+    spec = resolve_model(model)
+    layer_counts = _layer_counts(num_layers, spec.num_layers)
     _check_out(out)
 
     from bcgprof.options import CaptureOptions
 
     opts = CaptureOptions(
-        model=model, weights=weights.value, num_layers=num_layers, phase=phase.value, buckets=buckets,
+        model=model, weights=weights.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
         max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )
-    raise typer.Exit(_run_capture(opts))
+    if len(layer_counts) == 1:
+        raise typer.Exit(_run_capture(opts))
+    # one report per layer count, each in its own directory under --out
+    from bcgprof.runner import default_out
+
+    parent = Path(out) if out is not None else default_out(spec.name)
+    codes = []
+    for n in layer_counts:
+        codes.append(_run_capture(dataclasses.replace(opts, num_layers=n, out=parent / f"layers-{n}")))
+        if codes[-1] == EXIT_INTERRUPTED:
+            break
+    raise typer.Exit(max(codes))
+
+
+def _layer_counts(text: Optional[str], depth: int) -> list[Optional[int]]:
+    """``--num-layers``: None (every layer), one count, or a comma list of distinct counts."""
+    if text is None:
+        return [None]
+    counts = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry.isdigit() or not 1 <= int(entry) <= depth:
+            raise BcgprofError(f"--num-layers {text!r}: {entry!r} is not a layer count from 1 to {depth} (the "
+                               "model's depth); write one count or a comma list such as 2,4")
+        if int(entry) in counts:
+            raise BcgprofError(f"--num-layers {text!r} names {entry} twice; list each count once")
+        counts.append(int(entry))
+    return counts
 
 
 def _run_capture(opts) -> int:

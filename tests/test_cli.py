@@ -374,3 +374,18 @@ def test_capture_user_errors_from_the_runner_are_one_line(monkeypatch):
 def test_capture_choices_and_ranges_are_usage_errors(captured, args):
     assert run("capture", *args).exit_code == 2
     assert captured == []
+
+
+def test_capture_num_layers_list_runs_one_report_per_count(captured, tmp_path):
+    result = run("capture", "--num-layers", "2,4", "--buckets", "16,32", "--out", tmp_path / "l")
+    assert result.exit_code == 0, result.stderr
+    assert [(o.num_layers, o.out) for o in captured] == [(2, tmp_path / "l" / "layers-2"),
+                                                         (4, tmp_path / "l" / "layers-4")]
+
+
+@pytest.mark.parametrize("value, message", [("0", "is not a layer count from 1 to 24"),
+                                            ("2,25", "'25' is not a layer count"),
+                                            ("2,2", "names 2 twice"), ("x", "'x' is not a layer count")])
+def test_capture_num_layers_bad_lists(captured, value, message):
+    assert message in one_line_error(run("capture", "--num-layers", value))
+    assert captured == []
