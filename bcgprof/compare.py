@@ -97,7 +97,8 @@ def _fmt_list(values: list) -> str:
 
 
 def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
-    """What makes two reports measure different things: model, GPU, buckets, layers, dtype, phase, modes, TP.
+    """What makes two reports measure different things: model, GPU, buckets, layers, dtype, phase, modes, TP,
+    graph kind (breakable or full) and capture order.
 
     Each entry is one sentence naming both values. An empty list means the reports are comparable.
     """
@@ -118,7 +119,8 @@ def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
         if only_new:
             detail.append(f"only in new: {_fmt_list(only_new)}")
         out.append(f"bucket list differs ({'; '.join(detail) or 'same sizes, different order'})")
-    for name, label in (("layers", "layers"), ("dtype", "dtype"), ("phase", "phase"), ("tp", "tensor-parallel ranks")):
+    for name, label in (("layers", "layers"), ("dtype", "dtype"), ("phase", "phase"), ("tp", "tensor-parallel ranks"),
+                        ("graph", "graph kinds"), ("order", "capture orders")):
         a, b = getattr(old, name), getattr(new, name)
         if a != b:
             out.append(f"{label} differ: {a} vs {b}")

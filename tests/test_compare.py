@@ -61,3 +61,26 @@ def test_run_differences_name_both_values(data_dir):
     b = read_report(data_dir / "other-model").run
     assert run_differences(a, b) == [
         "model differs: gpt-oss-20b (config 5d1b7c0e2a9f4e61) vs Qwen3-8B (config 9a04c3e1b7d25f80)"]
+
+
+def test_a_different_graph_kind_or_order_is_a_mismatch_the_gate_refuses_unless_allowed(report_copy):
+    import json
+
+    from bcgprof.compare import run_differences
+    from bcgprof.gate import GateMismatchError, GateOptions, gate_reports
+    from bcgprof.report import read_report
+
+    base = report_copy("baseline")
+    other = report_copy("grown")
+    data = json.loads((other / "run.json").read_text())
+    data.update(graph="full", order="smallest-first")
+    (other / "run.json").write_text(json.dumps(data))
+    diffs = run_differences(read_report(base).run, read_report(other).run)
+    assert "graph kinds differ: breakable vs full" in diffs
+    assert "capture orders differ: largest-first vs smallest-first" in diffs
+    import pytest
+
+    with pytest.raises(GateMismatchError, match="graph kinds differ"):
+        gate_reports(read_report(base), read_report(other))
+    result = gate_reports(read_report(base), read_report(other), GateOptions(allow_mismatch=True))
+    assert any("graph kinds differ" in n for n in result.notes)
