@@ -98,6 +98,7 @@ fi
 # cap NAME ARGS...: one `bcgprof capture` into $R/NAME, its wall time and per-mode totals
 cap() {
   local name=$1; shift
+  if (( SECONDS - start > ${DEADLINE:-100000} )); then say "$name: skipped (past the deadline)"; return; fi
   local t=$SECONDS
   PYTHONPATH=$HERE timeout ${CAP_TIMEOUT:-400} python3 -m bcgprof capture "$@" --out "$R/$name" >"$R/$name.out" 2>&1
   local rc=$?
@@ -130,8 +131,8 @@ if stage smallest; then cap smallest-first --order smallest-first --modes per-bu
 if stage decode; then
   cap decode --phase decode
   cap decode-full --phase decode --graph full
-  cap llama-decode --model Llama-3.1-8B --phase decode --context-len 2048
 fi
+if stage llama-decode; then cap llama-decode --model Llama-3.1-8B --phase decode --context-len 2048; fi
 if stage layers; then
   for n in 2 4; do
     cap gpt-oss-20b-l$n --num-layers $n
