@@ -20,7 +20,7 @@ import linecache
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 MODULE_FRAME = "module:"  # prefix of the renamed forward frames
 NO_SITE = "(no model frame: torch or library internals)"
@@ -177,7 +177,3 @@ def stop_history() -> None:
     import torch
 
     torch.cuda.memory._record_memory_history(enabled=None)
-
-
-def total(sites: Iterable[SiteBytes]) -> int:
-    return sum(s.bytes for s in sites)

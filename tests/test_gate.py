@@ -1,6 +1,5 @@
 """Every gate outcome, decided by bcgprof.gate on reports written to disk and read back."""
 
-import dataclasses
 
 import pytest
 

@@ -24,7 +24,7 @@ from bcgprof.models.kernels import clamped_swiglu, fused_experts, silu_and_mul
 from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.layers.rope import rope_inv_freq, rope_parameters
 from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
-from test_models_tiny import close, inputs, randomize_, tiny_config
+from test_models_tiny import inputs, randomize_, tiny_config
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,7 +1,6 @@
 """The report format: round trips, summaries, atomic and partial writes, unreadable input."""
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess

@@ -67,7 +67,7 @@ def test_the_peak_its_sites_and_the_slack_add_up_to_the_pool(tmp_path):
     got = {s.site: (s.bytes, s.blocks) for s in peak.sites}
     # layer numbers fold into N, the role is the function and the variable its line assigns
     assert got == {"layers.N.mlp.experts: fused (cache13)": (4000, 2), NO_SITE: (200, 1)}
-    assert sites.total(peak.sites) == peak.peak_live_bytes
+    assert sum(s.bytes for s in peak.sites) == peak.peak_live_bytes
     assert [s.bytes for s in peak.sites] == sorted((s.bytes for s in peak.sites), reverse=True)
 
 

@@ -8,7 +8,6 @@ forward. One spawn runs every case, to keep the suite quick.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

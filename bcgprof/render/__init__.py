@@ -17,7 +17,7 @@ from bcgprof.render.as_markdown import render_markdown
 from bcgprof.render.as_table import render_table
 from bcgprof.render.model import Column, Line, Sheet, View
 from bcgprof.render.views import (
-    capture_view, compare_view, estimate_view, gate_headline, gate_view, report_tables_view, run_line, show_view,
+    capture_view, compare_view, estimate_view, gate_headline, gate_view, run_line, show_view,
     verdict_line,
 )
 
