@@ -114,24 +114,29 @@ PY
   grep -E "error|Error" "$R/$name.out" | tail -n 3 | tee -a "$SUMMARY"
 }
 
-if stage default; then cap default; fi
-if stage snapshot; then
-  cap snapshot --snapshot --buckets 4096,8192,16384
-  for f in "$R"/snapshot/*.pickle; do [[ -f $f ]] && gzip -9 "$f"; done
-  ls -la "$R/snapshot" | tee -a "$SUMMARY"
+if stage kerneltest; then
+  PYTHONPATH=$HERE timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels_gpu.py -k allocates \
+    >"$R/kerneltest.log" 2>&1
+  say "kernel memory tests: $(tail -n 1 "$R/kerneltest.log")"
 fi
+if stage default; then cap default; fi
 if stage variants; then
   cap sparse --buckets 1024,2048,4096,8192
   cap subset20 --buckets 24,48,128,208,704,768,1024,1280,3072,3840,4096,5120,6144,8192,8704,10240,10752,11776,12288,16384
   cap qwen3-30b-a3b-4l --model Qwen3-30B-A3B --num-layers 4
   cap llama-3.1-8b-4l --model Llama-3.1-8B --num-layers 4
 fi
-if stage full; then cap full --graph full; fi
-if stage smallest; then cap smallest-first --order smallest-first --modes per-bucket,shared,floor; fi
 if stage decode; then
   cap decode --phase decode
   cap decode-full --phase decode --graph full
 fi
+if stage snapshot; then
+  cap snapshot --snapshot --buckets 4096,8192,16384
+  for f in "$R"/snapshot/*.pickle; do [[ -f $f ]] && gzip -9 "$f"; done
+  ls -la "$R/snapshot" | tee -a "$SUMMARY"
+fi
+if stage full; then cap full --graph full; fi
+if stage smallest; then cap smallest-first --order smallest-first --modes per-bucket,shared,floor; fi
 if stage llama-decode; then cap llama-decode --model Llama-3.1-8B --phase decode --context-len 2048; fi
 if stage layers; then
   for n in 2 4; do
