@@ -166,6 +166,7 @@ class Capturer:
         return [x[:bucket] for x in self.inputs]
 
     def _eager(self, bucket: int) -> torch.Tensor:
+        self.stream.wait_stream(torch.cuda.current_stream())  # inputs refilled on the current stream first
         with torch.cuda.stream(self.stream):
             out = self.fn(*self._sliced(bucket))
         torch.cuda.current_stream().wait_stream(self.stream)

@@ -183,7 +183,9 @@ class BreakableGraph:
         self._begin_segment()
 
     def replay(self) -> None:
-        """Run segments and breaks in capture order on the capture stream."""
+        """Run segments and breaks in capture order on the capture stream, after the work
+        already queued on the current stream (whatever refilled the inputs, say)."""
+        self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
             for step in self.steps:
                 if isinstance(step, _Break):

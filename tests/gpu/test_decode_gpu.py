@@ -75,3 +75,18 @@ def test_the_cache_is_outside_the_pool_and_charged_to_no_bucket(tmp_path):
 
     k, _ = w.fn.layers[0].self_attn.kv_cache
     assert not storage_in_pool(k, result.pool)
+
+
+def test_replay_waits_for_a_refill_still_running_on_the_current_stream(tmp_path):
+    """A refill of a large cache queued on the current stream must land before the replay reads it."""
+    w = _workload(tmp_path, context=4096)
+    result = capture_buckets(w.fn, w.inputs, [16], mode="per-bucket", verify="none")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7)
+    for _ in range(3):
+        w.refill(w.inputs, gen)  # queued, not waited for
+        replayed = result.replay(16).clone()
+        with torch.no_grad():
+            eager = w.fn(*[x[:16] for x in w.inputs])
+        torch.cuda.synchronize()
+        assert torch.equal(replayed, eager)
