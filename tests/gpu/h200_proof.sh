@@ -119,6 +119,12 @@ if stage kerneltest; then
     >"$R/kerneltest.log" 2>&1
   say "kernel memory tests: $(tail -n 1 "$R/kerneltest.log")"
 fi
+if stage decodetest; then
+  PYTHONPATH=$HERE timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_decode_gpu.py \
+    tests/gpu/test_variants_gpu.py >"$R/decodetest.log" 2>&1
+  say "decode and variant GPU tests: $(tail -n 1 "$R/decodetest.log")"
+  grep -E "^(FAILED|ERROR)" "$R/decodetest.log" | head | tee -a "$SUMMARY"
+fi
 if stage default; then cap default; fi
 if stage variants; then
   cap sparse --buckets 1024,2048,4096,8192
