@@ -14,6 +14,7 @@ from test_predict import _synthetic
 
 runner = CliRunner()
 REFERENCE = "reports/gpt-oss-20b-h200"
+BEFORE_LEDGER = "reports/gpt-oss-20b-h200-unfused"  # written before the ledger columns and sites.csv
 
 
 def run(*args):
@@ -49,9 +50,12 @@ def test_explain_json_is_the_contract(tmp_path):
 
 
 def test_explain_on_a_report_from_before_the_ledger_says_what_it_cannot_tell():
-    result = run("explain", REFERENCE)
+    result = run("explain", BEFORE_LEDGER)
     assert result.exit_code == 0, result.stderr
     assert "no ledger columns" in " ".join(result.stdout.split())
+    for command in (("show", BEFORE_LEDGER), ("compare", BEFORE_LEDGER, REFERENCE),
+                    ("gate", "--baseline", BEFORE_LEDGER, "--current", REFERENCE)):
+        assert run(*command).exit_code == 0, command  # older reports still open everywhere
 
 
 def test_explain_a_missing_report_is_one_line(tmp_path):
@@ -77,7 +81,7 @@ def test_predict_buckets_from_one_profile():
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["buckets"] == [1024, 2048, 4096, 8192] and {m["mode"] for m in data["modes"]} == {
-        "per-bucket", "shared", "floor"}
+        "per-bucket", "shared", "shared-largest", "floor"}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -103,10 +107,14 @@ def test_advise_json_contract_and_plot(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--budget", "lots"), "is not a size"),
     (("--budget", "100MiB", "--mode", "shared"), "above the budget"),
-    (("--budget", "4GiB", "--mode", "shared-largest"), "has no shared-largest rows"),
 ])
 def test_advise_refusals_are_one_line(args, message):
     assert message in one_error(run("advise", "--from", REFERENCE, *args))
+
+
+def test_advise_refuses_a_mode_the_profile_lacks():
+    message = one_error(run("advise", "--from", BEFORE_LEDGER, "--budget", "4GiB", "--mode", "shared-largest"))
+    assert "has no shared-largest rows" in message
 
 
 def test_plot_draws_the_causes_panel_for_a_report_with_the_ledger(tmp_path):

@@ -130,7 +130,7 @@ def test_a_report_written_before_the_ledger_still_explains_what_it_can(tmp_path)
 
 
 def test_the_committed_reference_report_explains_without_a_ledger():
-    exp = explain_report(read_report("reports/gpt-oss-20b-h200"))
+    exp = explain_report(read_report("reports/gpt-oss-20b-h200-unfused"))
     assert exp.fit is not None and exp.fit.rows > 100
     assert exp.fit.separable  # node counts per bucket vary a little (1815..2272 over 25 graphs)
     assert exp.fit.fitted_bytes == pytest.approx(exp.fit.measured_bytes, rel=0.01)
