@@ -304,6 +304,8 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                     filled += p.output[bucket]
                     need = _round_up(max(0, filled - room))
                     pool_delta, grown = need - grown, need
+                elif mode == "shared-largest" and order == 1:
+                    pool_delta = _second_bucket_growth(p, rows, bucket, scale)
                 outside = src.torch_reserved_delta_bytes - src.pool_delta_bytes
                 non_torch = src.non_torch_delta_bytes
                 retained = p.output[bucket] if mode == "per-bucket" else 0
@@ -317,6 +319,18 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
     out.sort(key=lambda m: mode_index(m.mode))
     return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name, layers=int(report.run.layers),
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
+
+
+def _second_bucket_growth(p: _Profile, rows: dict[int, BucketRecord], bucket: int, scale: float) -> int:
+    """The pool growth of the bucket captured right after the largest, where the largest's output stays in
+    the pool: it splits the space the largest freed, and a second bucket whose working set is as large as the
+    profile's second bucket's did not fit beside it. A smaller second bucket fitted in the profile's run."""
+    second = next((r for r in rows.values() if r.order == 1), None)
+    if second is None or second.pool_delta_bytes <= 0:
+        return 0
+    if p.transient.get(bucket, 0) < p.transient.get(second.bucket, 0):
+        return 0
+    return second.pool_delta_bytes if scale == 1.0 else _round_up(int(second.pool_delta_bytes * scale))
 
 
 def _outside_first(mode: str, first: BucketRecord, p: _Profile, top: int) -> int:

@@ -156,3 +156,24 @@ def test_advice_refuses_a_budget_below_the_largest_bucket_and_bad_lengths(tmp_pa
     bad.write_text("tokens\n12\nabc\n")
     with pytest.raises(AdviceError, match="not a token count"):
         read_lengths(bad)
+
+
+@pytest.mark.parametrize("profile", ["gpt-oss-20b-h200", "llama-3.1-8b-h200-4l", "qwen3-30b-a3b-h200-4l"])
+def test_predicting_a_profiles_own_list_reproduces_it(profile):
+    report = read_report(f"reports/{profile}")
+    pred = predict_buckets(report, report.run.buckets)
+    measured = {s.mode: s.device_used_bytes for s in report.summary}
+    for m in pred.modes:
+        assert abs(m.device_used_bytes - measured[m.mode]) <= 0.01 * measured[m.mode], m.mode
+
+
+@pytest.mark.parametrize("captured", ["gpt-oss-20b-h200-sparse", "gpt-oss-20b-h200-subset20",
+                                      "gpt-oss-20b-h200-snapshot"])
+def test_bucket_list_predictions_match_the_lists_measured_on_the_h200(captured):
+    """From the full 74-bucket profile, other lists captured on the same H200: within 2% of device used."""
+    measured = read_report(f"reports/{captured}")
+    pred = predict_buckets(read_report(REFERENCE), measured.run.buckets)
+    totals = {s.mode: s.device_used_bytes for s in measured.summary}
+    assert {m.mode for m in pred.modes} == set(totals)
+    for m in pred.modes:
+        assert abs(m.device_used_bytes - totals[m.mode]) <= 0.02 * totals[m.mode], (m.mode, m.device_used_bytes)
