@@ -153,6 +153,7 @@ def build_figure(report: Report, *, rank: int = 0):
         grid = fig.add_gridspec(3, 1, height_ratios=[3, 2, 2])
         top = fig.add_subplot(grid[0])
         bottom = fig.add_subplot(grid[1], sharex=top)
+        top.tick_params(labelbottom=False)  # the bucket labels are on the pool-delta panel below
         _causes_panel(fig.add_subplot(grid[2]), report, rank)
     else:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True,
