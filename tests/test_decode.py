@@ -100,3 +100,31 @@ def test_sequences_at_different_positions_decode_independently():
                                               1, 16))
         alone = model(ids[1:2], positions[1:2])
     torch.testing.assert_close(together[1], alone[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("report, model", [("gpt-oss-20b-h200-decode", "gpt-oss-20b"),
+                                           ("llama-3.1-8b-h200-decode", "Llama-3.1-8B")])
+def test_estimate_matches_the_retained_outputs_measured_in_decode(report, model):
+    """The committed H200 decode captures: each bucket keeps batch x hidden x dtype bytes, as estimate says."""
+    from bcgprof.estimate import estimate_output_buffers
+    from bcgprof.models.config import resolve_model
+    from bcgprof.report import read_report
+
+    r = read_report(f"reports/{report}")
+    assert r.run.phase == "decode" and r.run.extra["kv_cache_bytes"] > 0
+    est = estimate_output_buffers(resolve_model(model), r.run.buckets, phase="decode")
+    measured = {b.bucket: b.retained_output_bytes for b in r.buckets if b.mode == "per-bucket"}
+    assert measured == {e.bucket: e.output_bytes for e in est.buckets}
+    assert all(b.replay_max_abs_diff in (None, 0.0) for b in r.buckets)
+
+
+def test_a_kv_cache_that_does_not_fit_is_one_line_with_both_figures():
+    from bcgprof.errors import CaptureError
+    from bcgprof.workload import check_cache_fits
+
+    with pytest.raises(CaptureError) as info:
+        check_cache_fits(128 << 30, 120 << 30, 256, 4096)
+    text = str(info.value)
+    assert "needs 128.00 GiB" in text and "120.00 GiB of GPU memory is free" in text and "--context-len" in text
+    assert "\n" not in text
+    check_cache_fits(1 << 30, 2 << 30, 8, 128)  # fits: no error
