@@ -298,9 +298,11 @@ def _preload() -> None:
 
     for target in MODEL_CLASSES.values():  # the family modules and, through them, the kernels
         importlib.import_module(target.split(":")[0])
-    from bcgprof.models import kernels
+    from bcgprof.models.kernels import triton_available
 
-    kernels.preload()
+    if triton_available():  # the Triton kernels: importing and decorating them touches no GPU
+        importlib.import_module("bcgprof.models.kernels._triton_moe")
+        importlib.import_module("bcgprof.models.kernels._triton_activation")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

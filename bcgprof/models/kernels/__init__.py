@@ -36,12 +36,6 @@ from bcgprof.models.kernels.activation import (
 from bcgprof.models.kernels.moe import ACTIVATIONS, fused_experts, fused_experts_reference
 from bcgprof.models.kernels.workspace import MoEWorkspace, moe_workspace_shapes
 
-def preload() -> None:
-    """Import (and decorate) the Triton kernels now rather than at their first call; touches no GPU."""
-    if triton_available():
-        from bcgprof.models.kernels import _triton_activation, _triton_moe  # noqa: F401
-
-
 __all__ = [
     "ACTIVATIONS",
     "MoEWorkspace",
@@ -50,7 +44,6 @@ __all__ = [
     "fused_experts",
     "fused_experts_reference",
     "moe_workspace_shapes",
-    "preload",
     "silu_and_mul",
     "silu_and_mul_reference",
     "triton_available",
