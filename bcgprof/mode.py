@@ -288,21 +288,11 @@ def _preload() -> None:
 
     Nothing here touches the GPU: importing torch creates no CUDA context.
     """
-    import importlib
-
     import torch  # noqa: F401
 
     import bcgprof.capture  # noqa: F401
+    import bcgprof.models  # noqa: F401
     import bcgprof.workload  # noqa: F401
-    from bcgprof.models import MODEL_CLASSES
-
-    for target in MODEL_CLASSES.values():  # the family modules and, through them, the kernels
-        importlib.import_module(target.split(":")[0])
-    from bcgprof.models.kernels import triton_available
-
-    if triton_available():  # the Triton kernels: importing and decorating them touches no GPU
-        importlib.import_module("bcgprof.models.kernels._triton_moe")
-        importlib.import_module("bcgprof.models.kernels._triton_activation")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
