@@ -572,6 +572,8 @@ def _check_run(path: Path, data: dict) -> RunInfo:
     def is_int(v) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
+    choices = {"phase": PHASES, "status": RUN_STATUSES, "graph": GRAPH_KINDS, "order": ORDERS}
+
     values = {}
     for f in fields(RunInfo):
         name = f.name
@@ -598,18 +600,9 @@ def _check_run(path: Path, data: dict) -> RunInfo:
         elif name in ("layers", "hidden_size"):
             if not is_int(value) or not 0 <= value < 2 ** 31:
                 raise bad(name, "a non-negative integer")
-        elif name == "phase":
-            if value not in PHASES:
-                raise bad(name, f"one of {', '.join(PHASES)}")
-        elif name == "status":
-            if value not in RUN_STATUSES:
-                raise bad(name, f"one of {', '.join(RUN_STATUSES)}")
-        elif name == "graph":
-            if value not in GRAPH_KINDS:
-                raise bad(name, f"one of {', '.join(GRAPH_KINDS)}")
-        elif name == "order":
-            if value not in ORDERS:
-                raise bad(name, f"one of {', '.join(ORDERS)}")
+        elif name in choices:
+            if value not in choices[name]:
+                raise bad(name, f"one of {', '.join(choices[name])}")
         elif name == "in_process":
             if not isinstance(value, bool):
                 raise bad(name, "true or false")
