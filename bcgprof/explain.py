@@ -149,8 +149,10 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
         width = dtypes.dtype_bytes(report.run.dtype or spec.dtype)
     except Exception:
         return None, ""
+    from bcgprof.models.kvcache import kv_bytes_per_token as per_token
+
     layers = int(report.run.layers)
-    value = layers * 2 * kv_heads * head_dim * width
+    value = per_token(layers, kv_heads, head_dim, width)
     return value, f"{layers} layers x 2 x {kv_heads} KV heads x {head_dim} head dim x {width} bytes"
 
 
