@@ -5,16 +5,21 @@ computes ``b - t`` tokens for nothing; a batch longer than the largest bucket is
 chunks of the largest bucket, and only its remainder pads. Given the distribution of
 prefill sizes (observed token counts, or uniform over the profiled range), the advisor
 picks, among the profiled buckets, the list with the least expected padding whose
-predicted cost (:func:`bcgprof.predict.predict_buckets`) fits the budget. The largest
+predicted cost (:func:`bcgprof.predict.predict_buckets`) fits the budget even at the top of
+its error band. The largest
 profiled bucket is always kept: it is the chunk size.
 
-In the modes that keep no per-bucket output (``shared``, ``shared-largest``) the predicted
-cost of a list is the largest bucket's cost plus each other bucket's own (its graph
-executables), so the optimum is found exactly by dynamic programming over the sorted
-candidates (budgets counted in whole MiB, rounded against the list). ``per-bucket``
-costs are not additive (outputs first fill freed pool space): there the advisor searches
-the same way on each bucket's standalone cost, then re-predicts the chosen list and
-tightens the budget until the prediction fits.
+The search: a dynamic programme over the sorted candidates finds, for every budget in whole
+MiB, the list with the least padding when each bucket costs a fixed amount on top of the
+largest bucket alone. In ``shared`` mode that additive model is the prediction itself, so the
+optimum is exact. In ``per-bucket`` mode (outputs first fill the space the largest bucket
+freed, then grow the pool) and ``shared-largest`` mode (the second bucket may grow the pool)
+costs are not additive: there the programme runs with two per-bucket cost models (graph
+executables only, and executables plus the bucket's standalone output), every list it finds
+on either is re-predicted exactly, and the advice is the least-padding list whose exact
+prediction fits the budget. Because a bucket captured right after the largest may grow the
+pool by a large one-off amount (see :mod:`bcgprof.predict`), the search runs once over all
+candidates and once over only those that would not. The trade-off curve is drawn from the same exact predictions.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Advice:
     buckets: list[int]
     predicted_bytes: int
     expected_padding_pct: float
+    high_bytes: int = 0  # the top of the prediction's band: this is what must fit the budget
     curve: list[tuple[int, float, int]] = field(default_factory=list)  # (budget bytes, padding %, buckets)
     lengths_source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -122,20 +128,13 @@ def _padding_table(candidates: list[int], weights: np.ndarray) -> np.ndarray:
     return pad
 
 
-def optimise(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
-             ) -> tuple[Optional[list[int]], np.ndarray]:
-    """Least padding subject to ``fixed + sum(costs of chosen) <= budget`` (costs in MiB, the last candidate always
-    chosen and its cost in ``fixed``). Returns the chosen buckets (None if nothing fits) and the best padding for
-    every budget 0..budget (the trade-off curve)."""
-    cand = list(candidates)
+def _programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """best[j][u]: least padding of counts <= cand[j] with cand[j] chosen, spending at most u units on the
+    chosen buckets below the largest; back[j][u]: the chosen bucket before j (-1: none)."""
     n = len(cand)
-    units = budget - fixed
-    if units < 0:
-        return None, np.full(max(budget + 1, 1), np.inf)
     pad = _padding_table(cand, weights)
     inf = np.inf
-    # best[j][u]: least padding of counts <= cand[j] with cand[j] chosen, spending u units on the chosen
-    # buckets below the largest
     best = np.full((n, units + 1), inf)
     back = np.full((n, units + 1), -2, dtype=np.int64)
     for j in range(n):
@@ -151,19 +150,47 @@ def optimise(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget
             better = shifted < best[j]
             best[j][better] = shifted[better]
             back[j][better] = i
-    last = n - 1
-    curve = np.minimum.accumulate(best[last])
-    if not np.isfinite(best[last, units]):
-        return None, curve
-    row = best[last]
-    u = int(np.flatnonzero(row <= row.min())[0])  # the cheapest way to the least padding
+    return best, back
+
+
+def _trace(cand: list[int], costs: Sequence[int], back: np.ndarray, u: int) -> list[int]:
+    """The list the programme chose with ``u`` units: the largest bucket, then back to the smallest."""
+    last = len(cand) - 1
     chosen, j = [], last
     while j >= 0:
         chosen.append(cand[j])
         i = int(back[j, u])
         u -= 0 if j == last else int(costs[j])
         j = i
-    return sorted(chosen), curve
+    return sorted(chosen)
+
+
+def optimise(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
+             ) -> tuple[Optional[list[int]], np.ndarray]:
+    """Least padding subject to ``fixed + sum(costs of chosen) <= budget`` (costs in MiB, the last candidate always
+    chosen and its cost in ``fixed``). Returns the chosen buckets (None if nothing fits) and the best padding for
+    every budget fixed..budget (the trade-off curve, indexed by units above ``fixed``)."""
+    cand = list(candidates)
+    units = budget - fixed
+    if units < 0:
+        return None, np.full(max(budget + 1, 1), np.inf)
+    best, back = _programme(cand, costs, units, weights)
+    row = best[-1]  # at most u units: falls as u grows
+    if not np.isfinite(row[units]):
+        return None, row
+    u = int(np.flatnonzero(row <= row.min())[0])  # the cheapest way to the least padding
+    return _trace(cand, costs, back, u), row
+
+
+def pareto_lists(candidates: Sequence[int], costs: Sequence[int], fixed: int, weights: np.ndarray
+                 ) -> list[list[int]]:
+    """Every list that is optimal (least padding) for some budget under additive ``costs`` (MiB), cheapest
+    first: one per padding level of the trade-off curve."""
+    cand = list(candidates)
+    best, back = _programme(cand, costs, sum(int(c) for c in costs), weights)
+    row = best[-1]
+    levels = np.flatnonzero(np.concatenate(([True], row[1:] < row[:-1])))  # where the least padding falls
+    return [_trace(cand, costs, back, int(u)) for u in levels if np.isfinite(row[u])]
 
 
 def brute_force(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
@@ -208,56 +235,67 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
     total_tokens = float(np.sum(weights * np.arange(len(weights))))
     whole = predict_buckets(report, candidates, [mode]).mode(mode)
     alone = predict_buckets(report, [candidates[-1]], [mode]).mode(mode)
-    # each smaller bucket's own cost: its row in the full-list prediction (per-bucket: outputs included)
-    per_bucket = {r.bucket: r.device_used_delta_bytes for r in whole.buckets if r.order > 0}
-    if mode == "per-bucket":
-        for r in whole.buckets:
-            if r.order > 0:
-                per_bucket[r.bucket] = max(r.device_used_delta_bytes, r.non_torch_delta_bytes + r.retained_output_bytes)
-    costs = [math.ceil(per_bucket[b] / MIB) for b in candidates[:-1]] + [0]
     fixed = math.ceil(alone.device_used_bytes / MIB)
-    notes = []
-    limit = budget // MIB
-    if fixed > limit:
+    if fixed > budget // MIB:
         raise AdviceError(f"the largest bucket alone is predicted at {alone.device_used_bytes / MIB:.0f} MiB in {mode} "
                           f"mode, above the budget of {budget / MIB:.0f} MiB; raise --budget or profile a smaller "
                           "largest bucket")
-    chosen, curve = None, None
-    predicted = None
-    for attempt in range(8):  # per-bucket: tighten until the re-predicted list fits
-        chosen, curve = optimise(candidates, costs, fixed, limit, weights)
-        predicted = predict_buckets(report, chosen, [mode]).mode(mode)
-        if predicted.device_used_bytes <= budget or mode != "per-bucket":
-            break
-        limit -= math.ceil((predicted.device_used_bytes - budget) / MIB)
-        notes.append(f"re-predicted {predicted.device_used_bytes / MIB:.0f} MiB > budget: searched again within "
-                     f"{limit} MiB")
-    pct = 100.0 * padding_of(chosen, weights) / total_tokens if total_tokens else 0.0
-    points = []
-    full = _full_curve(candidates, costs, fixed, weights, total_tokens, curve_points)
-    for budget_mib, pad_pct, count in full:
-        points.append((budget_mib * MIB, pad_pct, count))
-    return Advice(mode=mode, budget_bytes=budget, buckets=chosen, predicted_bytes=predicted.device_used_bytes,
-                  expected_padding_pct=round(pct, 4), curve=points, lengths_source=source, notes=notes)
+    later = {r.bucket: r for r in whole.buckets if r.order > 0}
+    families = [[later[b].device_used_delta_bytes for b in candidates[:-1]]]
+    if mode != "shared":  # non-additive: also each bucket's executables alone, and with its standalone output
+        families = [[later[b].non_torch_delta_bytes + later[b].outside_pool_delta_bytes for b in candidates[:-1]],
+                    [max(later[b].device_used_delta_bytes, later[b].non_torch_delta_bytes
+                         + later[b].outside_pool_delta_bytes + later[b].retained_output_bytes)
+                     for b in candidates[:-1]]]
+    # A second bucket that grows the pool beside the kept largest output is a one-off cost no additive
+    # model carries: search also among the buckets that, captured second, would not grow it.
+    pools = [candidates]
+    if mode != "shared":
+        quiet = [b for b in candidates[:-1]
+                 if predict_buckets(report, [b, candidates[-1]], [mode]).mode(mode).buckets[1].pool_delta_bytes
+                 <= (later[b].pool_delta_bytes if mode == "per-bucket" else 0)]
+        if len(quiet) < len(candidates) - 1:
+            pools.append(quiet + [candidates[-1]])
+    lists: dict[tuple[int, ...], None] = {}
+    for family in families:
+        cost_of = dict(zip(candidates[:-1], family))
+        for pool in pools:
+            costs = [max(0, math.ceil(cost_of[b] / MIB)) for b in pool[:-1]] + [0]
+            for chosen in pareto_lists(pool, costs, fixed, weights):
+                lists.setdefault(tuple(chosen))
+    scored = []  # (exact predicted bytes, top of its band, padding %, list)
+    for chosen in lists:
+        pred = predict_buckets(report, chosen, [mode]).mode(mode)
+        pct = 100.0 * padding_of(chosen, weights) / total_tokens if total_tokens else 0.0
+        scored.append((pred.device_used_bytes, pred.high_bytes, pct, list(chosen)))
+    fits = [s for s in scored if s[1] <= budget]  # within the budget even at the top of its band
+    if not fits:
+        raise AdviceError(f"no list drawn from the profile is predicted within {budget / MIB:.0f} MiB in {mode} mode "
+                          "(with its error band); raise --budget")
+    cost, high, pct, chosen = min(fits, key=lambda s: (s[2], s[1]))
+    return Advice(mode=mode, budget_bytes=budget, buckets=chosen, predicted_bytes=cost, high_bytes=high,
+                  expected_padding_pct=round(pct, 4), curve=_curve(scored, curve_points), lengths_source=source)
 
 
-def _full_curve(candidates, costs, fixed, weights, total_tokens, points) -> list[tuple[int, float, int]]:
-    """Budget against least padding, from the largest bucket alone to every bucket."""
-    top = fixed + sum(costs)
-    steps = sorted({int(round(fixed + (top - fixed) * k / max(points - 1, 1))) for k in range(points)})
+def _curve(scored: list[tuple[int, int, float, list[int]]], points: int) -> list[tuple[int, float, int]]:
+    """Budget against least padding (exact predictions, band included), from the cheapest list to the least
+    padded one."""
+    lo = min(s[1] for s in scored)
+    hi = min(scored, key=lambda s: (s[2], s[1]))[1]
     out = []
-    for b in steps:
-        chosen, _ = optimise(candidates, costs, fixed, b, weights)
-        if chosen is None:
-            continue
-        out.append((b, 100.0 * padding_of(chosen, weights) / total_tokens if total_tokens else 0.0, len(chosen)))
+    for k in range(points):
+        b = int(round(lo + (hi - lo) * k / max(points - 1, 1)))
+        _, _, pct, chosen = min((s for s in scored if s[1] <= b), key=lambda s: (s[2], s[1]))
+        if not out or pct < out[-1][1]:
+            out.append((b, pct, len(chosen)))
     return out
 
 
 def advice_json(advice: Advice) -> dict:
     """The JSON contract of `bcgprof advise -f json` (plus the curve and notes)."""
     return {"buckets": advice.buckets, "spec": advice.spec, "mode": advice.mode,
-            "predicted_bytes": advice.predicted_bytes, "expected_padding_pct": advice.expected_padding_pct,
+            "predicted_bytes": advice.predicted_bytes, "predicted_high_bytes": advice.high_bytes,
+            "expected_padding_pct": advice.expected_padding_pct,
             "budget_bytes": advice.budget_bytes, "lengths": advice.lengths_source, "label": "predicted, not measured",
             "curve": [{"budget_bytes": b, "expected_padding_pct": round(p, 4), "buckets": n}
                       for b, p, n in advice.curve],
@@ -265,4 +303,4 @@ def advice_json(advice: Advice) -> dict:
 
 
 __all__ = ["Advice", "AdviceError", "PredictionError", "advise", "advice_json", "brute_force", "optimise",
-           "padding_of", "read_lengths"]
+           "padding_of", "pareto_lists", "read_lengths"]

@@ -224,6 +224,8 @@ class _Profile:
     rows: dict[str, dict[int, BucketRecord]]  # mode -> bucket -> row
     capacity: Optional[int]  # per-bucket: output bytes the freed space took before the pool grew
     capacity_is_bound: bool  # True: the profile never filled it (a lower bound)
+    cascade: Optional[tuple[int, int]] = None  # (bucket, pool growth) of the profile's second capture
+    cascade_from: float = 1.0  # working-set ratio to the largest from which a second capture grew the pool
 
 
 def _profile(report: Report) -> _Profile:
@@ -242,13 +244,25 @@ def _profile(report: Report) -> _Profile:
     for b in report.run.buckets:
         row = per_bucket.get(b)
         output[b] = row.retained_output_bytes if row is not None else b * report.run.hidden_size * 2
+    # The second capture, whose largest tensors must fit beside the kept largest output: when they do
+    # not, the pool grows by about its largest tensor (a cascade), not by its output.
+    kept = [rows[m] for m in ("shared-largest", "per-bucket") if m in rows]
+    second = next((r for rs in kept for r in rs.values() if r.order == 1), None)
+    cascade, cascade_from = None, 1.0
+    if second is not None and second.pool_delta_bytes > 0:
+        cascade = (second.bucket, second.pool_delta_bytes)
+        top = max(transient.get(largest, 0), 1)
+        grew = [r.bucket for rs in kept for r in rs.values()
+                if r.order > 0 and r.pool_delta_bytes >= second.pool_delta_bytes // 2]
+        cascade_from = min(transient.get(b, 0) / top for b in grew)
     capacity, bound = None, True
     if per_bucket:
         later = [r for r in per_bucket.values() if r.order > 0]
         outputs = sum(r.retained_output_bytes for r in later)
-        growth = sum(r.pool_delta_bytes for r in later)
+        growth = sum(r.pool_delta_bytes for r in later if r.order > 1 or cascade is None)
         capacity, bound = outputs - growth, growth == 0
-    return _Profile(largest, first.pool_delta_bytes, transient, output, rows, capacity, bound)
+    return _Profile(largest, first.pool_delta_bytes, transient, output, rows, capacity, bound, cascade,
+                    cascade_from)
 
 
 def _working_set(p: _Profile, bucket: int) -> int:
@@ -300,12 +314,12 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
             else:
                 src = rows[bucket]
                 pool_delta = 0
+                if mode in ("per-bucket", "shared-largest") and order == 1:  # beside the kept largest output
+                    pool_delta = _second_bucket_growth(p, bucket, top)
                 if mode == "per-bucket":  # outputs fill the space the largest bucket freed, then grow the pool
                     filled += p.output[bucket]
                     need = _round_up(max(0, filled - room))
-                    pool_delta, grown = need - grown, need
-                elif mode == "shared-largest" and order == 1:
-                    pool_delta = _second_bucket_growth(p, rows, bucket, scale)
+                    pool_delta, grown = pool_delta + need - grown, need
                 outside = src.torch_reserved_delta_bytes - src.pool_delta_bytes
                 non_torch = src.non_torch_delta_bytes
                 retained = p.output[bucket] if mode == "per-bucket" else 0
@@ -321,16 +335,19 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
 
 
-def _second_bucket_growth(p: _Profile, rows: dict[int, BucketRecord], bucket: int, scale: float) -> int:
-    """The pool growth of the bucket captured right after the largest, where the largest's output stays in
-    the pool: it splits the space the largest freed, and a second bucket whose working set is as large as the
-    profile's second bucket's did not fit beside it. A smaller second bucket fitted in the profile's run."""
-    second = next((r for r in rows.values() if r.order == 1), None)
-    if second is None or second.pool_delta_bytes <= 0:
+def _second_bucket_growth(p: _Profile, bucket: int, top: int) -> int:
+    """The pool growth of the bucket captured right after the largest, whose largest tensor the space left
+    beside the kept largest output may not hold. The profile's second capture grew the pool by about its
+    largest tensor; a second bucket grows it too, by the same growth scaled by its working set, when its
+    working set is, relative to the list's largest, at least that of the smallest profiled bucket whose
+    capture grew the pool that much; below, it fits."""
+    if p.cascade is None:
         return 0
-    if p.transient.get(bucket, 0) < p.transient.get(second.bucket, 0):
+    second, growth = p.cascade
+    ratio = p.transient.get(bucket, 0) / max(p.transient.get(top, 1), 1)
+    if ratio < p.cascade_from:
         return 0
-    return second.pool_delta_bytes if scale == 1.0 else _round_up(int(second.pool_delta_bytes * scale))
+    return _round_up(int(growth * p.transient.get(bucket, 0) / max(p.transient.get(second, 1), 1)))
 
 
 def _outside_first(mode: str, first: BucketRecord, p: _Profile, top: int) -> int:

@@ -134,12 +134,24 @@ def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> N
     check_cache_fits(need, max(0, int(free) - weights), max(opts.max_bs, max(buckets)), opts.context_len)
 
 
-def _new_report(opts: CaptureOptions, spec, buckets: list[int], dev, extra: Optional[dict] = None):
-    from bcgprof.report import ReportWriter
+def _driver_loaded() -> bool:
+    """Whether an NVIDIA driver is loaded (Linux), read without importing torch. Only then is the first
+    mode started early: on a machine without a GPU the capture fails at once instead."""
+    return Path("/proc/driver/nvidia/version").exists()
 
+
+def _report_dir(opts: CaptureOptions, spec) -> Path:
+    """Where the report goes: ``--out`` or a new dated directory; never over an existing report."""
     out = Path(opts.out) if opts.out else default_out(spec.name)
     if (out / "run.json").exists():
         raise CaptureError(f"{out} already holds a report; pass a new --out directory")
+    return out
+
+
+def _new_report(opts: CaptureOptions, spec, buckets: list[int], dev, extra: Optional[dict] = None):
+    from bcgprof.report import ReportWriter
+
+    out = _report_dir(opts, spec)
     info = run_info(opts, spec, buckets, dev)
     if extra:
         info.extra = dict(info.extra, **extra)
@@ -190,21 +202,35 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> Captur
         dev = check_gpu("cuda:0")
         writer = _new_report(opts, spec, buckets, dev,
                              {"tp_launch": "spawn", "tp_environment": dist.tp_environment()})
+        launcher = ModeLauncher(opts, writer.path)
     else:
-        dev = check_gpu(opts.device)
-        if opts.phase == "decode":
-            _check_decode_fits(opts, spec, buckets, dev)
-        writer = _new_report(opts, spec, buckets, dev)
+        out = _report_dir(opts, spec)
+        opts = dataclasses.replace(opts, out=str(out))  # a dated default name is fixed once
+        launcher = None if opts.in_process else ModeLauncher(opts, out)
+        made = not out.exists()
+        try:
+            if launcher is not None and _driver_loaded():  # the first mode imports while this process checks the GPU
+                out.mkdir(parents=True, exist_ok=True)
+                launcher.prestart()
+            dev = check_gpu(opts.device)
+            if opts.phase == "decode":
+                _check_decode_fits(opts, spec, buckets, dev)
+            writer = _new_report(opts, spec, buckets, dev)
+        except BaseException:
+            if launcher is not None:
+                launcher.close()
+            if made and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+            raise
     out = writer.path
     emit(_begin_event(writer, spec, buckets, opts))
     del writer  # each mode's rank 0 reopens the report and appends to it
 
     codes: dict[str, int] = {}
     interrupted = False
-    if opts.in_process:
+    if launcher is None:
         codes, interrupted = _run_modes_in_process(opts, out, emit)
     else:
-        launcher = ModeLauncher(opts, out)
         try:
             codes, interrupted = launcher.run_all(emit)
         finally:
@@ -369,11 +395,16 @@ class ModeLauncher:
         self.opts, self.out, self.grace_s = opts, out, grace_s
         self._next: Optional[_ModeProcesses] = None
 
+    def prestart(self) -> None:
+        """Start the first mode's processes now (they import, then wait for ``go``)."""
+        if self._next is None and self.opts.modes:
+            self._next = _ModeProcesses(self.opts, self.opts.modes[0], self.out)
+
     def run_all(self, on_event: Emit) -> tuple[dict[str, int], bool]:
         codes: dict[str, int] = {}
         modes = list(self.opts.modes)
         try:
-            self._next = _ModeProcesses(self.opts, modes[0], self.out) if modes else None
+            self.prestart()
             for i, mode in enumerate(modes):
                 current, self._next = self._next, None
                 current.go()

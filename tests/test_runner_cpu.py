@@ -96,3 +96,34 @@ def test_finish_marks_an_interrupted_run(tmp_path):
     ReportWriter(out, RunInfo(model="m", modes=["per-bucket"]))
     outcome = _finish(out, CaptureOptions(modes=["per-bucket"]), {}, True)
     assert outcome.exit_code == EXIT_INTERRUPTED and read_report(out).run.status == "interrupted"
+
+
+def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fails(tmp_path, monkeypatch):
+    """With a driver present the first mode's process is started early; a failed GPU check stops it and
+    leaves no directory behind."""
+    import pytest
+
+    import bcgprof.runner as runner
+    from bcgprof.errors import NoGPUError
+
+    started, cancelled = [], []
+
+    class FakeProcesses:
+        def __init__(self, opts, mode, out):
+            assert out.is_dir()  # its log lives there
+            started.append((mode, opts.out))
+
+        def cancel(self):
+            cancelled.append(True)
+
+    def no_gpu(device):
+        raise NoGPUError("no CUDA device found")
+
+    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
+    monkeypatch.setattr(runner, "check_gpu", no_gpu)
+    out = tmp_path / "report"
+    with pytest.raises(NoGPUError):
+        runner.run_capture(CaptureOptions(buckets="4,8", modes=["shared", "floor"], out=str(out)))
+    assert started == [("shared", str(out))] and cancelled == [True]
+    assert not out.exists()

@@ -125,7 +125,8 @@ def advice_view(advice: Advice) -> View:
                   [{"budget_bytes": b, "expected_padding_pct": p, "buckets": n} for b, p, n in advice.curve])
     head = [Line(f"{advice.mode}, budget {fmt_bytes(advice.budget_bytes)}, lengths: {advice.lengths_source}"),
             Line(f": {advice.spec}", lead="--buckets"),
-            Line(f"{len(advice.buckets)} buckets, predicted {fmt_bytes(advice.predicted_bytes)} "
-                 f"(predicted, not measured), expected padding {advice.expected_padding_pct:.2f}%", STRONG)]
+            Line(f"{len(advice.buckets)} buckets, predicted {fmt_bytes(advice.predicted_bytes)} (at most "
+                 f"{fmt_bytes(advice.high_bytes)}; predicted, not measured), expected padding "
+                 f"{advice.expected_padding_pct:.2f}%", STRONG)]
     return View(head=head, sheets=[curve], foot=[Line(n, bullet=True) for n in advice.notes],
                 data=advice_json(advice))

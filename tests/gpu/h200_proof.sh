@@ -18,7 +18,12 @@
 #            Llama-3.1-8B at 4 layers
 #   full     the default buckets as full graphs;  smallest  captured smallest first
 #   decode   decode captures: gpt-oss-20b breakable and full, Llama-3.1-8B
-#   layers   gpt-oss-20b and gpt-oss-120b at 2 and 4 layers (for predict)
+#   layers   `--num-layers 2,4` of gpt-oss-20b, Llama-3.1-8B, Qwen3-30B-A3B, gpt-oss-120b (for predict)
+#   llama-full, qwen-full   the default captures of Llama-3.1-8B and Qwen3-30B-A3B at full depth
+#   advise   the list `bcgprof advise` picks from reports/gpt-oss-20b-h200 for $BUDGET (default 2.25GiB),
+#            per mode, captured in that mode
+#   again    gpt-oss-20b at 2,4 layers again, gated with zero tolerance against reports/gpt-oss-20b-h200-layers
+#   gate     the default capture again, gated with zero tolerance against reports/gpt-oss-20b-h200
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 HERE=$PWD
@@ -103,11 +108,14 @@ cap() {
   PYTHONPATH=$HERE timeout ${CAP_TIMEOUT:-400} python3 -m bcgprof capture "$@" --out "$R/$name" >"$R/$name.out" 2>&1
   local rc=$?
   say "$name: exit $rc in $((SECONDS - t)) s ($*)"
-  [[ -f $R/$name/summary.csv ]] && PYTHONPATH=$HERE python3 - "$R/$name" <<'PY' | tee -a "$SUMMARY"
+  [[ -d $R/$name ]] && PYTHONPATH=$HERE python3 - "$R/$name" <<'PY' | tee -a "$SUMMARY"
 import sys
+from pathlib import Path
 from bcgprof.report import read_report
-r = read_report(sys.argv[1])
-for s in r.summary:
+for d in sorted(p.parent for p in Path(sys.argv[1]).glob("**/summary.csv")):
+  r = read_report(d)
+  print(f" {d.name}: {r.run.layers} layers, {r.run.started_at[11:19]}..{r.run.ended_at[11:19]}")
+  for s in r.summary:
     print(f"  {s.mode:<15} device {s.device_used_bytes / 2**20:9.1f} MiB  pool {s.pool_bytes / 2**20:9.1f} MiB  "
           f"non-torch {s.non_torch_bytes / 2**20:7.1f} MiB  segments {s.segments:>5}  ok {s.buckets} failed {s.failed}")
 PY
@@ -145,10 +153,33 @@ if stage full; then cap full --graph full; fi
 if stage smallest; then cap smallest-first --order smallest-first --modes per-bucket,shared,floor; fi
 if stage llama-decode; then cap llama-decode --model Llama-3.1-8B --phase decode --context-len 2048; fi
 if stage layers; then
-  for n in 2 4; do
-    cap gpt-oss-20b-l$n --num-layers $n
-    cap gpt-oss-120b-l$n --model gpt-oss-120b --num-layers $n
+  for model in gpt-oss-20b Llama-3.1-8B Qwen3-30B-A3B gpt-oss-120b; do
+    cap "$(echo $model | tr 'A-Z' 'a-z')-layers" --model $model --num-layers 2,4
   done
+fi
+if stage llama-full; then cap llama-3.1-8b --model Llama-3.1-8B; fi
+if stage qwen-full; then cap qwen3-30b-a3b --model Qwen3-30B-A3B; fi
+if stage advise; then
+  for mode in ${ADVISE_MODES:-per-bucket shared shared-largest}; do
+    PYTHONPATH=$HERE python3 -m bcgprof advise --from reports/gpt-oss-20b-h200 --budget ${BUDGET:-2.25GiB} --mode $mode \
+      -f json >"$R/advice-$mode.json"
+    spec=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["spec"])' "$R/advice-$mode.json")
+    cap advised-$mode --buckets "$spec" --modes $mode
+  done
+fi
+# zgate BASELINE CURRENT: a zero-tolerance gate, its exit code and first lines
+zgate() {
+  PYTHONPATH=$HERE python3 -m bcgprof gate --baseline "$1" --current "$2" --per-bucket --rel-tol 0 --abs-tol-mib 0 \
+    >"$2.gate" 2>&1
+  say "zero-tolerance gate $2 against $1: exit $?"; head -n 2 "$2.gate" | tee -a "$SUMMARY"
+}
+if stage again; then
+  cap gpt-oss-20b-again --num-layers 2,4
+  for n in 2 4; do zgate reports/gpt-oss-20b-h200-layers/layers-$n "$R/gpt-oss-20b-again/layers-$n"; done
+fi
+if stage gate; then
+  cap default-again
+  zgate reports/gpt-oss-20b-h200 "$R/default-again"
 fi
 
 tar czf "$OUT/proof.tgz" -C "$OUT" r
