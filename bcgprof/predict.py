@@ -198,12 +198,14 @@ def _full_depth(report: Report) -> int:
     raise PredictionError(f"the full depth of {report.run.model!r} is unknown here; pass --layers N")
 
 
-def _mode(mode: str, rows: list[BucketPrediction], rms: float, misfit: float) -> ModePrediction:
+def _mode(mode: str, rows: list[BucketPrediction], rms: float, misfit: float, upside: int = 0) -> ModePrediction:
+    """Totals of a mode's predicted rows; the band is twice the noise over the rows plus the misfit, and
+    ``upside`` widens only its top (a growth the model cannot rule out)."""
     band = int(math.ceil(2.0 * rms * math.sqrt(len(rows)) + misfit))
     used = sum(r.device_used_delta_bytes for r in rows)
     return ModePrediction(mode=mode, device_used_bytes=used, pool_bytes=rows[-1].pool_bytes if rows else 0,
                           non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used - band,
-                          high_bytes=used + band, buckets=rows)
+                          high_bytes=used + band + upside, buckets=rows)
 
 
 # ---------------------------------------------------------------- bucket lists
@@ -225,7 +227,9 @@ class _Profile:
     capacity: Optional[int]  # per-bucket: output bytes the freed space took before the pool grew
     capacity_is_bound: bool  # True: the profile never filled it (a lower bound)
     cascade: Optional[tuple[int, int]] = None  # (bucket, pool growth) of the profile's second capture
-    cascade_from: float = 1.0  # working-set ratio to the largest from which a second capture grew the pool
+    grows_from: float = math.inf  # working-set ratio to the largest from which a second capture grows the pool
+    maybe_from: float = math.inf  # ratio from which it may (the band's top includes it)
+    runner_up: int = 0  # bytes of the second-largest block live at the largest bucket's pool peak
 
 
 def _profile(report: Report) -> _Profile:
@@ -248,13 +252,27 @@ def _profile(report: Report) -> _Profile:
     # not, the pool grows by about its largest tensor (a cascade), not by its output.
     kept = [rows[m] for m in ("shared-largest", "per-bucket") if m in rows]
     second = next((r for rs in kept for r in rs.values() if r.order == 1), None)
-    cascade, cascade_from = None, 1.0
+    top = max(transient.get(largest, 0), 1)
+    cascade, cascade_from = None, math.inf
     if second is not None and second.pool_delta_bytes > 0:
         cascade = (second.bucket, second.pool_delta_bytes)
-        top = max(transient.get(largest, 0), 1)
         grew = [r.bucket for rs in kept for r in rs.values()
                 if r.order > 0 and r.pool_delta_bytes >= second.pool_delta_bytes // 2]
         cascade_from = min(transient.get(b, 0) / top for b in grew)
+    # Below ``cascade_from`` the profile shows no growth, but the layout may still not hold a second
+    # capture: its runner-up tensor (the second-largest block live at the floor's peak, scaled) must fit
+    # in that block's space beside one more output-sized tensor, which the kept output displaced.
+    blocks = sorted((s.bytes // s.blocks for s in report.sites
+                     if s.kind == "site" and s.bucket == largest and s.blocks > 0 for _ in range(s.blocks)),
+                    reverse=True)
+    runner_up = blocks[1] if len(blocks) > 1 else 0
+    layout_from = runner_up / (runner_up + output[largest]) if runner_up else math.inf
+    if cascade is not None:  # it grew: from the layout's bound, or from where it was seen, whichever is lower
+        grows_from, maybe_from = min(layout_from, cascade_from), math.inf
+    elif second is not None and transient.get(second.bucket, 0) / top >= layout_from:
+        grows_from = maybe_from = math.inf  # above the bound and it did not grow: the bound does not apply
+    else:  # no evidence either way: a growth from the bound on is possible, not predicted
+        grows_from, maybe_from = math.inf, layout_from
     capacity, bound = None, True
     if per_bucket:
         later = [r for r in per_bucket.values() if r.order > 0]
@@ -262,7 +280,7 @@ def _profile(report: Report) -> _Profile:
         growth = sum(r.pool_delta_bytes for r in later if r.order > 1 or cascade is None)
         capacity, bound = outputs - growth, growth == 0
     return _Profile(largest, first.pool_delta_bytes, transient, output, rows, capacity, bound, cascade,
-                    cascade_from)
+                    grows_from, maybe_from, runner_up)
 
 
 def _working_set(p: _Profile, bucket: int) -> int:
@@ -301,7 +319,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
         first = rows.get(p.largest)
         if first is None:
             continue
-        predicted, pool, filled, grown = [], 0, 0, 0
+        predicted, pool, filled, grown, upside = [], 0, 0, 0, 0
         room = int((p.capacity or 0) * scale)
         for order, bucket in enumerate(chosen):
             if order == 0:  # the largest bucket: its working set, and the mode's one-off costs
@@ -315,7 +333,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                 src = rows[bucket]
                 pool_delta = 0
                 if mode in ("per-bucket", "shared-largest") and order == 1:  # beside the kept largest output
-                    pool_delta = _second_bucket_growth(p, bucket, top)
+                    pool_delta, upside = _second_bucket_growth(p, bucket, top)
                 if mode == "per-bucket":  # outputs fill the space the largest bucket freed, then grow the pool
                     filled += p.output[bucket]
                     need = _round_up(max(0, filled - room))
@@ -329,25 +347,40 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                 pool_bytes=pool, pool_delta_bytes=pool_delta, outside_pool_delta_bytes=outside,
                 non_torch_delta_bytes=non_torch, device_used_delta_bytes=pool_delta + outside + non_torch,
                 retained_output_bytes=retained))
-        out.append(_mode(mode, predicted, _nvml_noise(rows), 0.0))
+        out.append(_mode(mode, predicted, _nvml_noise(rows), 0.0, upside))
+        if upside:
+            notes.append(f"{mode}: bucket {chosen[1]}, captured right after the largest, may grow the pool by "
+                         f"{upside / (1 << 20):.0f} MiB (counted in the band's top, not in the prediction)")
     out.sort(key=lambda m: mode_index(m.mode))
     return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name, layers=int(report.run.layers),
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
 
 
-def _second_bucket_growth(p: _Profile, bucket: int, top: int) -> int:
-    """The pool growth of the bucket captured right after the largest, whose largest tensor the space left
-    beside the kept largest output may not hold. The profile's second capture grew the pool by about its
-    largest tensor; a second bucket grows it too, by the same growth scaled by its working set, when its
-    working set is, relative to the list's largest, at least that of the smallest profiled bucket whose
-    capture grew the pool that much; below, it fits."""
-    if p.cascade is None:
-        return 0
-    second, growth = p.cascade
+def _second_bucket_growth(p: _Profile, bucket: int, top: int) -> tuple[int, int]:
+    """(growth, possible growth) of the pool for the bucket captured right after the largest, whose
+    tensors must fit in the space left beside the kept largest output.
+
+    When they do not, one tensor finds no free block and the pool grows by about the size of the
+    runner-up tensor (the second-largest block live at the floor's peak; measured: gpt-oss-20b's MoE
+    ``cache2``, Llama's MLP activation). With working-set ratio ``r`` to the list's largest, that tensor
+    (runner-up x r) must fit in the runner-up's block beside one output-sized tensor (output x r) that
+    the kept output displaced: it does not from r = runner-up / (runner-up + output) on. That bound
+    predicts the growth when the profile's own second capture grew the pool (the growth is then the
+    profile's, scaled); when the profile's second capture was above the bound and did not grow, no
+    growth is predicted; with no evidence either way the growth is possible, and counted only in the
+    band's top.
+    """
     ratio = p.transient.get(bucket, 0) / max(p.transient.get(top, 1), 1)
-    if ratio < p.cascade_from:
-        return 0
-    return _round_up(int(growth * p.transient.get(bucket, 0) / max(p.transient.get(second, 1), 1)))
+    if p.cascade is not None:
+        second, growth = p.cascade
+        scaled = _round_up(int(growth * p.transient.get(bucket, 0) / max(p.transient.get(second, 1), 1)))
+    else:
+        scaled = _round_up(int(p.runner_up * p.transient.get(bucket, 0) / max(p.transient.get(p.largest, 1), 1)))
+    if ratio >= p.grows_from:
+        return scaled, 0
+    if ratio >= p.maybe_from and scaled:
+        return 0, scaled
+    return 0, 0
 
 
 def _outside_first(mode: str, first: BucketRecord, p: _Profile, top: int) -> int:

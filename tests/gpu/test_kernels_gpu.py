@@ -215,10 +215,20 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    out = fused_experts(**args, out=args["x"] if in_place else None)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    kept = torch.cuda.memory_allocated() - before
+    torch.cuda.memory._record_memory_history(max_entries=10_000)
+    try:
+        out = fused_experts(**args, out=args["x"] if in_place else None)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+        kept = torch.cuda.memory_allocated() - before
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    # what the call allocated and still holds, with where it was allocated (for a failure message)
+    held = [(e["size"], [f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']}:{f['name']}" for f in e["frames"][:6]])
+            for trace in snapshot["device_traces"] for e in trace if e["action"] == "alloc"
+            and not any(x["action"] in ("free_requested", "free_completed") and x["addr"] == e["addr"]
+                        for x in trace)]
     E, k, H, I = model["E"], model["k"], model["H"], model["I"]
     ws = moe_workspace_shapes(T, k, H, 2 * I, I, E)
     want = ws.peak_bytes(BF16, with_output=not in_place)
@@ -226,7 +236,7 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
           f"predicted {want} B ({ws.nbytes(BF16)}), kept {kept} B")
     assert abs(peak - want) <= 0.02 * want
     # only the output outlives the call
-    assert kept == (0 if in_place else out.numel() * out.element_size())
+    assert kept == (0 if in_place else out.numel() * out.element_size()), held
 
 
 def test_fused_experts_in_place_equals_a_new_output():
