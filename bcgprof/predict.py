@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from bcgprof.errors import BcgprofError
-from bcgprof.explain import fit_executables
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
 
 LABEL = "predicted, not measured"
-SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps
+SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps, and so does NVML's count
+STEADY_LAYERS = 4  # from this depth on the graph pool's rows equal the full model's (measured on three models)
 
 
 class PredictionError(BcgprofError):
@@ -146,44 +146,115 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
     common = [m for m in first.modes() if all(_rows(r, m) for r in reports)]
     if not common:
         raise PredictionError("the reports share no mode")
-    # bytes per graph and per node, from every later bucket of every input report
-    fit = fit_executables([row for r in reports for m in common for row in _rows(r, m)])
-    notes = []
-    if fit is None:
-        raise PredictionError("the reports carry no graph node counts; predicting executables needs them")
+    order = sorted(range(len(reports)), key=lambda i: counts[i])
+    deepest, next_deepest = order[-1], order[-2]
+    notes = [f"graph pool and torch memory outside it: from the {counts[deepest]}-layer capture (the pool is one "
+             "layer's working set: from 4 layers on it does not change with depth)"]
+    if counts[deepest] < STEADY_LAYERS:
+        notes.append(f"the deepest capture has {counts[deepest]} layers, fewer than {STEADY_LAYERS}: its pool may "
+                     "not be the full model's; the band includes its change from the next count")
     modes = []
+    steps = {}  # mode -> per-report executable bytes per later bucket, and their standard errors
     for mode in common:
         per_report = [_rows(r, mode) for r in reports]
         buckets = [row.bucket for row in per_report[0]]
         if any([row.bucket for row in rows] != buckets for rows in per_report):
             raise PredictionError(f"mode {mode}: the reports captured different buckets")
-        predicted, misfit = [], 0.0
-        pool = 0
+        if len(buckets) > 1:
+            steps[mode] = [_staircase(rows[1:]) for rows in per_report]
+    for mode in common:
+        per_report = [_rows(r, mode) for r in reports]
+        buckets = [row.bucket for row in per_report[0]]
+        # Executables (non-torch): every later bucket adds the same graphs, so their NVML total climbs a
+        # staircase of 2 MiB steps whose slope is one bucket's executables; that slope is a line in the
+        # layer count. The first bucket's executables are a later bucket's, less what the driver had
+        # already reserved (the few-layer captures' first buckets show that reserve).
+        basis = steps.get(mode) or next(iter(steps.values()), None)
+        if basis is None:
+            raise PredictionError("the reports have one bucket per mode; predicting executables needs more")
+        slopes, errors = [c for c, _ in basis], [e for _, e in basis]
+        each, misfit = _at_float(counts, slopes, target)
+        weights = _line_weights(counts, target)
+        each_error = math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, errors)))
+        reserve = max(0.0, max(c - rows[0].non_torch_delta_bytes for c, rows in zip(slopes, per_report)))
+        first_line, _ = _at(counts, [rows[0].non_torch_delta_bytes for rows in per_report], target)
+        first_nt = max(first_line, _round_up(int(max(0.0, each - reserve))) if each > reserve else 0)
+        predicted, pool = [], 0
         for i, bucket in enumerate(buckets):
             rows = [rs[i] for rs in per_report]
             segments, _ = _at(counts, [r.segments for r in rows], target)
             nodes = None
             if all(r.graph_nodes is not None for r in rows):
                 nodes, _ = _at(counts, [r.graph_nodes for r in rows], target)
-            pool_delta, m1 = _at(counts, [r.pool_delta_bytes for r in rows], target)
-            outside, m2 = _at(counts, [r.torch_reserved_delta_bytes - r.pool_delta_bytes for r in rows], target)
-            if i == 0 or nodes is None:  # one-off driver costs of a mode's first bucket: a line in the layers
-                non_torch, m3 = _at(counts, [r.non_torch_delta_bytes for r in rows], target)
-            else:
-                non_torch, m3 = int(round(fit.bytes_per_graph * segments + fit.bytes_per_node * nodes)), 0.0
-            misfit += m1 + m2 + m3
+            deep = rows[deepest]
+            pool_delta = deep.pool_delta_bytes
+            outside = deep.torch_reserved_delta_bytes - deep.pool_delta_bytes
+            non_torch = first_nt if i == 0 else int(round(each * i) - round(each * (i - 1)))
             pool += pool_delta
-            retained, _ = _at(counts, [r.retained_output_bytes for r in rows], target)
             predicted.append(BucketPrediction(
                 mode=mode, bucket=bucket, order=i, segments=segments, graph_nodes=nodes, pool_bytes=pool,
                 pool_delta_bytes=pool_delta, outside_pool_delta_bytes=outside, non_torch_delta_bytes=non_torch,
-                device_used_delta_bytes=pool_delta + outside + non_torch, retained_output_bytes=retained))
-        modes.append(_mode(mode, predicted, fit.rms_residual_bytes, misfit))
-    notes.append(f"graph executables: {fit.bytes_per_graph / 1024:.1f} KiB per graph + {fit.bytes_per_node:.0f} B "
-                 f"per node, fitted on {fit.rows} buckets (rms residual {fit.rms_residual_bytes / (1 << 20):.2f} MiB)")
+                device_used_delta_bytes=pool_delta + outside + non_torch,
+                retained_output_bytes=deep.retained_output_bytes))
+        unsettled = 0
+        if counts[deepest] < STEADY_LAYERS:
+            unsettled = abs(sum(r.torch_reserved_delta_bytes for r in per_report[deepest])
+                            - sum(r.torch_reserved_delta_bytes for r in per_report[next_deepest]))
+        later = len(buckets) - 1
+        # the first bucket's reserve is a bound read in 2 MiB steps: two steps either way
+        band = 2.0 * later * each_error + later * misfit + 2 * SEGMENT_ROUND + unsettled
+        modes.append(_mode(mode, predicted, 0.0, band))
+    notes.append(_per_layer_note(reports, counts, common[0], steps.get(common[0])))
     return Prediction(kind="layers", model=first.run.model, gpu=first.run.gpu_name, layers=target,
                       bucket_list=list(first.run.buckets), modes=modes, basis=[str(r.path) for r in reports],
                       notes=notes)
+
+
+def _staircase(rows: Sequence[BucketRecord]) -> tuple[float, float]:
+    """Bytes of executables per bucket over ``rows`` (one mode's later buckets, in capture order), and the
+    standard error: the least-squares slope of their cumulative non-torch bytes against the bucket count.
+    NVML counts in 2 MiB steps, so the slope of the whole staircase is far finer than any one step."""
+    totals, run = [], 0
+    for r in rows:
+        run += r.non_torch_delta_bytes
+        totals.append(float(run))
+    n = len(totals)
+    if n < 3:  # too few points for a slope with an error: the mean, known to within one step
+        return (totals[-1] / n if n else 0.0), float(SEGMENT_ROUND) / max(n, 1)
+    xs = [float(k) for k in range(1, n + 1)]
+    a, b, _ = _line(xs, totals)
+    mx = sum(xs) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    residual = sum((y - (a + b * x)) ** 2 for x, y in zip(xs, totals)) / (n - 2)
+    return b, math.sqrt(residual / sxx)
+
+
+def _line_weights(xs: Sequence[int], x: int) -> list[float]:
+    """w with sum(w_i y_i) = the least-squares line through (xs, y) at ``x`` (for propagating errors)."""
+    n = len(xs)
+    mx = sum(xs) / n
+    sxx = sum((v - mx) ** 2 for v in xs)
+    return [1.0 / n + (v - mx) * (x - mx) / sxx for v in xs]
+
+
+def _at_float(xs: Sequence[int], ys: Sequence[float], x: int) -> tuple[float, float]:
+    a, b, misfit = _line([float(v) for v in xs], list(ys))
+    return a + b * x, misfit
+
+
+def _per_layer_note(reports: Sequence[Report], counts: list[int], mode: str,
+                    steps: Optional[list[tuple[float, float]]]) -> str:
+    """What each layer adds to one bucket: graphs, kernel nodes and executable bytes."""
+    lo, hi = counts.index(min(counts)), counts.index(max(counts))
+    span = counts[hi] - counts[lo]
+    low, high = _rows(reports[lo], mode)[-1], _rows(reports[hi], mode)[-1]
+    graphs = (high.segments - low.segments) / span
+    nodes = ((high.graph_nodes or 0) - (low.graph_nodes or 0)) / span
+    text = f"each layer adds to every bucket ({mode}): {graphs:.0f} graph(s), {nodes:.0f} kernel nodes"
+    if steps:
+        per = (steps[hi][0] - steps[lo][0]) / span
+        text += f", {per / 1024:.0f} KiB of graph executables (slope of the NVML staircase over the buckets)"
+    return text
 
 
 def _full_depth(report: Report) -> int:

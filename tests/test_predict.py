@@ -177,3 +177,109 @@ def test_bucket_list_predictions_match_the_lists_measured_on_the_h200(captured):
     assert {m.mode for m in pred.modes} == set(totals)
     for m in pred.modes:
         assert abs(m.device_used_bytes - totals[m.mode]) <= 0.02 * totals[m.mode], (m.mode, m.device_used_bytes)
+
+
+# ---------------------------------------------------------------- against the H200 reports
+
+LAYER_SETS = [("gpt-oss-20b-h200-layers", "gpt-oss-20b-h200"), ("llama-3.1-8b-h200-layers", "llama-3.1-8b-h200"),
+              ("qwen3-30b-a3b-h200-layers", "qwen3-30b-a3b-h200")]
+
+
+@pytest.mark.parametrize("few, full", LAYER_SETS)
+def test_two_and_four_layers_predict_the_full_depth_captured_on_the_h200(few, full):
+    """2- and 4-layer captures predict every mode of the full-depth capture within 1%, inside the band."""
+    measured = read_report(f"reports/{full}")
+    pred = predict_layers([read_report(f"reports/{few}/layers-2"), read_report(f"reports/{few}/layers-4")])
+    assert pred.layers == measured.run.layers and pred.label == "predicted, not measured"
+    totals = {s.mode: s.device_used_bytes for s in measured.summary}
+    assert {m.mode for m in pred.modes} == set(totals)
+    for m in pred.modes:
+        assert abs(m.device_used_bytes - totals[m.mode]) <= 0.01 * totals[m.mode], (m.mode, m.device_used_bytes)
+        assert m.low_bytes <= totals[m.mode] <= m.high_bytes, m.mode
+        assert m.pool_bytes == next(s.pool_bytes for s in measured.summary if s.mode == m.mode)
+
+
+def test_the_committed_gpt_oss_120b_prediction_is_what_predict_says_now():
+    import json
+
+    committed = json.loads(open("reports/gpt-oss-120b-h200-predicted.json").read())
+    few = "reports/gpt-oss-120b-h200-layers"
+    pred = predict_layers([read_report(f"{few}/layers-2"), read_report(f"{few}/layers-4")])
+    assert committed["label"] == "predicted, not measured" and committed["layers"] == 36 == pred.layers
+    assert [m["device_used_bytes"] for m in committed["modes"]] == [m.device_used_bytes for m in pred.modes]
+
+
+def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
+    """Each bucket adds c bytes; NVML shows the running total in 2 MiB steps. The staircase's slope
+    recovers c to well under a percent where the total over the buckets is off by up to a step."""
+    from bcgprof.predict import _staircase
+
+    for c in (0.61 * MIB, 1.47 * MIB, 7.93 * MIB):
+        seen, rows = 0, []
+        for k in range(1, 74):
+            now = -(-int(k * c + 0.3 * MIB) // (2 * MIB)) * 2 * MIB
+            rows.append(BucketRecord(mode="shared", bucket=k, order=k, status="ok", non_torch_delta_bytes=now - seen))
+            seen = now
+        slope, error = _staircase(rows)
+        assert abs(slope - c) <= 0.005 * c, (c, slope)
+        assert error < 0.01 * MIB
+
+
+@pytest.mark.parametrize("captured", ["second-13824-per-bucket", "second-13824-shared-largest",
+                                      "second-15360-per-bucket", "second-15360-shared-largest"])
+def test_a_second_bucket_that_grows_the_pool_is_predicted(captured):
+    """Lists whose second bucket's runner-up tensor does not fit beside the kept output (13824 and 15360
+    of 16384, above the layout bound of 0.8): the pool grows by about that tensor, as predicted."""
+    measured = read_report(f"reports/gpt-oss-20b-h200-{captured}")
+    mode = measured.summary[0].mode
+    pred = predict_buckets(read_report(REFERENCE), measured.run.buckets, [mode]).mode(mode)
+    assert pred.buckets[1].pool_delta_bytes > 300 * MIB
+    total = measured.summary[0].device_used_bytes
+    assert abs(pred.device_used_bytes - total) <= 0.02 * total
+
+
+@pytest.mark.parametrize("mode", ["per-bucket", "shared", "shared-largest"])
+def test_the_advised_lists_captured_on_the_h200_fit_the_budget_and_their_prediction(mode):
+    """`bcgprof advise --budget 2.25GiB` from the reference profile: the list it gives now is the list that
+    was captured, and the capture stayed within the budget and within 2% of the prediction."""
+    import json
+
+    folder = f"reports/gpt-oss-20b-h200-advised-{mode}"
+    committed = json.loads(open(f"{folder}/advice.json").read())
+    advice = advise(read_report(REFERENCE), committed["budget_bytes"], mode=mode)
+    assert advice.buckets == committed["buckets"]
+    measured = read_report(folder)
+    assert measured.run.buckets == advice.buckets
+    total = next(s.device_used_bytes for s in measured.summary if s.mode == mode)
+    assert total <= advice.budget_bytes
+    assert abs(advice.predicted_bytes - total) <= 0.02 * total
+
+
+@pytest.mark.parametrize("mode", ["shared", "per-bucket", "shared-largest"])
+def test_advice_matches_a_brute_force_search_over_exact_predictions(mode):
+    """On a small candidate set, every sublist (with the largest) is predicted exactly and the least padded
+    one within the budget (at the top of its band) is the advice."""
+    from itertools import combinations
+
+    full = read_report(REFERENCE)
+    picked = [256, 1024, 2048, 4096, 8192, 12288, 13824, 15872, 16384]
+    rows = [r for r in full.buckets if r.bucket in picked]
+    sites = [s for s in full.sites]
+    small = dataclasses.replace(full, buckets=rows, run=dataclasses.replace(full.run, buckets=picked), sites=sites)
+    weights = np.zeros(picked[-1] + 1)
+    weights[1:] = 1.0
+    alone = predict_buckets(small, [picked[-1]], [mode]).mode(mode).high_bytes
+    everything = predict_buckets(small, picked, [mode]).mode(mode).high_bytes
+    for budget in np.linspace(alone, everything, 5).astype(int).tolist():
+        best = None
+        for k in range(len(picked)):
+            for sub in combinations(picked[:-1], k):
+                chosen = list(sub) + [picked[-1]]
+                pred = predict_buckets(small, chosen, [mode]).mode(mode)
+                if pred.high_bytes > budget:
+                    continue
+                key = (padding_of(chosen, weights), pred.high_bytes)
+                if best is None or key < best[0]:
+                    best = (key, chosen)
+        advice = advise(small, budget, mode=mode)
+        assert padding_of(advice.buckets, weights) == pytest.approx(best[0][0]), (budget, advice.buckets, best[1])
