@@ -220,18 +220,20 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
         out = fused_experts(**args, out=args["x"] if in_place else None)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
-        # A free deferred until another stream's work is done stays counted as allocated until the
-        # allocator processes its events; emptying the cache completes such frees first.
-        torch.cuda.empty_cache()
         kept = torch.cuda.memory_allocated() - before
         snapshot = torch.cuda.memory._snapshot()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     # what the call allocated and still holds, with where it was allocated (for a failure message)
-    held = [(e["size"], [f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']}:{f['name']}" for f in e["frames"][:6]])
-            for trace in snapshot["device_traces"] for e in trace if e["action"] == "alloc"
-            and not any(x["action"] in ("free_requested", "free_completed") and x["addr"] == e["addr"]
-                        for x in trace)]
+    live: dict = {}
+    for trace in snapshot["device_traces"]:
+        for e in trace:
+            if e["action"] == "alloc":
+                live[e["addr"]] = (e["size"], [f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']}:{f['name']}"
+                                               for f in e["frames"] if f["filename"].endswith(".py")][:6])
+            elif e["action"] in ("free_requested", "free_completed"):
+                live.pop(e["addr"], None)
+    held = list(live.values())
     E, k, H, I = model["E"], model["k"], model["H"], model["I"]
     ws = moe_workspace_shapes(T, k, H, 2 * I, I, E)
     want = ws.peak_bytes(BF16, with_output=not in_place)
