@@ -215,12 +215,14 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
+    stats_before = torch.cuda.memory_stats()
     torch.cuda.memory._record_memory_history(max_entries=10_000)
     try:
         out = fused_experts(**args, out=args["x"] if in_place else None)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
         kept = torch.cuda.memory_allocated() - before
+        stats_after = torch.cuda.memory_stats()
         snapshot = torch.cuda.memory._snapshot()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -234,6 +236,8 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
             elif e["action"] in ("free_requested", "free_completed"):
                 live.pop(e["addr"], None)
     held = list(live.values())
+    moved = {k: v - stats_before.get(k, 0) for k, v in stats_after.items()
+             if ".current" in k and v != stats_before.get(k, 0)}
     E, k, H, I = model["E"], model["k"], model["H"], model["I"]
     ws = moe_workspace_shapes(T, k, H, 2 * I, I, E)
     want = ws.peak_bytes(BF16, with_output=not in_place)
@@ -241,7 +245,7 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
           f"predicted {want} B ({ws.nbytes(BF16)}), kept {kept} B")
     assert abs(peak - want) <= 0.02 * want
     # only the output outlives the call
-    assert kept == (0 if in_place else out.numel() * out.element_size()), held
+    assert kept == (0 if in_place else out.numel() * out.element_size()), (held, moved)
 
 
 def test_fused_experts_in_place_equals_a_new_output():
