@@ -244,8 +244,11 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
     print(f"\n{model['activation']} E={E} k={k} H={H} I={I} T={T} in_place={in_place}: peak {peak} B, "
           f"predicted {want} B ({ws.nbytes(BF16)}), kept {kept} B")
     assert abs(peak - want) <= 0.02 * want
-    # only the output outlives the call
-    assert kept == (0 if in_place else out.numel() * out.element_size()), (held, moved)
+    # only the output outlives the call, in bytes requested: the allocator hands out a cached block whole
+    # when splitting it would leave 1 MiB or less, and memory_allocated counts the whole block
+    kept_requested = stats_after["requested_bytes.all.current"] - stats_before["requested_bytes.all.current"]
+    assert kept_requested == (0 if in_place else out.numel() * out.element_size()), (held, moved)
+    assert 0 <= kept - kept_requested <= 1 << 20
 
 
 def test_fused_experts_in_place_equals_a_new_output():
