@@ -3,23 +3,25 @@ from reports already measured. Pure functions over reports; every figure here is
 prediction and is labelled so.
 
 How capture cost depends on the layer count (found from measurements; see the README):
-the graph pool is set by one layer's working set, so it hardly changes with the layer
-count; graphs (segments) and their kernel nodes grow linearly with it, and so does the
-driver memory of the graph executables, which NVML sees and the allocator does not.
+the graph pool is set by one layer's working set, so from 4 layers on its rows do not change
+with depth; graphs (segments) and their kernel nodes grow by a constant per layer, and so
+does the driver memory of the graph executables, which NVML sees and the allocator does not.
 
-* :func:`predict_layers` fits every bucket row's exact allocator figures (pool deltas,
-  torch memory outside the pool) and its graph and node counts as straight lines in the
-  layer count, and the graph-executable memory as bytes per graph plus bytes per node
-  over all input rows (NVML counts in 2 MiB steps, so one bucket's figure is noisy but the
-  fit over hundreds is not). The error band is twice the fit's residual spread over the
-  mode's buckets, plus the misfit of the straight lines where three or more layer counts
-  were measured.
+* :func:`predict_layers` takes the pool rows (and torch memory outside the pool) from the
+  deepest input, extends graph and node counts along straight lines in the layer count, and
+  predicts executables from the slope of each input's NVML staircase: the running non-torch
+  total over a mode's later buckets climbs in 2 MiB steps, and its least-squares slope (one
+  bucket's executables) is far finer than a step. That slope is a line in the layer count.
+  The first bucket's executables are a later bucket's less what the driver had reserved.
+  The band is twice the propagated slope error, two NVML steps, and the pool's change when
+  the deepest input is shallower than the steady depth.
 * :func:`predict_buckets` predicts another bucket list from one profile: each bucket's
-  graphs and executables as profiled, the pool from a model of reuse: the largest
-  bucket's working set (scaled by the eager peak transient when the list's largest bucket
-  is not the profile's), and, in per-bucket mode, the outputs of the smaller buckets
-  filling the space the largest one freed before the pool grows. The capacity of that
-  space is read from the profile itself.
+  graphs and executables as profiled, the pool from a model of reuse: the largest bucket's
+  working set (scaled by the eager peak transient when the list's largest bucket is not the
+  profile's); in per-bucket mode the outputs of the smaller buckets filling the space the
+  largest one freed before the pool grows (that capacity read from the profile); and, where
+  the largest bucket's output stays in the pool, the one-off growth of the bucket captured
+  right after it (:func:`_second_bucket_growth`).
 """
 
 from __future__ import annotations
