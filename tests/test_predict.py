@@ -283,3 +283,21 @@ def test_advice_matches_a_brute_force_search_over_exact_predictions(mode):
                     best = (key, chosen)
         advice = advise(small, budget, mode=mode)
         assert padding_of(advice.buckets, weights) == pytest.approx(best[0][0]), (budget, advice.buckets, best[1])
+
+
+def test_a_shallow_deepest_capture_widens_the_band_by_its_pools_change(tmp_path):
+    """From 1 and 2 layers (below the depth where the pool settles) the pool comes from the 2-layer
+    capture and the band covers how much it moved from the 1-layer one."""
+    one = _synthetic(tmp_path, 1)
+    moved = [dataclasses.replace(r, pool_delta_bytes=r.pool_delta_bytes + 40 * MIB,
+                                 torch_reserved_delta_bytes=r.torch_reserved_delta_bytes + 40 * MIB)
+             if r.order == 0 else r for r in one.buckets]
+    ReportWriter(tmp_path / "l1-moved", one.run, moved)
+    shallow = read_report(tmp_path / "l1-moved")
+    two = _synthetic(tmp_path, 2)
+    settled = predict_layers([_synthetic(tmp_path, 1, name="plain"), two], layers=8)
+    widened = predict_layers([shallow, two], layers=8)
+    for a, b in zip(settled.modes, widened.modes):
+        assert a.device_used_bytes == b.device_used_bytes  # the pool is the 2-layer capture's either way
+        assert b.high_bytes - b.device_used_bytes == a.high_bytes - a.device_used_bytes + 40 * MIB
+    assert any("fewer than 4" in n for n in widened.notes)
