@@ -630,7 +630,8 @@ def explain(
 @_user_errors
 def predict(
     source: List[Path] = typer.Option(..., "--from", help="A profile report; give two or more at different "
-                                      "--num-layers to predict another layer count, one to predict --buckets.",
+                                      "--num-layers (or the directory `capture --num-layers 2,4` wrote) to "
+                                      "predict another layer count, one to predict --buckets.",
                                       show_default=False),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Layer count to predict "
                                          "(default: the model's full depth)."),
@@ -650,7 +651,7 @@ def predict(
     from bcgprof.render.analysis import prediction_view
     from bcgprof.report import read_report
 
-    reports = [read_report(p) for p in source]
+    reports = [read_report(p) for p in _layer_reports(source)]
     if buckets is not None:
         if len(reports) != 1:
             raise PredictionError("--buckets predicts from one profile; pass a single --from")
@@ -662,6 +663,16 @@ def predict(
     else:
         prediction = predict_layers(reports, layers)
     render(prediction_view(prediction), format.value, _console())
+
+
+def _layer_reports(paths: List[Path]) -> List[Path]:
+    """Each path, or, for a directory that `capture --num-layers` filled, its layers-N reports."""
+    out = []
+    for path in paths:
+        counts = sorted(path.glob("layers-*/run.json"), key=lambda p: int(p.parent.name[7:]) if
+                        p.parent.name[7:].isdigit() else 0)
+        out.extend([p.parent for p in counts] if counts and not (path / "run.json").exists() else [path])
+    return out
 
 
 @app.command()

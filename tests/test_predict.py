@@ -301,3 +301,17 @@ def test_a_shallow_deepest_capture_widens_the_band_by_its_pools_change(tmp_path)
         assert a.device_used_bytes == b.device_used_bytes  # the pool is the 2-layer capture's either way
         assert b.high_bytes - b.device_used_bytes == a.high_bytes - a.device_used_bytes + 40 * MIB
     assert any("fewer than 4" in n for n in widened.notes)
+
+
+def test_predict_reads_the_directory_that_a_layer_list_capture_wrote():
+    from typer.testing import CliRunner
+
+    from bcgprof.cli import app
+
+    result = CliRunner().invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    data = json.loads(result.output)
+    assert data["layers"] == 24 and len(data["basis"]) == 2
+    assert data["basis"][0].endswith("layers-2") and data["basis"][1].endswith("layers-4")
