@@ -180,7 +180,7 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
         each_error = math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, errors)))
         reserve = max(0.0, max(c - rows[0].non_torch_delta_bytes for c, rows in zip(slopes, per_report)))
         first_line, _ = _at(counts, [rows[0].non_torch_delta_bytes for rows in per_report], target)
-        first_nt = max(first_line, _round_up(int(max(0.0, each - reserve))) if each > reserve else 0)
+        first_nt = max(first_line, _round_up(int(each - reserve)) if each > reserve else 0)
         predicted, pool = [], 0
         for i, bucket in enumerate(buckets):
             rows = [rs[i] for rs in per_report]
@@ -240,6 +240,7 @@ def _line_weights(xs: Sequence[int], x: int) -> list[float]:
 
 
 def _at_float(xs: Sequence[int], ys: Sequence[float], x: int) -> tuple[float, float]:
+    """The least-squares line through (xs, ys) at ``x``, and its largest misfit."""
     a, b, misfit = _line([float(v) for v in xs], list(ys))
     return a + b * x, misfit
 
@@ -249,10 +250,15 @@ def _per_layer_note(reports: Sequence[Report], counts: list[int], mode: str,
     """What each layer adds to one bucket: graphs, kernel nodes and executable bytes."""
     lo, hi = counts.index(min(counts)), counts.index(max(counts))
     span = counts[hi] - counts[lo]
-    low, high = _rows(reports[lo], mode)[-1], _rows(reports[hi], mode)[-1]
-    graphs = (high.segments - low.segments) / span
-    nodes = ((high.graph_nodes or 0) - (low.graph_nodes or 0)) / span
-    text = f"each layer adds to every bucket ({mode}): {graphs:.0f} graph(s), {nodes:.0f} kernel nodes"
+    pairs = list(zip(_rows(reports[lo], mode), _rows(reports[hi], mode)))
+    graphs = sorted({(high.segments - low.segments) / span for low, high in pairs})
+    nodes = sorted({((high.graph_nodes or 0) - (low.graph_nodes or 0)) / span for low, high in pairs})
+
+    def spread(v: list[float]) -> str:
+        return f"{v[0]:.0f}" if len(v) == 1 else f"{v[0]:.0f} to {v[-1]:.0f}"
+
+    text = (f"each layer adds to every bucket ({mode}): {spread(graphs)} graph(s), {spread(nodes)} kernel nodes "
+            "(by the bucket's kernels)")
     if steps:
         per = (steps[hi][0] - steps[lo][0]) / span
         text += f", {per / 1024:.0f} KiB of graph executables (slope of the NVML staircase over the buckets)"
