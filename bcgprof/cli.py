@@ -638,6 +638,8 @@ def predict(
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list, drawn from the "
                                           "profiled buckets, to predict from one profile."),
     format: AnalysisFormat = typer.Option(AnalysisFormat.table, "--format", "-f", help=ANALYSIS_FORMAT_HELP),
+    rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
+                              "them)."),
 ) -> None:
     """Predict a capture's cost without running it (no GPU needed); labelled as predicted.
 
@@ -662,7 +664,7 @@ def predict(
         prediction = predict_buckets(reports[0], wanted)
     else:
         prediction = predict_layers(reports, layers)
-    render(prediction_view(prediction), format.value, _console())
+    render(prediction_view(prediction, rows=rows), format.value, _console())
 
 
 def _layer_reports(paths: List[Path]) -> List[Path]:

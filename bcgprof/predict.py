@@ -486,6 +486,13 @@ def prediction_json(pred: Prediction) -> dict:
         "kind": pred.kind, "label": pred.label, "model": pred.model, "gpu": pred.gpu, "layers": pred.layers,
         "buckets": pred.bucket_list, "basis": pred.basis, "notes": pred.notes,
         "modes": [{"mode": m.mode, "device_used_bytes": m.device_used_bytes, "pool_bytes": m.pool_bytes,
-                   "non_torch_bytes": m.non_torch_bytes, "low_bytes": m.low_bytes, "high_bytes": m.high_bytes}
+                   "non_torch_bytes": m.non_torch_bytes, "low_bytes": m.low_bytes, "high_bytes": m.high_bytes,
+                   "rows": [{"bucket": r.bucket, "order": r.order, "segments": r.segments,
+                             "graph_nodes": r.graph_nodes, "pool_bytes": r.pool_bytes,
+                             "pool_delta_bytes": r.pool_delta_bytes,
+                             "outside_pool_delta_bytes": r.outside_pool_delta_bytes,
+                             "non_torch_delta_bytes": r.non_torch_delta_bytes,
+                             "device_used_delta_bytes": r.device_used_delta_bytes,
+                             "retained_output_bytes": r.retained_output_bytes} for r in m.buckets]}
                   for m in pred.modes],
     }

@@ -315,3 +315,26 @@ def test_predict_reads_the_directory_that_a_layer_list_capture_wrote():
     data = json.loads(result.output)
     assert data["layers"] == 24 and len(data["basis"]) == 2
     assert data["basis"][0].endswith("layers-2") and data["basis"][1].endswith("layers-4")
+
+
+def test_predict_gives_every_buckets_row_in_json_and_with_rows():
+    """Every bucket's predicted row: in the JSON always, in the table with --rows; the rows sum to the mode."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from bcgprof.cli import app
+
+    runner = CliRunner()
+    data = json.loads(runner.invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers", "-f",
+                                          "json"]).output)
+    full = read_report(REFERENCE)
+    for m in data["modes"]:
+        assert [r["bucket"] for r in m["rows"]] == [r.bucket for r in sorted(
+            (r for r in full.buckets if r.mode == m["mode"]), key=lambda r: r.order)]
+        assert sum(r["device_used_delta_bytes"] for r in m["rows"]) == m["device_used_bytes"]
+        assert m["rows"][-1]["pool_bytes"] == m["pool_bytes"]
+    table = runner.invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers", "--rows"],
+                          env={"COLUMNS": "100"}).output
+    assert "every bucket" in table and "15872" in table
+    assert "every bucket" not in runner.invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers"]).output

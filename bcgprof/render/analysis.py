@@ -94,7 +94,29 @@ def explain_view(exp: Explanation) -> View:
 
 # ---------------------------------------------------------------- predict
 
-def prediction_view(pred: Prediction) -> View:
+def prediction_rows_sheet(pred: Prediction) -> Sheet:
+    """Every bucket's predicted row, mode by mode, in capture order."""
+    columns = [Column("mode", "mode", numeric=False, key_column=True),
+               Column("order", "#", key_column=True),
+               Column("bucket", "bucket", key_column=True),
+               Column("device_used_delta_bytes", "device used +", _bytes, key_column=True),
+               Column("pool_delta_bytes", "pool +", _bytes, drop=1),
+               Column("pool_bytes", "pool", _bytes, drop=2),
+               Column("non_torch_delta_bytes", "non-torch +", _bytes, drop=1),
+               Column("segments", "graphs", drop=3),
+               Column("graph_nodes", "nodes", drop=3)]
+    sheet = Sheet("rows", f"every bucket, {pred.label}", columns)
+    for m in pred.modes:
+        for r in m.buckets:
+            sheet.rows.append({"mode": r.mode, "order": r.order, "bucket": r.bucket,
+                               "device_used_delta_bytes": r.device_used_delta_bytes,
+                               "pool_delta_bytes": r.pool_delta_bytes, "pool_bytes": r.pool_bytes,
+                               "non_torch_delta_bytes": r.non_torch_delta_bytes, "segments": r.segments,
+                               "graph_nodes": r.graph_nodes})
+    return sheet
+
+
+def prediction_view(pred: Prediction, rows: bool = False) -> View:
     columns = [Column("mode", "mode", numeric=False, key_column=True),
                Column("device_used_bytes", "device used", _bytes, key_column=True),
                Column("low_bytes", "low", _bytes, key_column=True),
@@ -112,7 +134,8 @@ def prediction_view(pred: Prediction) -> View:
     foot = [Line(n, bullet=True) for n in pred.notes]
     if pred.kind == "buckets":
         foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True))
-    return View(head=head, sheets=[sheet], foot=foot, data=prediction_json(pred))
+    sheets = [sheet, prediction_rows_sheet(pred)] if rows else [sheet]
+    return View(head=head, sheets=sheets, foot=foot, data=prediction_json(pred))
 
 
 # ---------------------------------------------------------------- advise
