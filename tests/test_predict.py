@@ -336,5 +336,5 @@ def test_predict_gives_every_buckets_row_in_json_and_with_rows():
         assert m["rows"][-1]["pool_bytes"] == m["pool_bytes"]
     table = runner.invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers", "--rows"],
                           env={"COLUMNS": "100"}).output
-    assert "every bucket" in table and "15872" in table
-    assert "every bucket" not in runner.invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers"]).output
+    assert "every bucket, predicted" in table and "15872" in table
+    assert "every bucket, predicted" not in runner.invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers"]).output
