@@ -6,8 +6,7 @@ chunks of the largest bucket, and only its remainder pads. Given the distributio
 prefill sizes (observed token counts, or uniform over the profiled range), the advisor
 picks, among the profiled buckets, the list with the least expected padding whose
 predicted cost (:func:`bcgprof.predict.predict_buckets`) fits the budget even at the top of
-its error band. The largest
-profiled bucket is always kept: it is the chunk size.
+its error band. The largest profiled bucket is always kept: it is the chunk size.
 
 The search: a dynamic programme over the sorted candidates finds, for every budget in whole
 MiB, the list with the least padding when each bucket costs a fixed amount on top of the
@@ -19,7 +18,8 @@ executables only, and executables plus the bucket's standalone output), every li
 on either is re-predicted exactly, and the advice is the least-padding list whose exact
 prediction fits the budget. Because a bucket captured right after the largest may grow the
 pool by a large one-off amount (see :mod:`bcgprof.predict`), the search runs once over all
-candidates and once over only those that would not. The trade-off curve is drawn from the same exact predictions.
+candidates and once over only those that would not. The trade-off curve is drawn from the
+same exact predictions.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bcgprof.errors import BcgprofError
-from bcgprof.predict import PredictionError, predict_buckets
+from bcgprof.predict import PredictionError, bucket_profile, predict_buckets
 from bcgprof.report import Report
 
 MIB = 1 << 20
@@ -51,7 +51,7 @@ class Advice:
     buckets: list[int]
     predicted_bytes: int
     expected_padding_pct: float
-    high_bytes: int = 0  # the top of the prediction's band: this is what must fit the budget
+    high_bytes: int  # the top of the prediction's band: this is what must fit the budget
     curve: list[tuple[int, float, int]] = field(default_factory=list)  # (budget bytes, padding %, buckets)
     lengths_source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -233,26 +233,30 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
     candidates = sorted(report.run.buckets)
     weights, _, source = _weights(candidates, lengths)
     total_tokens = float(np.sum(weights * np.arange(len(weights))))
-    whole = predict_buckets(report, candidates, [mode]).mode(mode)
-    alone = predict_buckets(report, [candidates[-1]], [mode]).mode(mode)
+    profile = bucket_profile(report)  # read once: every list below is predicted from it
+
+    def predicted(buckets: Sequence[int]):
+        return predict_buckets(report, buckets, [mode], profile=profile).mode(mode)
+
+    whole = predicted(candidates)
+    alone = predicted([candidates[-1]])
     fixed = math.ceil(alone.device_used_bytes / MIB)
     if fixed > budget // MIB:
         raise AdviceError(f"the largest bucket alone is predicted at {alone.device_used_bytes / MIB:.0f} MiB in {mode} "
                           f"mode, above the budget of {budget / MIB:.0f} MiB; raise --budget or profile a smaller "
                           "largest bucket")
     later = {r.bucket: r for r in whole.buckets if r.order > 0}
-    families = [[later[b].device_used_delta_bytes for b in candidates[:-1]]]
-    if mode != "shared":  # non-additive: also each bucket's executables alone, and with its standalone output
+    pools = [candidates]
+    if mode == "shared":
+        families = [[later[b].device_used_delta_bytes for b in candidates[:-1]]]
+    else:  # non-additive: each bucket's executables alone, and with its standalone output
         families = [[later[b].non_torch_delta_bytes + later[b].outside_pool_delta_bytes for b in candidates[:-1]],
                     [max(later[b].device_used_delta_bytes, later[b].non_torch_delta_bytes
                          + later[b].outside_pool_delta_bytes + later[b].retained_output_bytes)
                      for b in candidates[:-1]]]
-    # A second bucket that grows the pool beside the kept largest output is a one-off cost no additive
-    # model carries: search also among the buckets that, captured second, would not grow it.
-    pools = [candidates]
-    if mode != "shared":
-        quiet = [b for b in candidates[:-1]
-                 if predict_buckets(report, [b, candidates[-1]], [mode]).mode(mode).buckets[1].pool_delta_bytes
+        # A second bucket that grows the pool beside the kept largest output is a one-off cost no additive
+        # model carries: search also among the buckets that, captured second, would not grow it.
+        quiet = [b for b in candidates[:-1] if predicted([b, candidates[-1]]).buckets[1].pool_delta_bytes
                  <= (later[b].pool_delta_bytes if mode == "per-bucket" else 0)]
         if len(quiet) < len(candidates) - 1:
             pools.append(quiet + [candidates[-1]])
@@ -265,7 +269,7 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
                 lists.setdefault(tuple(chosen))
     scored = []  # (exact predicted bytes, top of its band, padding %, list)
     for chosen in lists:
-        pred = predict_buckets(report, chosen, [mode]).mode(mode)
+        pred = predicted(chosen)
         pct = 100.0 * padding_of(chosen, weights) / total_tokens if total_tokens else 0.0
         scored.append((pred.device_used_bytes, pred.high_bytes, pct, list(chosen)))
     fits = [s for s in scored if s[1] <= budget]  # within the budget even at the top of its band

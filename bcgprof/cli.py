@@ -671,9 +671,8 @@ def _layer_reports(paths: List[Path]) -> List[Path]:
     """Each path, or, for a directory that `capture --num-layers` filled, its layers-N reports."""
     out = []
     for path in paths:
-        counts = sorted(path.glob("layers-*/run.json"), key=lambda p: int(p.parent.name[7:]) if
-                        p.parent.name[7:].isdigit() else 0)
-        out.extend([p.parent for p in counts] if counts and not (path / "run.json").exists() else [path])
+        found = {int(d.name[7:]): d for d in path.glob("layers-*") if d.name[7:].isdigit() and (d / "run.json").exists()}
+        out.extend([found[n] for n in sorted(found)] if found and not (path / "run.json").exists() else [path])
     return out
 
 

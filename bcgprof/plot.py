@@ -88,8 +88,8 @@ def plot_advice(advice, out: str | Path, *, dpi: int = 120) -> Path:
     for x, (_, p, n) in zip(xs, advice.curve):
         ax.annotate(str(n), (x, p), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axvline(advice.budget_bytes / GIB, color="black", linestyle=":", label="budget")
-    ax.plot([(advice.high_bytes or advice.predicted_bytes) / GIB], [advice.expected_padding_pct], "*", color="black",
-            markersize=12, label=f"advised: {len(advice.buckets)} buckets")
+    ax.plot([advice.high_bytes / GIB], [advice.expected_padding_pct], "*", color="black", markersize=12,
+            label=f"advised: {len(advice.buckets)} buckets")
     ax.set_xlabel(f"predicted capture memory, {advice.mode}, top of the band (GiB; predicted, not measured)")
     ax.set_ylabel("expected padding (% of tokens)")
     ax.grid(True, alpha=0.3)

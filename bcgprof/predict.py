@@ -151,21 +151,20 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
     order = sorted(range(len(reports)), key=lambda i: counts[i])
     deepest, next_deepest = order[-1], order[-2]
     notes = [f"graph pool and torch memory outside it: from the {counts[deepest]}-layer capture (the pool is one "
-             "layer's working set: from 4 layers on it does not change with depth)"]
+             f"layer's working set: from {STEADY_LAYERS} layers on it does not change with depth)"]
     if counts[deepest] < STEADY_LAYERS:
         notes.append(f"the deepest capture has {counts[deepest]} layers, fewer than {STEADY_LAYERS}: its pool may "
                      "not be the full model's; the band includes its change from the next count")
     modes = []
+    rows_of = {mode: [_rows(r, mode) for r in reports] for mode in common}  # mode -> each report's rows
     steps = {}  # mode -> per-report executable bytes per later bucket, and their standard errors
-    for mode in common:
-        per_report = [_rows(r, mode) for r in reports]
+    for mode, per_report in rows_of.items():
         buckets = [row.bucket for row in per_report[0]]
         if any([row.bucket for row in rows] != buckets for rows in per_report):
             raise PredictionError(f"mode {mode}: the reports captured different buckets")
         if len(buckets) > 1:
             steps[mode] = [_staircase(rows[1:]) for rows in per_report]
-    for mode in common:
-        per_report = [_rows(r, mode) for r in reports]
+    for mode, per_report in rows_of.items():
         buckets = [row.bucket for row in per_report[0]]
         # Executables (non-torch): every later bucket adds the same graphs, so their NVML total climbs a
         # staircase of 2 MiB steps whose slope is one bucket's executables; that slope is a line in the
@@ -295,7 +294,7 @@ def _round_up(n: int, step: int = SEGMENT_ROUND) -> int:
 
 
 @dataclass
-class _Profile:
+class BucketProfile:
     """What one report says about each bucket and about reuse in the pool."""
 
     largest: int
@@ -311,7 +310,7 @@ class _Profile:
     runner_up: int = 0  # bytes of the second-largest block live at the largest bucket's pool peak
 
 
-def _profile(report: Report) -> _Profile:
+def bucket_profile(report: Report) -> BucketProfile:
     _check_usable(report)
     rows = {m: {r.bucket: r for r in _rows(report, m)} for m in report.modes()}
     largest = max(report.run.buckets)
@@ -358,11 +357,11 @@ def _profile(report: Report) -> _Profile:
         outputs = sum(r.retained_output_bytes for r in later)
         growth = sum(r.pool_delta_bytes for r in later if r.order > 1 or cascade is None)
         capacity, bound = outputs - growth, growth == 0
-    return _Profile(largest, first.pool_delta_bytes, transient, output, rows, capacity, bound, cascade,
+    return BucketProfile(largest, first.pool_delta_bytes, transient, output, rows, capacity, bound, cascade,
                     grows_from, maybe_from, runner_up)
 
 
-def _working_set(p: _Profile, bucket: int) -> int:
+def _working_set(p: BucketProfile, bucket: int) -> int:
     """The first capture's pool for ``bucket`` as the largest of a list: the profile's own when it is the
     profile's largest, else scaled by the eager peak transient."""
     if bucket == p.largest:
@@ -371,9 +370,11 @@ def _working_set(p: _Profile, bucket: int) -> int:
     return _round_up(int(p.floor_pool * ratio))
 
 
-def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequence[str]] = None) -> Prediction:
-    """Each mode's cost for another bucket list drawn from the profiled buckets."""
-    p = _profile(report)
+def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequence[str]] = None, *,
+                    profile: Optional[BucketProfile] = None) -> Prediction:
+    """Each mode's cost for another bucket list drawn from the profiled buckets. ``profile``: the report's
+    :func:`bucket_profile`, when the caller predicts many lists from one report."""
+    p = profile or bucket_profile(report)
     wanted = sorted(set(int(b) for b in buckets), reverse=True)
     missing = [b for b in wanted if b not in p.output]
     if missing:
@@ -435,7 +436,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
 
 
-def _second_bucket_growth(p: _Profile, bucket: int, top: int) -> tuple[int, int]:
+def _second_bucket_growth(p: BucketProfile, bucket: int, top: int) -> tuple[int, int]:
     """(growth, possible growth) of the pool for the bucket captured right after the largest, whose
     tensors must fit in the space left beside the kept largest output.
 
@@ -462,7 +463,7 @@ def _second_bucket_growth(p: _Profile, bucket: int, top: int) -> tuple[int, int]
     return 0, 0
 
 
-def _outside_first(mode: str, first: BucketRecord, p: _Profile, top: int) -> int:
+def _outside_first(mode: str, first: BucketRecord, p: BucketProfile, top: int) -> int:
     """Torch memory outside the pool taken by the first bucket: the shared buffer in shared mode."""
     measured = first.torch_reserved_delta_bytes - first.pool_delta_bytes
     if mode == "shared" and top != p.largest:
