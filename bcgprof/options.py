@@ -10,15 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-# The modes, in the order they run and are shown.
-MODES = ("per-bucket", "shared", "shared-largest", "floor")
+from bcgprof.vocab import BucketStatus, GraphKind, Mode, Order, Phase, RunStatus, Verify, Weights, words
+
+# The words of each choice, from bcgprof.vocab (modes in the order they run and are shown).
+MODES = words(Mode)
 DEFAULT_MODES = MODES
-GRAPH_KINDS = ("breakable", "full")  # full: one CUDA graph per bucket, attention inside it
-ORDERS = ("largest-first", "smallest-first")  # the order buckets are captured in
-PHASES = ("prefill", "decode")
-WEIGHTS = ("dummy", "safetensors")
-VERIFY_CHOICES = ("smallest-largest", "all", "none")
-STATUSES = ("ok", "oom", "error")  # of one bucket
+GRAPH_KINDS = words(GraphKind)
+ORDERS = words(Order)
+PHASES = words(Phase)
+WEIGHTS = words(Weights)
+VERIFY_CHOICES = words(Verify)
+STATUSES = words(BucketStatus)  # of one bucket
+RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
 
 DEFAULT_MODEL = "gpt-oss-20b"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, get_type_hints
 
 from bcgprof.errors import ReportError
-from bcgprof.options import MODES, STATUSES
+from bcgprof.options import MODES, RUN_STATUSES, STATUSES
 
 SCHEMA_VERSION = 1
 SITES_FILE = "sites.csv"
@@ -143,7 +143,6 @@ MAX_BYTES = 2 ** 50  # 1 PiB: no byte figure of one GPU can be larger
 MAX_MS = 1e9  # about 11 days, in milliseconds
 MAX_TP = 4096  # tensor-parallel ranks
 INT64 = 2 ** 63
-RUN_STATUSES = ("running", "complete", "partial", "failed", "interrupted")
 
 # The columns every schema-1 report has had since the first release; the ones after them were
 # appended later, and a report without them reads them as "not recorded" (rank 0, empty).

@@ -1,0 +1,90 @@
+"""The words bcgprof writes into reports and accepts on its command line, one enum each.
+
+Every member is a ``str`` (its value is the word itself), so a member compares equal to
+the text read from a CSV or JSON file and serialises as that text. The CLI's choices,
+the report reader's checks and the renderers all take their words from here.
+Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python 3.10
+
+    class StrEnum(str, Enum):
+        """``enum.StrEnum`` of Python 3.11: members are their values."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+class Mode(StrEnum):
+    """How a capture keeps each bucket's output (the order here is the order modes run and are shown)."""
+
+    PER_BUCKET = "per-bucket"  # each bucket keeps its own output tensor, in the pool
+    SHARED = "shared"  # one max-size output buffer outside the pool; each bucket keeps a view
+    SHARED_LARGEST = "shared-largest"  # the largest bucket's own output (in the pool) is the shared buffer
+    FLOOR = "floor"  # the largest bucket alone
+
+
+class BucketStatus(StrEnum):
+    """How one bucket's capture ended."""
+
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+
+
+class RunStatus(StrEnum):
+    """How a whole capture run stands (run.json ``status``)."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class Phase(StrEnum):
+    """What a bucket counts: tokens of a prefill, or sequences of a decode step."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class GraphKind(StrEnum):
+    """How a bucket's forward is captured."""
+
+    BREAKABLE = "breakable"  # segments around attention, which runs eagerly
+    FULL = "full"  # one CUDA graph per bucket, attention inside it
+
+
+class Order(StrEnum):
+    """The order the buckets are captured in."""
+
+    LARGEST_FIRST = "largest-first"
+    SMALLEST_FIRST = "smallest-first"
+
+
+class Weights(StrEnum):
+    """Where a capture's weights come from."""
+
+    DUMMY = "dummy"
+    SAFETENSORS = "safetensors"
+
+
+class Verify(StrEnum):
+    """Which buckets a capture replays against an eager forward."""
+
+    SMALLEST_LARGEST = "smallest-largest"
+    ALL = "all"
+    NONE = "none"
+
+
+def words(enum: type[Enum]) -> tuple[str, ...]:
+    """The enum's words, in declaration order."""
+    return tuple(str(member.value) for member in enum)
