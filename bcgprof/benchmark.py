@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bcgprof.errors import CaptureError
 from bcgprof.options import CaptureOptions
 from bcgprof.report import read_report
 from bcgprof.runner import run_capture
@@ -37,7 +38,7 @@ def _capture(base: CaptureOptions, out: Path, **changes) -> tuple[float, dict]:
     outcome = run_capture(opts)
     wall = time.perf_counter() - start
     if outcome.exit_code != 0:
-        sys.exit(f"capture into {out} failed with exit code {outcome.exit_code}")
+        raise CaptureError(f"capture into {out} failed with exit code {outcome.exit_code}; see its report")
     return wall, read_report(out).run.extra.get("modes", {})
 
 
@@ -141,5 +142,22 @@ def profile_build(model: str, num_layers=None) -> int:
     return 0
 
 
+def run(argv=None) -> int:
+    """:func:`main` with bcgprof's error rule: a problem the user can fix is one line and exit 2."""
+    from bcgprof.errors import EXIT_USAGE, BcgprofError, one_line
+
+    try:
+        return main(argv)
+    except BcgprofError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # no GPU, no driver: one line, never a traceback
+        print(f"error: {one_line(e)}; the benchmark needs a CUDA GPU and a working bcgprof capture", file=sys.stderr)
+        return EXIT_USAGE
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

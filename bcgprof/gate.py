@@ -161,6 +161,37 @@ class GateResult:
     def multi_rank(self) -> bool:
         return any(c.rank != "0" for c in self.checks)
 
+    def to_json(self) -> dict:
+        """The ``gate -f json`` contract: verdict, tolerances, both reports, every check (bytes as integers)."""
+
+        def tolerance(t: Tolerance) -> dict:
+            return {"rel": t.rel, "abs_bytes": t.abs_bytes, "described": t.describe()}
+
+        def report(r: Report) -> dict:
+            return {"path": str(r.path), "model": r.run.model, "status": r.run.status, "config_hash": r.run.config_hash}
+
+        return {
+            "verdict": "pass" if self.passed else "fail",
+            "exit_code": self.exit_code,
+            "baseline": report(self.baseline),
+            "current": report(self.current),
+            "tolerance": {
+                "default": tolerance(self.options.default),
+                "per_metric": {m: tolerance(t) for m, t in sorted(self.options.per_metric.items())},
+                "per_bucket": self.options.per_bucket,
+                "allow_mismatch": self.options.allow_mismatch,
+            },
+            "checks": [{
+                "mode": c.mode, "rank": c.rank, "bucket": c.bucket, "metric": c.metric, "verdict": c.verdict,
+                "baseline": c.baseline, "current": c.current, "delta": c.delta,
+                "limit_bytes": None if c.limit is None else int(c.limit), "detail": c.detail,
+                "baseline_status": c.baseline_status, "current_status": c.current_status,
+            } for c in self.checks],
+            "regressions": len(self.regressions),
+            "improvements": len(self.improvements),
+            "notes": list(self.notes),
+        }
+
     def worst(self) -> Optional[GateCheck]:
         """The regression with the largest growth over its limit (the worst rank of a TP run)."""
         sized = [c for c in self.regressions if c.delta is not None and c.limit is not None]

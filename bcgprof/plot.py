@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bcgprof.errors import BcgprofError
+from bcgprof.outputs import replace_file, resolved_output
 from bcgprof.report import Report
 from bcgprof.report_format import GIB, MIB
 
@@ -60,11 +61,18 @@ def plot_report(report: Report, out: str | Path, *, rank: int = 0, dpi: int = 12
 
 
 def _save(fig, out: Path, dpi: int) -> Path:
+    """Draw ``fig`` into memory, then write it atomically where ``out`` really points (never into a report)."""
+    import io
+
     import matplotlib.pyplot as plt
 
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=dpi)
+        real = resolved_output(out, "-o", create_parents=True)
+        image = io.BytesIO()
+        fig.savefig(image, dpi=dpi, format=out.suffix.lstrip(".").lower())
+        replace_file(real, image.getvalue())
+    except BcgprofError:
+        raise
     except Exception as e:  # OSError, or a backend that cannot draw here (a missing tool)
         detail = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise BcgprofError(f"cannot write {out}: {detail[:200]}; write a .png, .svg or .pdf somewhere writable") \

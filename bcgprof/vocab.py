@@ -85,6 +85,23 @@ class Verify(StrEnum):
     NONE = "none"
 
 
+class Format(StrEnum):
+    """How a command prints its result on stdout."""
+
+    TABLE = "table"  # rich tables in MiB/GiB, fitted to the terminal
+    MARKDOWN = "markdown"  # the same tables as GitHub markdown
+    JSON = "json"  # strict JSON, bytes as integers: the documented contract
+    CSV = "csv"  # raw values, one block per table
+
+
+class Section(StrEnum):
+    """Which part of a report `show` and `compare` print."""
+
+    ALL = "all"
+    BUCKETS = "buckets"
+    SUMMARY = "summary"
+
+
 def words(enum: type[Enum]) -> tuple[str, ...]:
     """The enum's words, in declaration order."""
     return tuple(str(member.value) for member in enum)

@@ -179,20 +179,17 @@ def test_summary_md_is_checked_before_any_report_is_read(data_dir, report_copy, 
 
 
 def test_a_late_summary_md_failure_never_changes_the_verdict(data_dir, report_copy, tmp_path, monkeypatch):
-    import builtins
+    import bcgprof.outputs
 
     summary = tmp_path / "s.md"
-    real_open = builtins.open
 
-    def failing_open(file, mode="r", *args, **kwargs):
-        if str(file) == str(summary) and "a" in mode:
-            raise OSError(28, "No space left on device")
-        return real_open(file, mode, *args, **kwargs)
+    def failing_replace(real, data):
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(builtins, "open", failing_open)
+    monkeypatch.setattr(bcgprof.outputs, "replace_file", failing_replace)
     passing = gate(data_dir / "baseline", report_copy("baseline"), "--summary-md", summary)
     assert passing.exit_code == 0 and "PASS" in passing.stdout
-    assert passing.stderr.startswith("warning: cannot append to --summary-md")
+    assert passing.stderr.startswith("warning: cannot write --summary-md") and "No space left" in passing.stderr
     failing = gate(data_dir / "baseline", data_dir / "grown", "--summary-md", summary)
     assert failing.exit_code == 1
 
@@ -252,7 +249,7 @@ def test_capture_out_that_is_a_file_or_a_report(captured, tmp_path, data_dir):
 
 def test_plot_output_names_and_dpi(data_dir, tmp_path):
     result = run("plot", data_dir / "baseline", "-o", tmp_path / "x")
-    assert result.exit_code == 0 and result.stdout.strip() == f"wrote {tmp_path / 'x.png'}"
+    assert result.exit_code == 0 and result.stderr.strip() == f"wrote {tmp_path / 'x.png'}" and result.stdout == ""
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
     for name, message in (("x.pgf", "cannot write .pgf images"), ("x.txt", "cannot write .txt images")):
         assert message in refused(run("plot", data_dir / "baseline", "-o", tmp_path / name))

@@ -252,7 +252,7 @@ def test_gate_summary_md_is_appended(data_dir, tmp_path, report_copy):
 def test_plot_command(data_dir, tmp_path):
     out = tmp_path / "cost.png"
     result = run("plot", data_dir / "baseline", "-o", out)
-    assert result.exit_code == 0 and f"wrote {out}" in result.stdout
+    assert result.exit_code == 0 and f"wrote {out}" in result.stderr and result.stdout == ""
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -326,14 +326,20 @@ def test_capture_defaults_reach_run_capture(captured):
 
 
 def test_capture_options_reach_run_capture(captured, tmp_path):
-    result = run("capture", "--model", "Qwen3-8B", "--weights", "safetensors", "--num-layers", "4", "--phase",
+    from bcgprof.models.config import presets_dir
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text((presets_dir() / "Qwen3-8B.json").read_text())
+    (checkpoint / "model.safetensors").write_bytes(b"")  # only its presence is checked before the GPU
+    result = run("capture", "--model", checkpoint, "--weights", "safetensors", "--num-layers", "4", "--phase",
                  "prefill", "--buckets", "1,2,4", "--max-tokens", "8192", "--max-bs", "64", "--modes", "shared,floor",
                  "--warmup", "3", "--device", "cuda:1", "--out", tmp_path / "r", "--verify", "all", "--in-process",
                  "--sample-interval-ms", "0.5", "--tp", "2", "--seed", "7")
     assert result.exit_code == 0, result.stderr
     (opts,) = captured
     assert (opts.model, opts.weights, opts.num_layers, opts.phase, opts.buckets) == (
-        "Qwen3-8B", "safetensors", 4, "prefill", "1,2,4")
+        str(checkpoint), "safetensors", 4, "prefill", "1,2,4")
     assert (opts.max_tokens, opts.max_bs, opts.modes, opts.warmup, opts.device) == (
         8192, 64, ["shared", "floor"], 3, "cuda:1")
     assert (opts.out, opts.verify, opts.in_process, opts.sample_interval_ms, opts.tp, opts.seed) == (

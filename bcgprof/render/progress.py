@@ -4,8 +4,10 @@ bar (mode, bucket, done/total, pool so far, elapsed), drawn from the runner's ev
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from bcgprof.report_format import fmt_bytes
+from bcgprof.text import printable
 
 
 class CaptureProgress:
@@ -58,8 +60,8 @@ class CaptureProgress:
                                  pool=fmt_bytes(event["pool_bytes"]))
             if event["status"] != "ok":
                 self.console.print(f"[red]{event['mode']} bucket {event['bucket']}: {event['status']}: "
-                                   f"{event['detail']}[/]", highlight=False)
+                                   f"{escape(printable(event['detail']))}[/]", highlight=False)
         elif kind == "verify":
             self.progress.update(self.task, bucket="verify")
         elif kind == "error":
-            self.console.print(f"[red]{event['mode']}: {event['message']}[/]", highlight=False)
+            self.console.print(f"[red]{event['mode']}: {escape(printable(event['message']))}[/]", highlight=False)

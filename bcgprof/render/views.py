@@ -475,7 +475,7 @@ def gate_view(result: GateResult) -> View:
     return View(head=head, sheets=gate_sheets(result), foot=foot,
                 title=f"bcgprof gate: {'PASS' if result.passed else 'FAIL'}",
                 headline=Line(gate_headline(result), GOOD if result.passed else BAD), hint=GATE_HINT,
-                data=None)
+                data=result.to_json())
 
 
 # ---------------------------------------------------------------- estimate

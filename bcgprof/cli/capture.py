@@ -1,0 +1,211 @@
+"""`bcgprof capture`: the one command that needs a GPU (and the only one that imports torch).
+
+Every option and input is checked here, before torch is imported or a GPU touched, so a
+mistake is named as such and never reported as "no CUDA device".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bcgprof.buckets import MAX_BUCKET_SIZE
+from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_console
+from bcgprof.cli.root import app, command
+from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
+from bcgprof.options import DEFAULT_MODEL, MODES, CaptureOptions
+from bcgprof.outputs import holds_report
+from bcgprof.vocab import GraphKind, Mode, Order, Phase, Verify, Weights
+
+BUCKETS_HELP = ("Bucket spec: comma list (4,8,16), inclusive range START:STOP:STEP (512:4096:512), or a preset "
+                "(sglang-prefill: token counts, capped by --max-tokens, 74 buckets at 16384; sglang-decode: batch "
+                "sizes, capped by --max-bs). Entries may be mixed; at most 4096 buckets of at most 1048576 each. "
+                "Default: the phase's preset.")
+
+def _parse_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",")]
+    for m in modes:
+        if m not in MODES:
+            raise BcgprofError(f"--modes {text!r}: unknown mode {m!r}; use a comma list of {', '.join(MODES)}")
+    if len(set(modes)) != len(modes):
+        raise BcgprofError(f"--modes {text!r} names a mode twice; list each once")
+    return modes
+
+
+def bucket_list(buckets: Optional[str], phase: str, max_tokens: int, max_bs: int) -> list[int]:
+    """The buckets to use; --buckets '' is an error, not the default preset."""
+    from bcgprof.buckets import check_caps, default_bucket_spec, parse_buckets
+
+    check_caps(max_tokens, max_bs)
+    if buckets is not None and not buckets.strip():
+        raise BcgprofError("--buckets is empty; give sizes like 4,8,16, a range 512:4096:512 or a preset "
+                           "(sglang-prefill, sglang-decode), or leave --buckets out for the phase's preset")
+    return parse_buckets(buckets if buckets is not None else default_bucket_spec(phase),
+                         max_tokens=max_tokens, max_bs=max_bs)
+
+
+def _check_out(out: Optional[Path]) -> None:
+    """``capture --out``: a new or empty directory somewhere writable; never a file or an existing report."""
+    if out is None:
+        return
+    if out.exists() and not out.is_dir():
+        raise CaptureError(f"--out {out} is an existing file; pass a new directory for the report")
+    if holds_report(out):
+        raise CaptureError(f"--out {out} already holds a report; pass a new --out directory")
+    parent = out
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CaptureError(f"--out {out} cannot be created: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CaptureError(f"--out {out} cannot be created: {parent} is not writable")
+
+
+@app.command()
+@command
+def capture(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
+                              help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
+    weights: Weights = typer.Option(Weights.DUMMY, help="dummy: random weights of the right shapes (no download); "
+                                                        "safetensors: load the checkpoint directory's weights."),
+    num_layers: Optional[str] = typer.Option(None, "--num-layers", help="Decoder layers to build, or a comma list "
+                                             "(2,4): one report per count, in <out>/layers-N. Default: all of the "
+                                             "model's layers."),
+    phase: Phase = typer.Option(Phase.PREFILL, help="prefill: buckets are token counts; decode: batch sizes, "
+                                                    "one new token per sequence over a KV cache."),
+    buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
+    max_tokens: int = typer.Option(16384, help="Cap, in tokens, of the sglang-prefill preset "
+                                               "(SGLang's chunked prefill size); 1 to 1048576."),
+    max_bs: int = typer.Option(256, help="Cap, in sequences, of the sglang-decode preset, and the sequences decode's "
+                                         "KV cache is sized for; 1 to 1048576."),
+    context_len: int = typer.Option(4096, "--context-len", help="Decode: tokens of KV cache per sequence, allocated "
+                                    "once before any capture and never charged to a bucket; 1 to 1048576."),
+    modes: str = typer.Option(",".join(MODES), help="Comma list of modes to run, each in a fresh process: per-bucket "
+                                                     "(each bucket keeps its own output), shared (one max-size output "
+                                                     "buffer outside the pool), shared-largest (the largest bucket's "
+                                                     "own output, in the pool, is the shared buffer), floor (the "
+                                                     "largest bucket alone)."),
+    warmup: int = typer.Option(2, min=0, help="Eager warm-up runs per bucket before its capture."),
+    device: str = typer.Option("cuda:0", help="CUDA device, cuda:K."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
+                                                                 "Default: reports/<model>-<timestamp>."),
+    verify: Verify = typer.Option(Verify.SMALLEST_LARGEST, help="Replay buckets with fresh inputs and compare "
+                                                                "with an eager forward: the smallest and largest, "
+                                                                "all, or none."),
+    in_process: bool = typer.Option(False, "--in-process", help="Run all modes in this process (debugging; "
+                                                                "modes then share allocator state); recorded in "
+                                                                "run.json."),
+    sample_interval_ms: float = typer.Option(2.0, help="NVML peak-sampler interval, in milliseconds "
+                                                            "(0.1 to 60000)."),
+    tp: int = typer.Option(1, min=1, help="Tensor-parallel ranks (GPUs), one process each."),
+    seed: int = typer.Option(0, help="Random seed for dummy weights and inputs."),
+    graph: GraphKind = typer.Option(GraphKind.BREAKABLE, "--graph", help="breakable: each bucket's graph is split "
+                                    "into segments around attention, which runs eagerly; full: one CUDA graph per "
+                                    "bucket with attention captured inside it."),
+    order: Order = typer.Option(Order.LARGEST_FIRST, "--order", help="Capture order of the buckets: largest-first "
+                                "(smaller buckets reuse pool memory the larger ones freed) or smallest-first."),
+    snapshot: bool = typer.Option(False, "--snapshot", help="Record the allocator's history in each mode and write "
+                                  "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz)."),
+) -> None:
+    """Capture the model over the buckets in each mode and write a report (needs a CUDA GPU).
+
+    With no options: gpt-oss-20b, the sglang-prefill buckets up to 16384 tokens, every mode (per-bucket, shared, shared-largest, floor).
+    Exit codes: 0 every mode completed, 1 a mode failed (the report is partial or failed), 2 refused
+    before any work (bad option, model or --out, no GPU), 130 interrupted.
+    """
+    from bcgprof.models.config import resolve_model
+
+    # Every input check first, so a typo fails before a GPU is touched.
+    mode_list = _parse_modes(modes)
+    if Mode.SHARED_LARGEST in mode_list and order is not Order.LARGEST_FIRST:
+        raise CaptureError("--modes shared-largest keeps the largest bucket's own output as the shared buffer, so "
+                           "the largest bucket must be captured first: use --order largest-first, or leave "
+                           "shared-largest out of --modes")
+    if not re.fullmatch(r"cuda(:\d{1,4})?", device):
+        raise BcgprofError(f"--device {device!r} is not a CUDA device; write cuda:0, cuda:1, ...")
+    if not (math.isfinite(sample_interval_ms) and 0.1 <= sample_interval_ms <= 60_000):
+        raise BcgprofError(f"--sample-interval-ms {sample_interval_ms} is out of range; use 0.1 to 60000")
+    if not -2 ** 63 <= seed < 2 ** 64:
+        raise BcgprofError("--seed is out of range; use an integer that fits in 64 bits")
+    bucket_list(buckets, phase.value, max_tokens, max_bs)
+    if context_len < 1:
+        raise BcgprofError(f"--context-len must be a positive number of tokens, got {context_len}")
+    if context_len > MAX_BUCKET_SIZE:
+        raise BcgprofError(f"--context-len {context_len} is over the cap of {MAX_BUCKET_SIZE} tokens")
+    spec = resolve_model(model)
+    if weights is Weights.SAFETENSORS:
+        _check_checkpoint(spec)
+    layer_counts = _layer_counts(num_layers, spec.num_layers)
+    _check_out(out)
+
+    opts = CaptureOptions(
+        model=model, weights=weights.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
+        max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup, device=device, out=out,
+        verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
+        graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
+    )
+    if len(layer_counts) == 1:
+        raise typer.Exit(_run_capture(opts))
+    # one report per layer count, each in its own directory under --out
+    from bcgprof.runner import default_out
+
+    parent = Path(out) if out is not None else default_out(spec.name)
+    codes = []
+    for n in layer_counts:
+        codes.append(_run_capture(dataclasses.replace(opts, num_layers=n, out=parent / f"layers-{n}")))
+        if codes[-1] == EXIT_INTERRUPTED:
+            break
+    raise typer.Exit(max(codes))
+
+
+def _layer_counts(text: Optional[str], depth: int) -> list[Optional[int]]:
+    """``--num-layers``: None (every layer), one count, or a comma list of distinct counts."""
+    if text is None:
+        return [None]
+    counts: list[Optional[int]] = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry.isdigit() or not 1 <= int(entry) <= depth:
+            raise BcgprofError(f"--num-layers {text!r}: {entry!r} is not a layer count from 1 to {depth} (the "
+                               "model's depth); write one count or a comma list such as 2,4")
+        if int(entry) in counts:
+            raise BcgprofError(f"--num-layers {text!r} names {entry} twice; list each count once")
+        counts.append(int(entry))
+    return counts
+
+
+def _run_capture(opts) -> int:
+    """Run the capture under a progress bar, then show the report; return the exit code."""
+    from bcgprof import runner
+    from bcgprof.render import print_capture_result
+    from bcgprof.render.progress import CaptureProgress
+    from bcgprof.report import read_report
+
+    with CaptureProgress(stderr_console()) as progress:
+        outcome = runner.run_capture(opts, progress.handle)
+    if not outcome.reporter:  # a torchrun rank other than 0: rank 0 shows the report
+        return outcome.exit_code
+    print_capture_result(read_report(outcome.out), stdout_console())
+    flush_stdout()
+    if outcome.exit_code:
+        note(f"capture {outcome.status} ({outcome.message or 'interrupted'}); the finished rows are in {outcome.out}")
+    return outcome.exit_code
+
+
+def _check_checkpoint(spec) -> None:
+    """--weights safetensors: a checkpoint directory that holds safetensors files, not a preset."""
+    if spec.checkpoint_dir is None:
+        raise CaptureError(f"--weights safetensors needs a checkpoint: {spec.name} is a "
+                           f"{'preset' if spec.source == 'preset' else 'config.json alone'} with no weights; pass "
+                           "--model CHECKPOINT_DIR (holding config.json and *.safetensors) or use --weights dummy")
+    if not any(spec.checkpoint_dir.glob("*.safetensors")):
+        raise CaptureError(f"--weights safetensors: {spec.checkpoint_dir} holds no *.safetensors files; download "
+                           "the checkpoint's weights there or use --weights dummy")

@@ -1,0 +1,91 @@
+"""`bcgprof show`, `compare` and `plot`: reading reports (no GPU, no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bcgprof.cli.output import flush_stdout, note, stdout_console
+from bcgprof.cli.root import app, command
+from bcgprof.vocab import Format, Section
+
+REPORT_HELP = "Report directory (holding buckets.csv, summary.csv and run.json)."
+FORMAT_HELP = ("table: rich tables in MiB/GiB; markdown: the same as GitHub tables; json (strict JSON, bytes as "
+               "integers: the documented contract) and csv: raw values (csv: one block per table, each headed "
+               "'# name').")
+SECTION_HELP = "Which part to print: all, buckets (per-bucket rows) or summary (per-mode totals)."
+WIDE_HELP = ("Tables: every column (wider than 100 columns). By default tables show the key columns and "
+             "as many others as the terminal fits, never cutting a number.")
+
+
+@app.command()
+@command
+def show(
+    report: Path = typer.Argument(..., help=REPORT_HELP, show_default=False),
+    format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
+    section: Section = typer.Option(Section.ALL, help=SECTION_HELP),
+    wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
+) -> None:
+    """Print a report's tables (no GPU needed).
+
+    A table per mode, buckets in capture order, and a summary with the savings of shared against
+    per-bucket (bytes and %) and each mode's ratio to the floor, both on device-used bytes.
+    -f csv prints the report's own files (their columns, order and values).
+    """
+    from bcgprof.render import show_report
+    from bcgprof.report import read_report
+
+    show_report(read_report(report), stdout_console(), format.value, section.value, wide=wide)
+    flush_stdout()
+
+
+@app.command()
+@command
+def compare(
+    old: Path = typer.Argument(..., help="The older report directory.", show_default=False),
+    new: Path = typer.Argument(..., help="The newer report directory.", show_default=False),
+    format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
+    section: Section = typer.Option(Section.ALL, help="all, summary (per-mode totals) or buckets (per-bucket "
+                                                      "deltas)."),
+    wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
+) -> None:
+    """Compare two reports side by side (no GPU needed).
+
+    Per-mode totals, then per-bucket deltas, largest device-used growth first; buckets present in
+    only one report are listed as such. Exits 0 on readable reports: use gate to fail on growth.
+    """
+    from bcgprof.compare import compare_reports
+    from bcgprof.render import show_comparison
+    from bcgprof.report import read_report
+
+    show_comparison(compare_reports(read_report(old), read_report(new)), stdout_console(), format.value,
+                    section.value, wide=wide)
+    flush_stdout()
+
+
+@app.command()
+@command
+def plot(
+    report: Path = typer.Argument(..., help=REPORT_HELP, show_default=False),
+    out: Path = typer.Option(..., "--out", "-o", help="Image file to write: .png, .svg, .pdf or .jpg; a name "
+                             "without a suffix gets .png. Written atomically; never into a report directory, "
+                             "also not through a symbolic link.", show_default=False),
+    rank: int = typer.Option(0, min=0, help="Tensor-parallel rank to plot."),
+    dpi: int = typer.Option(120, help="Resolution of raster images, in dots per inch (30 to 600)."),
+) -> None:
+    """Plot a report to an image file (no GPU needed).
+
+    Top: cumulative capture cost (device used, solid; graph pool, dashed) against the buckets in
+    capture order, one line per mode, the floor as horizontal references. Bottom: each bucket's
+    graph-pool delta.
+    """
+    from bcgprof.outputs import resolved_output
+    from bcgprof.plot import check_dpi, image_path, plot_report
+    from bcgprof.report import read_report
+
+    out = image_path(out)
+    check_dpi(dpi)
+    resolved_output(out, "--out", create_parents=True)  # refused before the report is read
+    written = plot_report(read_report(report), out, rank=rank, dpi=dpi)
+    note(f"wrote {written}")

@@ -1,0 +1,190 @@
+"""`bcgprof estimate`, `explain`, `predict` and `advise`: why a capture cost what it did, and
+what another would cost (no GPU, no torch)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bcgprof.cli.capture import BUCKETS_HELP, bucket_list
+from bcgprof.cli.output import flush_stdout, note, stdout_console
+from bcgprof.cli.reports import FORMAT_HELP, REPORT_HELP, WIDE_HELP
+from bcgprof.cli.root import app, command
+from bcgprof.errors import BcgprofError
+from bcgprof.options import DEFAULT_MODEL
+from bcgprof.vocab import Format, Mode, Phase
+
+MAX_PREDICT_LAYERS = 4096  # deeper than any model; a larger --layers is a typing mistake
+
+
+@app.command()
+@command
+def estimate(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
+                              help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
+    buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
+    phase: Phase = typer.Option(Phase.PREFILL, help="prefill: buckets are token counts; decode: batch sizes "
+                                                    "(one output row per sequence)."),
+    max_tokens: int = typer.Option(16384, help="Cap, in tokens, of the sglang-prefill preset; 1 to 1048576."),
+    max_bs: int = typer.Option(256, help="Cap, in sequences, of the sglang-decode preset; 1 to 1048576."),
+    dtype: Optional[str] = typer.Option(None, help="Output dtype: bfloat16, float16 or float32. "
+                                                   "Default: the model config's dtype."),
+    format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
+) -> None:
+    """Output-buffer arithmetic per bucket: analytic, not measured (no GPU needed).
+
+    Each bucket's output buffer (rows x hidden size x dtype bytes) and the retained-output total in
+    per-bucket mode (the sum over buckets) versus shared mode (the largest bucket's buffer). Their
+    difference is not the saving of sharing: the graph pool reuses memory, and intermediates and
+    graph executables are not included; capture measures them.
+    """
+    from bcgprof.estimate import estimate_output_buffers
+    from bcgprof.models.config import resolve_model
+    from bcgprof.render import render
+    from bcgprof.render.views import estimate_view
+
+    chosen = bucket_list(buckets, phase.value, max_tokens, max_bs)
+    result = estimate_output_buffers(resolve_model(model), chosen, phase=phase.value, dtype=dtype)
+    render(estimate_view(result), format.value, stdout_console())
+    flush_stdout()
+
+
+@app.command()
+@command
+def explain(
+    report: Path = typer.Argument(..., help=REPORT_HELP, show_default=False),
+    format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
+    wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
+) -> None:
+    """Where every byte of a capture went, from the report's own measurements (no GPU needed).
+
+    Per mode: device used split into causes that sum to it exactly (outputs kept in the pool, other
+    live pool bytes, free space inside the pool, torch memory outside it, graph executables and
+    other driver memory); a fit of graph-executable memory to graphs and kernel nodes; what the
+    floor's pool holds at its peak, by model code site, and its allocator slack; each mode's cost in
+    tokens of KV cache; and plain sentences built from those numbers. A report written before the
+    ledger columns explains what it can and says what it cannot.
+    """
+    from bcgprof.explain import explain_report
+    from bcgprof.render import render
+    from bcgprof.render.analysis import explain_view
+    from bcgprof.report import read_report
+
+    render(explain_view(explain_report(read_report(report))), format.value, stdout_console(), wide=wide)
+    flush_stdout()
+
+
+@app.command()
+@command
+def predict(
+    source: list[Path] = typer.Option(..., "--from", help="A profile report; give two or more at different "
+                                      "--num-layers (or the directory `capture --num-layers 2,4` wrote) to "
+                                      "predict another layer count, one to predict --buckets.",
+                                      show_default=False),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, max=MAX_PREDICT_LAYERS,
+                                         help=f"Layer count to predict, 1 to {MAX_PREDICT_LAYERS} "
+                                              "(default: the model's full depth)."),
+    buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list, drawn from the "
+                                          "profiled buckets, to predict from one profile."),
+    format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
+    rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
+                              "them)."),
+) -> None:
+    """Predict a capture's cost without running it (no GPU needed); labelled as predicted.
+
+    With several reports that differ only in their layer count: every mode's totals and bucket rows
+    at --layers, with an error band. With one report and --buckets: each mode's cost for that bucket
+    list (see the docs for how it is modelled and how well it holds).
+    """
+    from bcgprof.buckets import parse_buckets
+    from bcgprof.predict import PredictionError, predict_buckets, predict_layers
+    from bcgprof.render import render
+    from bcgprof.render.analysis import prediction_view
+    from bcgprof.report import read_report
+
+    reports = [read_report(p) for p in _layer_reports(source)]
+    if buckets is not None:
+        if len(reports) != 1:
+            raise PredictionError("--buckets predicts from one profile; pass a single --from")
+        if layers is not None:
+            raise PredictionError("predict either another layer count (several --from) or another bucket list "
+                                  "(--buckets), not both at once")
+        profiled = reports[0].run.buckets
+        if not profiled:
+            raise PredictionError(f"{source[0]} lists no buckets in run.json; predict from a report that profiled "
+                                  "some")
+        wanted = parse_buckets(buckets, max_tokens=max(profiled), max_bs=max(profiled))
+        prediction = predict_buckets(reports[0], wanted)
+    else:
+        prediction = predict_layers(reports, layers)
+    render(prediction_view(prediction, rows=rows), format.value, stdout_console())
+    flush_stdout()
+
+
+def _layer_reports(paths: list[Path]) -> list[Path]:
+    """Each path, or, for a directory that `capture --num-layers` filled, its layers-N reports."""
+    out = []
+    for path in paths:
+        found = {int(d.name[7:]): d for d in path.glob("layers-*") if d.name[7:].isdigit() and (d / "run.json").exists()}
+        out.extend([found[n] for n in sorted(found)] if found and not (path / "run.json").exists() else [path])
+    return out
+
+
+def _budget(text: str) -> int:
+    """--budget: a size with its unit (2.5GiB); a bare number is refused rather than read as bytes."""
+    from bcgprof.report_format import parse_bytes
+
+    if re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*", text or ""):
+        raise BcgprofError(f"--budget {text.strip()!r} has no unit; write e.g. {text.strip()}GiB or "
+                           f"{text.strip()}MiB")
+    return parse_bytes(text, what="--budget")
+
+
+@app.command()
+@command
+def advise(
+    source: Path = typer.Option(..., "--from", help="A profile report of the full bucket list to choose from.",
+                                show_default=False),
+    budget: str = typer.Option(..., "--budget", help="Capture-memory budget with its unit, e.g. 2.5GiB or 2048MiB.",
+                               show_default=False),
+    lengths: Optional[Path] = typer.Option(None, "--lengths", help="CSV of observed prefill token counts (first "
+                                           "column; a header row is allowed). Default: uniform over the profiled "
+                                           "range.", show_default=False),
+    mode: Mode = typer.Option(Mode.SHARED_LARGEST, "--mode", help="The mode the server would run (per-bucket, "
+                              "shared or shared-largest)."),
+    format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also plot the budget/padding trade-off to this "
+                                       "image (.png, .svg, .pdf), written atomically.", show_default=False),
+) -> None:
+    """The bucket list with the least expected padding whose predicted cost fits a budget (no GPU needed).
+
+    Prints the list as a --buckets spec, its predicted cost and expected padding (tokens computed for
+    nothing when a batch is padded to the next bucket), and the trade-off curve.
+    """
+    from bcgprof.advise import advise as choose
+    from bcgprof.advise import read_lengths
+    from bcgprof.render import render
+    from bcgprof.render.analysis import advice_view
+    from bcgprof.report import read_report
+
+    if mode is Mode.FLOOR:
+        raise BcgprofError("--mode floor captures one bucket, so there is no list to advise; use per-bucket, shared "
+                           "or shared-largest")
+    if out is not None:
+        from bcgprof.outputs import resolved_output
+        from bcgprof.plot import image_path
+
+        out = image_path(out)
+        resolved_output(out, "--out", create_parents=True)
+    limit = _budget(budget)
+    advice = choose(read_report(source), limit, mode=mode.value,
+                    lengths=read_lengths(lengths) if lengths is not None else None)
+    render(advice_view(advice), format.value, stdout_console())
+    flush_stdout()
+    if out is not None:
+        from bcgprof.plot import plot_advice
+
+        note(f"wrote {plot_advice(advice, out)}")

@@ -1,0 +1,76 @@
+"""Files the user names for bcgprof to write (``plot -o``, ``advise -o``, ``gate --summary-md``).
+
+Each is written atomically (a temporary file beside it, then a rename), and never into a
+report directory, whether named directly or through a symbolic link: a report is only ever
+written by the capture that made it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from bcgprof.errors import BcgprofError
+
+REPORT_FILES = ("run.json", "buckets.csv", "summary.csv")
+
+
+def holds_report(directory: Path) -> bool:
+    return directory.is_dir() and any((directory / name).exists() for name in REPORT_FILES)
+
+
+def resolved_output(path: Path, option: str, *, create_parents: bool = False) -> Path:
+    """Where writing ``path`` would really land; refused (one line) if that is a report's directory or file.
+
+    A symbolic link is followed to its target, so a link cannot smuggle an output into a report.
+    With ``create_parents`` missing directories are allowed (:func:`replace_file` makes them).
+    """
+    real = Path(os.path.realpath(path))
+    if real.is_dir():
+        raise BcgprofError(f"{option} {path} is a directory; name a file")
+    if real.name in REPORT_FILES or holds_report(real.parent):
+        via = f" (through the link to {real})" if real != Path(os.path.abspath(path)) else ""
+        raise BcgprofError(f"{option} {path} is inside a report directory{via}; writing there would damage the "
+                           "report: name a file outside it")
+    parent = real.parent
+    if create_parents:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise BcgprofError(f"cannot write {option} {path}: {parent} is a file, not a directory")
+    if not parent.is_dir():
+        raise BcgprofError(f"{option} {path}: directory {real.parent} does not exist; create it or name another file")
+    if real.exists() and not real.is_file():
+        raise BcgprofError(f"{option} {path} is not a regular file; name a regular file")
+    if not os.access(real if real.exists() else parent, os.W_OK):
+        raise BcgprofError(f"cannot write {option} {path}: it is not writable; name a file you can write")
+    return real
+
+
+def replace_file(real: Path, data: bytes) -> None:
+    """Write ``data`` to ``real`` atomically: a temporary file beside it, then a rename over it."""
+    real.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if real.exists():
+            os.chmod(tmp, real.stat().st_mode & 0o7777)
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def append_text(real: Path, text: str, option: str) -> None:
+    """Append ``text`` to ``real`` (its old content, then the new, replaced atomically)."""
+    try:
+        old = real.read_bytes() if real.exists() else b""
+        replace_file(real, old + text.encode("utf-8"))
+    except OSError as e:
+        raise BcgprofError(f"cannot write {option} {real}: {e.strerror or e}") from e

@@ -1,0 +1,26 @@
+"""Text that came from a file, made safe to print on a terminal.
+
+A report, a config.json or a lengths file can hold anything: escape sequences that retitle
+the window or clear the screen, a message of many megabytes. Everything bcgprof prints
+that it did not write itself goes through :func:`printable` first.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_FIELD_CHARS = 300  # a field longer than this is shown cut, with an ellipsis
+
+# C0 controls (tabs and newlines are folded to spaces first), DEL, and C1 controls (CSI, OSC, ...).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+REPLACEMENT = "\N{REPLACEMENT CHARACTER}"
+
+
+def printable(text: object, limit: int = MAX_FIELD_CHARS) -> str:
+    """``text`` with control characters replaced (tabs and newlines by spaces), cut to ``limit`` characters."""
+    s = str(text)
+    if len(s) > 4 * limit:  # never scan megabytes to print a few hundred characters
+        s = s[: 4 * limit]
+    s = s.replace("\t", " ").replace("\r\n", " ").replace("\n", " ")
+    s = _CONTROL.sub(REPLACEMENT, s)
+    return s if len(s) <= limit else s[: max(limit - 1, 0)] + "\N{HORIZONTAL ELLIPSIS}"
