@@ -8,6 +8,12 @@ picks, among the profiled buckets, the list with the least expected padding whos
 predicted cost (:func:`bcgprof.predict.predict_buckets`) fits the budget even at the top of
 its error band. The largest profiled bucket is always kept: it is the chunk size.
 
+**Expected padding**, wherever bcgprof prints it, is padded tokens over requested tokens:
+the tokens computed for nothing, divided by the tokens the requests asked for (full chunks
+included). Lengths 3, 5 and 10 on the list 4,8 pad 1 + 3 + 2 = 6 tokens (10 runs as a chunk
+of 8 and a remainder of 2 in bucket 4) of 18 requested: 33.3%. :func:`padding_pct` is the
+one definition.
+
 The search: a dynamic programme over the sorted candidates finds, for every budget in whole
 MiB, the list with the least padding when each bucket costs a fixed amount on top of the
 largest bucket alone. In ``shared`` mode that additive model is the prediction itself, so the
@@ -33,8 +39,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bcgprof.errors import BcgprofError
+from bcgprof.inputs import open_regular_text
 from bcgprof.predict import PredictionError, bucket_profile, predict_buckets
 from bcgprof.report import Report
+from bcgprof.text import printable
 
 MIB = 1 << 20
 ADVISE_MODES = ("shared-largest", "shared", "per-bucket")
@@ -64,47 +72,64 @@ class Advice:
 # ---------------------------------------------------------------- lengths
 
 
+MAX_LENGTHS_FILE_BYTES = 256 * 2 ** 20  # about 30 million token counts
+MAX_LENGTHS = 50_000_000
+MAX_REQUEST_TOKENS = 2 ** 31 - 1  # longer than any context window
+
+
 def read_lengths(path: Path) -> list[int]:
-    """Token counts, one per row, from a CSV file (a header row is allowed; the first column is read)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise AdviceError(f"--lengths {path} does not exist; give a CSV file of observed prefill token counts") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise AdviceError(f"cannot read --lengths {path}: {e}; give a UTF-8 CSV file of token counts") from None
-    values = []
-    for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
-        if not row or not row[0].strip():
-            continue
-        cell = row[0].strip()
+    """Token counts, one per row, from a CSV file (a header row is allowed; the first column is read).
+
+    Only a regular file of at most :data:`MAX_LENGTHS_FILE_BYTES` is read, row by row, so a bad row is
+    found without reading the rest.
+    """
+    what = "--lengths"
+    values: list[int] = []
+    with open_regular_text(Path(path), what, MAX_LENGTHS_FILE_BYTES) as f:
         try:
-            value = int(cell)
-        except ValueError:
-            if lineno == 1:
-                continue  # a header
-            raise AdviceError(f"--lengths {path}:{lineno}: {cell!r} is not a token count; one integer per row") \
-                from None
-        if value < 1:
-            raise AdviceError(f"--lengths {path}:{lineno}: token counts are positive, got {value}")
-        values.append(value)
+            for lineno, row in enumerate(csv.reader(f), start=1):
+                if not row or not row[0].strip():
+                    continue
+                cell = row[0].strip()
+                if len(cell) > 20 or not cell.lstrip("+-").isdigit():
+                    if lineno == 1:
+                        continue  # a header
+                    raise AdviceError(f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
+                                      "integer per row")
+                value = int(cell)
+                if not 1 <= value <= MAX_REQUEST_TOKENS:
+                    raise AdviceError(f"{what} {path}:{lineno}: a token count is from 1 to {MAX_REQUEST_TOKENS}, "
+                                      f"got {value}")
+                values.append(value)
+                if len(values) > MAX_LENGTHS:
+                    raise AdviceError(f"{what} {path} holds more than {MAX_LENGTHS} token counts; pass a sample")
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise AdviceError(f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
+                              "counts") from None
     if not values:
-        raise AdviceError(f"--lengths {path} holds no token counts")
+        raise AdviceError(f"{what} {path} holds no token counts")
     return values
 
 
-def _weights(candidates: list[int], lengths: Optional[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, str]:
-    """Per-token-count weights over 1..max (the remainders after chunking at the largest bucket)."""
+def length_weights(candidates: list[int], lengths: Optional[Sequence[int]]) -> tuple[np.ndarray, float, str]:
+    """Per-token-count weights over 1..max (the remainders after chunking at the largest bucket), the
+    requested tokens they stand for (full chunks included), and a description of the source."""
     top = candidates[-1]
     weights = np.zeros(top + 1)
     if lengths is None:
         weights[1:] = 1.0
-        return weights, np.arange(top + 1, dtype=float), f"uniform over 1..{top} tokens"
+        return weights, float(top * (top + 1) // 2), f"uniform over 1..{top} tokens"
     for t in lengths:
         rem = t % top
         if rem:
             weights[rem] += 1.0
-    total_tokens = float(sum(lengths))
-    return weights, np.arange(top + 1, dtype=float), f"{len(lengths)} observed lengths ({total_tokens:.0f} tokens)"
+    requested = float(sum(lengths))
+    return weights, requested, f"{len(lengths)} observed lengths ({requested:.0f} tokens)"
+
+
+def padding_pct(buckets: Sequence[int], weights: np.ndarray, requested_tokens: float) -> float:
+    """Expected padding in percent: padded tokens over requested tokens (the module docstring's definition)."""
+    return 100.0 * padding_of(buckets, weights) / requested_tokens if requested_tokens else 0.0
 
 
 # ---------------------------------------------------------------- the search
@@ -231,8 +256,7 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
     if mode not in report.modes():
         raise AdviceError(f"{report.path} has no {mode} rows to predict from; profile with --modes including {mode}")
     candidates = sorted(report.run.buckets)
-    weights, _, source = _weights(candidates, lengths)
-    total_tokens = float(np.sum(weights * np.arange(len(weights))))
+    weights, requested_tokens, source = length_weights(candidates, lengths)
     profile = bucket_profile(report)  # read once: every list below is predicted from it
 
     def predicted(buckets: Sequence[int]):
@@ -270,7 +294,7 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
     scored = []  # (exact predicted bytes, top of its band, padding %, list)
     for chosen in lists:
         pred = predicted(chosen)
-        pct = 100.0 * padding_of(chosen, weights) / total_tokens if total_tokens else 0.0
+        pct = padding_pct(chosen, weights, requested_tokens)
         scored.append((pred.device_used_bytes, pred.high_bytes, pct, list(chosen)))
     fits = [s for s in scored if s[1] <= budget]  # within the budget even at the top of its band
     if not fits:
