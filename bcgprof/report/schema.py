@@ -1,0 +1,260 @@
+"""The report schema: one record type per file, and what each column may hold.
+
+A report is a directory holding ``buckets.csv`` (one :class:`BucketRecord` per mode, rank and
+bucket), ``summary.csv`` (one :class:`SummaryRecord` per mode and rank, derived from the bucket
+rows), ``run.json`` (one :class:`RunInfo`) and, when the floor mode recorded them, ``sites.csv``
+(:class:`SiteRecord`). The dataclass fields are the columns; a :class:`Rule` per column says
+what a valid value is. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
+from bcgprof.options import MODES, STATUSES
+from bcgprof.report.limits import INT64, MAX_BYTES, MAX_MS, MAX_TP
+from bcgprof.vocab import GraphKind, Order, Phase, RunStatus, Weights
+
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+BUCKETS_FILE = "buckets.csv"
+SUMMARY_FILE = "summary.csv"
+SITES_FILE = "sites.csv"
+
+
+@dataclass
+class BucketRecord:
+    """What capturing one bucket in one mode cost. Bytes are integers."""
+
+    mode: str
+    bucket: int
+    order: int  # capture order within the mode, 0 first
+    status: str  # ok | oom | error
+    segments: int = 0
+    graph_nodes: Optional[int] = None  # None when the CUDA bindings are missing
+    pool_bytes: int = 0  # graph pool size after this bucket
+    pool_delta_bytes: int = 0
+    retained_output_bytes: int = 0
+    torch_allocated_delta_bytes: int = 0
+    torch_reserved_delta_bytes: int = 0
+    device_used_delta_bytes: int = 0  # NVML (or mem_get_info, see run.json)
+    non_torch_delta_bytes: int = 0  # device-used delta minus torch-reserved delta
+    peak_transient_bytes: int = 0  # highest allocation during warm-up+capture above the level before
+    warmup_ms: float = 0.0
+    capture_ms: float = 0.0
+    replay_max_abs_diff: Optional[float] = None  # None when not checked
+    rank: int = 0
+    process_used_delta_bytes: Optional[int] = None  # NVML per-process figure, when available
+    device_peak_delta_bytes: Optional[int] = None  # sampler's device-used peak above the level before
+    free_bytes: Optional[int] = None  # device free memory after the bucket (or at the failure)
+    detail: str = ""  # why a bucket is oom/error
+    # The ledger (empty in reports written before it): pool_live + pool_free + outside_pool
+    # + non_torch == device_used_delta, exactly. Pool figures are read from the block states.
+    pool_live_delta_bytes: Optional[int] = None  # growth of allocated bytes inside the pool's segments
+    pool_free_delta_bytes: Optional[int] = None  # growth of unused bytes the pool's segments hold
+    outside_pool_delta_bytes: Optional[int] = None  # torch-reserved growth outside the pool
+    pool_output_bytes: Optional[int] = None  # the part of retained_output_bytes that lies in the pool
+
+
+@dataclass
+class SummaryRecord:
+    """Per-mode totals, derived from the bucket rows by :func:`~bcgprof.report.summaries.summarize`."""
+
+    mode: str
+    buckets: int
+    segments: int
+    pool_bytes: int
+    torch_reserved_bytes: int
+    device_used_bytes: int
+    non_torch_bytes: int
+    retained_output_bytes: int
+    peak_transient_bytes: int
+    capture_s: float
+    saved_vs_per_bucket_bytes: Optional[int] = None
+    saved_vs_per_bucket_pct: Optional[float] = None
+    ratio_to_floor: Optional[float] = None
+    rank: str = "0"  # a rank number, or "max"/"sum" across ranks of a tensor-parallel run
+    failed: int = 0  # buckets whose status is not ok
+    # sums of the bucket ledger columns; empty when any bucket row lacks them
+    pool_live_delta_bytes: Optional[int] = None
+    pool_free_delta_bytes: Optional[int] = None
+    outside_pool_delta_bytes: Optional[int] = None
+    pool_output_bytes: Optional[int] = None
+
+
+LEDGER_FIELDS = ("pool_live_delta_bytes", "pool_free_delta_bytes", "outside_pool_delta_bytes", "pool_output_bytes")
+
+
+@dataclass
+class SiteRecord:
+    """What the graph pool held at the peak of one bucket's capture (sites.csv): one row per
+    model code site, plus one ``slack`` row; the rows of a (mode, rank) sum to its pool bytes."""
+
+    mode: str
+    rank: int
+    bucket: int
+    kind: str  # site | slack
+    site: str
+    bytes: int
+    blocks: int = 0
+
+
+@dataclass
+class RunInfo:
+    """run.json: what was captured, on what, and how the run stands."""
+
+    schema_version: int = SCHEMA_VERSION
+    bcgprof_version: str = ""
+    command: str = ""
+    model: str = ""
+    model_source: str = ""  # preset | path
+    config_hash: str = ""
+    family: str = ""
+    layers: int = 0
+    hidden_size: int = 0
+    dtype: str = ""
+    weights: str = Weights.DUMMY
+    phase: str = Phase.PREFILL
+    buckets: list = field(default_factory=list)
+    modes: list = field(default_factory=list)
+    gpu_name: str = ""
+    driver: str = ""
+    torch_version: str = ""
+    cuda_version: str = ""
+    memory_source: str = ""  # nvml | torch.cuda.mem_get_info
+    in_process: bool = False
+    tp: int = 1
+    started_at: str = ""
+    ended_at: str = ""
+    status: str = RunStatus.RUNNING  # running | complete | partial | failed | interrupted
+    message: str = ""
+    extra: dict = field(default_factory=dict)
+    graph: str = GraphKind.BREAKABLE  # breakable | full (reports written before this field: breakable)
+    order: str = Order.LARGEST_FIRST  # largest-first | smallest-first
+
+
+SUMMARY_FROM_FILE = "summary.csv"
+SUMMARY_RECOMPUTED = "recomputed from buckets.csv"
+
+
+@dataclass
+class Report:
+    """A report directory, read and checked by :func:`~bcgprof.report.read.read_report`."""
+
+    path: Path
+    run: RunInfo
+    buckets: list[BucketRecord]
+    summary: list[SummaryRecord]
+    # Where ``summary`` comes from: summary.csv (a complete report, checked against buckets.csv),
+    # or recomputed from buckets.csv (a report that did not complete).
+    summary_source: str = SUMMARY_FROM_FILE
+    sites: list[SiteRecord] = field(default_factory=list)  # sites.csv; empty when the report has none
+    # the known columns each file holds (a report written before a column was appended lacks it)
+    columns: dict = field(default_factory=dict)
+
+    def modes(self) -> list[str]:
+        seen: list[str] = []
+        for r in self.buckets:
+            if r.mode not in seen:
+                seen.append(r.mode)
+        return seen
+
+
+# ---------------------------------------------------------------- what a valid value is
+
+# The columns every schema-1 report has had since the first release; the ones after them were
+# appended later, and a report without them reads them as "not recorded" (rank 0, empty).
+BUCKET_REQUIRED = (
+    "mode", "bucket", "order", "status", "segments", "graph_nodes", "pool_bytes", "pool_delta_bytes",
+    "retained_output_bytes", "torch_allocated_delta_bytes", "torch_reserved_delta_bytes",
+    "device_used_delta_bytes", "non_torch_delta_bytes", "peak_transient_bytes", "warmup_ms", "capture_ms",
+    "replay_max_abs_diff",
+)
+SUMMARY_REQUIRED = (
+    "mode", "buckets", "segments", "pool_bytes", "torch_reserved_bytes", "device_used_bytes", "non_torch_bytes",
+    "retained_output_bytes", "peak_transient_bytes", "capture_s", "saved_vs_per_bucket_bytes",
+    "saved_vs_per_bucket_pct", "ratio_to_floor",
+)
+SITE_REQUIRED = ("mode", "rank", "bucket", "kind", "site", "bytes")
+SITE_KINDS = ("site", "slack")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one CSV column may hold."""
+
+    kind: type  # int, float or str
+    optional: bool = False  # may be empty (None)
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    choices: tuple = ()
+    inf: bool = False  # float column that may hold inf (never nan)
+
+
+def byte_rule(optional: bool = False, signed: bool = False) -> Rule:
+    return Rule(int, optional, -MAX_BYTES if signed else 0, MAX_BYTES)
+
+
+BUCKET_RULES: dict[str, Rule] = {
+    "mode": Rule(str, choices=MODES),
+    "bucket": Rule(int, lo=1, hi=MAX_BUCKET_SIZE),
+    "order": Rule(int, lo=0, hi=MAX_BUCKETS - 1),
+    "status": Rule(str, choices=STATUSES),
+    "segments": Rule(int, lo=0, hi=INT64 - 1),
+    "graph_nodes": Rule(int, optional=True, lo=0, hi=INT64 - 1),
+    "pool_bytes": byte_rule(),
+    "pool_delta_bytes": byte_rule(signed=True),
+    "retained_output_bytes": byte_rule(),
+    "torch_allocated_delta_bytes": byte_rule(signed=True),
+    "torch_reserved_delta_bytes": byte_rule(signed=True),
+    "device_used_delta_bytes": byte_rule(signed=True),
+    "non_torch_delta_bytes": byte_rule(signed=True),
+    "peak_transient_bytes": byte_rule(),
+    "warmup_ms": Rule(float, lo=0, hi=MAX_MS),
+    "capture_ms": Rule(float, lo=0, hi=MAX_MS),
+    "replay_max_abs_diff": Rule(float, optional=True, lo=0, inf=True),  # inf: the replay gave NaN
+    "rank": Rule(int, lo=0, hi=MAX_TP - 1),
+    "process_used_delta_bytes": byte_rule(optional=True, signed=True),
+    "device_peak_delta_bytes": byte_rule(optional=True, signed=True),
+    "free_bytes": byte_rule(optional=True),
+    "detail": Rule(str),
+    **{name: byte_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
+}
+
+SUMMARY_RULES: dict[str, Rule] = {
+    "mode": Rule(str, choices=MODES),
+    "buckets": Rule(int, lo=0, hi=MAX_BUCKETS * MAX_TP),
+    "segments": Rule(int, lo=0, hi=INT64 - 1),
+    "pool_bytes": byte_rule(),
+    "torch_reserved_bytes": byte_rule(signed=True),
+    "device_used_bytes": byte_rule(signed=True),
+    "non_torch_bytes": byte_rule(signed=True),
+    "retained_output_bytes": byte_rule(),
+    "peak_transient_bytes": byte_rule(),
+    "capture_s": Rule(float, lo=0, hi=MAX_MS * MAX_TP),
+    "saved_vs_per_bucket_bytes": byte_rule(optional=True, signed=True),
+    "saved_vs_per_bucket_pct": Rule(float, optional=True),
+    "ratio_to_floor": Rule(float, optional=True),
+    "rank": Rule(str),  # a rank number, or max / sum (checked with the row)
+    "failed": Rule(int, lo=0, hi=MAX_BUCKETS * MAX_TP),
+    **{name: byte_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
+}
+
+SITE_RULES: dict[str, Rule] = {
+    "mode": Rule(str, choices=MODES),
+    "rank": Rule(int, lo=0, hi=MAX_TP - 1),
+    "bucket": Rule(int, lo=1, hi=MAX_BUCKET_SIZE),
+    "kind": Rule(str, choices=SITE_KINDS),
+    "site": Rule(str),
+    "bytes": byte_rule(),
+    "blocks": Rule(int, lo=0, hi=INT64 - 1),
+}
+
+# record type -> (its column rules, the columns a file of it must have)
+RULES: dict[type, dict[str, Rule]] = {BucketRecord: BUCKET_RULES, SummaryRecord: SUMMARY_RULES,
+                                      SiteRecord: SITE_RULES}
+REQUIRED: dict[type, tuple[str, ...]] = {BucketRecord: BUCKET_REQUIRED, SummaryRecord: SUMMARY_REQUIRED,
+                                         SiteRecord: SITE_REQUIRED}
