@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bcgprof import dtypes
-from bcgprof.models.config import ModelSpec
+from bcgprof.spec import ModelSpec
 
 LABEL = "analytic, not measured"
 

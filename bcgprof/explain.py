@@ -19,9 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from bcgprof import dtypes
+from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report, SummaryRecord
 from bcgprof.report_format import fmt_bytes
+from bcgprof.spec import resolve_model
+from bcgprof.spec.kv import kv_bytes_per_token as token_bytes
+from bcgprof.spec.kv import kv_formula
 
 # cause -> (label, what it is)
 CAUSES = {
@@ -136,24 +141,16 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
     if isinstance(recorded, int) and recorded > 0:
         return recorded, str(report.run.extra.get("kv_formula", "recorded at capture"))
     try:
-        from bcgprof import dtypes
-        from bcgprof.models.config import resolve_model
-
         spec = resolve_model(report.run.model)
-        config = spec.config
         if spec.config_hash != report.run.config_hash:
             return None, ""
-        heads = int(config["num_attention_heads"])
-        kv_heads = int(config.get("num_key_value_heads") or heads)
-        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        shape = spec.attention
         width = dtypes.dtype_bytes(report.run.dtype or spec.dtype)
-    except Exception:
+    except (BcgprofError, KeyError, TypeError, ValueError):  # no such model here, or not this report's
         return None, ""
-    from bcgprof.models.kvcache import kv_bytes_per_token as per_token
-
     layers = int(report.run.layers)
-    value = per_token(layers, kv_heads, head_dim, width)
-    return value, f"{layers} layers x 2 x {kv_heads} KV heads x {head_dim} head dim x {width} bytes"
+    return (token_bytes(layers, shape.num_kv_heads, shape.head_dim, width),
+            kv_formula(layers, shape.num_kv_heads, shape.head_dim, width))
 
 
 # ---------------------------------------------------------------- the executable fit

@@ -266,7 +266,7 @@ def _per_layer_note(reports: Sequence[Report], counts: list[int], mode: str,
 
 def _full_depth(report: Report) -> int:
     try:
-        from bcgprof.models.config import resolve_model
+        from bcgprof.spec import resolve_model
 
         spec = resolve_model(report.run.model)
         if spec.config_hash == report.run.config_hash:

@@ -28,7 +28,7 @@ from torch import nn
 
 from bcgprof import dtypes
 from bcgprof.errors import ModelConfigError, NoGPUError
-from bcgprof.models.config import ModelSpec, resolve_model
+from bcgprof.spec import ModelSpec, resolve_model
 from bcgprof.models.tp import check_split
 
 # family -> "module:Class"

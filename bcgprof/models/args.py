@@ -8,23 +8,16 @@ the hooks of :meth:`ModelArgs.from_config`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from bcgprof.errors import ModelConfigError
 from bcgprof.models.tp import check_split
+from bcgprof.spec.shapes import attention_shape, config_value
 
 # (config, num_hidden_layers) -> (the sliding window in force or None, default layer types)
 LayerLayout = Callable[[dict, int], tuple[Any, list[str]]]
-
-
-def config_value(config: dict, *keys: str, default: Any = None) -> Any:
-    """The value of the first of ``keys`` that ``config`` holds (not None), else ``default``."""
-    for key in keys:
-        value = config.get(key)
-        if value is not None:
-            return value
-    return default
 
 
 @dataclass
@@ -81,8 +74,8 @@ class ModelArgs:
         silu_only: bool = True,
         attention_bias: bool = False,
         qk_norm: bool = False,
-        read_family: Callable[["ModelArgs", dict], None] | None = None,
-    ) -> "ModelArgs":
+        read_family: Callable[[ModelArgs, dict], None] | None = None,
+    ) -> ModelArgs:
         """The shared reading of ``config``, with the family's part plugged in.
 
         ``layer_layout(config, total)`` gives the sliding window in force and the layer
@@ -99,11 +92,7 @@ class ModelArgs:
                 f"num_layers must be between 1 and {total} (the model's num_hidden_layers), got {num_layers}"
             )
         hidden = int(config["hidden_size"])
-        heads = int(config["num_attention_heads"])
-        kv_heads = int(config_value(config, "num_key_value_heads", default=heads))
-        head_dim = int(config_value(config, "head_dim", default=hidden // heads))
-        if heads % kv_heads:
-            raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+        shape = attention_shape(config)
         act = config.get("hidden_act", "silu")
         if silu_only and act not in ("silu", "swish"):
             raise ModelConfigError(f"hidden_act {act!r} is not supported for {family}; bcgprof implements silu")
@@ -121,9 +110,9 @@ class ModelArgs:
             hidden_size=hidden,
             num_layers=num_layers,
             total_layers=total,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
+            num_heads=shape.num_heads,
+            num_kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
             vocab_size=int(config["vocab_size"]),
             rms_norm_eps=float(config_value(config, "rms_norm_eps", default=1e-6)),
             max_position_embeddings=int(config_value(config, "max_position_embeddings", default=4096)),
@@ -140,7 +129,7 @@ class ModelArgs:
             raise ModelConfigError(f"num_experts_per_tok {args.top_k} must be in 1..{args.num_experts}")
         return args
 
-    def shard(self, tp_rank: int, tp_size: int) -> "ModelArgs":
+    def shard(self, tp_rank: int, tp_size: int) -> ModelArgs:
         """Set this rank's place in a tensor-parallel group, after checking the split works."""
         check_split(self, tp_size)
         if not 0 <= tp_rank < tp_size:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from bcgprof.spec.kv import kv_bytes_per_token, kv_cache_bytes
 
-def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """``layers x 2 (K and V) x KV heads x head dim x dtype bytes``: one token's cache, every layer full."""
-    return num_layers * 2 * kv_heads * head_dim * dtype_bytes
+# kv_bytes_per_token is the spec's formula, named here too for the capture side's importers
+__all__ = ["KVCache", "allocate", "attach", "cache_bytes", "kv_bytes_per_token"]
 
 
 def _attention_layers(model: nn.Module) -> list[nn.Module]:
@@ -26,7 +26,8 @@ def _attention_layers(model: nn.Module) -> list[nn.Module]:
 def cache_bytes(model: nn.Module, seqs: int, context: int) -> int:
     """Bytes :func:`allocate` would take for ``model`` (meta or materialised) and this shape."""
     width = next(model.parameters()).element_size()
-    return sum(2 * seqs * a.num_kv_heads * context * a.head_dim * width for a in _attention_layers(model))
+    return sum(kv_cache_bytes(1, a.num_kv_heads, a.head_dim, width, seqs=seqs, context=context)
+               for a in _attention_layers(model))
 
 
 @dataclass
