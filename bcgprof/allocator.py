@@ -1,0 +1,282 @@
+"""A model of PyTorch's CUDA caching allocator for one CUDA-graph private pool.
+
+It follows ``c10/cuda/CUDACachingAllocator.cpp`` (class ``DeviceCachingAllocator``), as
+read on PyTorch's main branch of the 2.10/2.11 releases (the code that has
+``AcceleratorAllocatorConfig::large_segment_size`` and ``graph_capture_record_stream_reuse``;
+the same rules hold in the 2.5-era file): the functions named below are that file's.
+Checked against the pool of a real capture by ``tests/test_allocator_real.py`` (torch
+2.11.0+cu130 on an H200: every block address and segment of the floor capture in
+``reports/gpt-oss-20b-h200-snapshot``) and on the GPU by ``tests/gpu/test_replay_gpu.py``.
+
+The rules (default allocator settings; ``PYTORCH_CUDA_ALLOC_CONF`` empty):
+
+* ``round_size``: a request becomes a multiple of 512 bytes (at least 512).
+* ``get_pool``: rounded sizes up to 1 MiB live in the pool's small block pool, larger ones in
+  its large block pool; the two never share a segment.
+* ``get_allocation_size``: a new segment is 2 MiB for a small request, 20 MiB for a request
+  under 10 MiB, else the request rounded up to 2 MiB.
+* ``get_free_block``: best fit: the free block with the least ``(stream, size, address)``
+  whose stream is the request's and whose size is at least the request's. With a
+  ``max_split_size`` set, a block of at least that size is not given to a smaller request,
+  and a request of at least that size takes no block more than ``max_non_split_rounding``
+  larger than itself (both off by default: ``max_split_size`` unlimited).
+* ``should_split`` / ``alloc_found_block``: a small block is split when at least 512 bytes
+  would remain, a large one when more than 1 MiB would remain (and the request is under
+  ``max_split_size``); the request takes the low addresses, the remainder stays free.
+* ``free_block`` / ``try_merge_blocks``: a freed block merges with a free neighbour on
+  either side (within its segment only) and returns to its free list.
+* ``alloc_block``: when nothing fits, a new segment is allocated (``cudaMalloc``); a graph's
+  private pool never returns a segment while a graph that uses it lives
+  (``release_cached_blocks`` frees only pools no graph references), so pool bytes only grow.
+
+What a capture adds: allocations made on a capturing stream come from the private pool
+(``get_pool`` with ``captures_underway``); a block freed during the capture is reusable at
+once by a later allocation of the same pool, unless it was used on another stream
+(``recordStream``), in which case ``free`` defers it (``deferred_blocks`` /
+``needs_events_deferred_until_no_capture``) until no capture is underway. The allocator's
+trace records that moment as ``free_completed``; the replay frees a block there, so deferred
+frees need no rule of their own. Expandable segments and ``roundup_power2_divisions`` are not
+modelled (:func:`check_settings` refuses traces recorded with them).
+
+Invariants: every byte of every segment belongs to exactly one block; no two free blocks of
+a segment are adjacent; :attr:`Pool.reserved` is the sum of the segment sizes and never
+falls. Pure Python, no torch.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Optional
+
+K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: every size is rounded to a multiple of it
+K_SMALL_SIZE = 1 << 20  # kSmallSize: the largest "small" request
+K_SMALL_BUFFER = 2 << 20  # kSmallBuffer: small requests are packed in 2 MiB segments
+K_LARGE_BUFFER = 20 << 20  # kLargeBuffer: requests under 10 MiB share 20 MiB segments
+K_MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
+K_ROUND_LARGE = 2 << 20  # kRoundLarge: larger segments come in 2 MiB steps
+UNLIMITED = 2 ** 64 - 1  # max_split_size when unset (SIZE_MAX)
+SEGMENT_GAP = 1 << 36  # spacing of made-up segment addresses (64 GiB: larger than any segment)
+
+
+class AllocatorError(ValueError):
+    """A trace the model cannot follow (a free of an unknown block, settings it does not model)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The allocator settings a trace was recorded with that change the pool's layout."""
+
+    max_split_size: int = UNLIMITED
+    max_non_split_rounding: int = K_LARGE_BUFFER
+    large_segment_size: int = K_LARGE_BUFFER
+
+
+def check_settings(settings: dict) -> Settings:
+    """:class:`Settings` from a snapshot's ``allocator_settings``; refuses what is not modelled."""
+    if settings.get("expandable_segments"):
+        raise AllocatorError("the capture ran with expandable_segments, which the allocator model does not follow")
+    divisions = settings.get("roundup_power2_divisions") or {}
+    if any(int(v) > 1 for v in (divisions.values() if isinstance(divisions, dict) else divisions)):
+        raise AllocatorError("the capture ran with roundup_power2_divisions, which the allocator model does not follow")
+    split = int(settings.get("max_split_size", -1))
+    return Settings(max_split_size=UNLIMITED if split < 0 else split)
+
+
+def round_size(size: int) -> int:
+    """``round_size``: the bytes a request of ``size`` takes (default settings)."""
+    if size < K_MIN_BLOCK_SIZE:
+        return K_MIN_BLOCK_SIZE
+    return -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+
+
+def is_small(rounded: int) -> bool:
+    """``get_pool``: whether a rounded size is served from the small block pool."""
+    return rounded <= K_SMALL_SIZE
+
+
+def allocation_size(rounded: int, settings: Settings = Settings()) -> int:
+    """``get_allocation_size``: the size of the segment a new allocation of ``rounded`` bytes opens."""
+    if rounded <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if rounded < K_MIN_LARGE_ALLOC:
+        return settings.large_segment_size
+    return -(-rounded // K_ROUND_LARGE) * K_ROUND_LARGE
+
+
+class Block:
+    """A run of a segment's bytes: allocated, or free and listed in its pool's free list."""
+
+    __slots__ = ("addr", "allocated", "next", "prev", "segment", "size", "small", "stream")
+
+    def __init__(self, addr: int, size: int, segment: int, stream: int, small: bool):
+        self.addr = addr
+        self.size = size
+        self.segment = segment  # the segment's base address
+        self.stream = stream
+        self.small = small
+        self.allocated = False
+        self.prev: Optional[Block] = None
+        self.next: Optional[Block] = None
+
+    def __repr__(self) -> str:
+        state = "allocated" if self.allocated else "free"
+        return f"Block({self.addr:#x}, {self.size}, {state})"
+
+
+class Pool:
+    """One private pool: its segments, and free lists ordered like ``BlockComparatorSize``.
+
+    A free list holds ``(size, address)`` pairs per ``(small, stream)``; ordering by
+    ``(stream, size, address)`` and taking the first entry of the request's stream at or
+    above its size is ``get_free_block``'s ``lower_bound``.
+    """
+
+    def __init__(self, settings: Settings = Settings()):
+        self.settings = settings
+        self.segments: dict[int, int] = {}  # base address -> bytes
+        self.reserved = 0
+        self._free: dict[tuple[bool, int], list[tuple[int, int]]] = {}
+        self._blocks: dict[int, Block] = {}  # address -> block (every block of every segment)
+        self._top = SEGMENT_GAP  # made-up addresses start above this
+
+    # ------------------------------------------------------------ allocation
+
+    def malloc(self, requested: int, stream: int = 0, at: Optional[int] = None) -> tuple[Block, bool]:
+        """Allocate ``requested`` bytes on ``stream``; returns the block and whether a segment was added.
+
+        ``at``: the address to give a new segment, when one is needed and it overlaps none
+        (a recorded address); otherwise the segment goes above every segment so far.
+        """
+        size = round_size(requested)
+        small = is_small(size)
+        block = self._take_free(size, small, stream)
+        grew = block is None
+        if block is None:
+            block = self._new_segment(allocation_size(size, self.settings), small, stream, at)
+        remaining = block.size - size
+        if small:
+            split = remaining >= K_MIN_BLOCK_SIZE
+        else:
+            split = size < self.settings.max_split_size and remaining > K_SMALL_SIZE
+        if split:  # alloc_found_block: the request takes the low addresses
+            rest = Block(block.addr + size, remaining, block.segment, block.stream, small)
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            self._blocks[rest.addr] = rest
+            self._list_free(rest)
+        block.allocated = True
+        return block, grew
+
+    def _take_free(self, size: int, small: bool, stream: int) -> Optional[Block]:
+        """``get_free_block``: the best-fitting free block, taken off its free list (None: none fits)."""
+        free = self._free.get((small, stream))
+        if not free:
+            return None
+        i = bisect_left(free, (size, -1))
+        if i == len(free):
+            return None
+        found = free[i][0]
+        limit = self.settings.max_split_size
+        if size < limit <= found:
+            return None  # an oversize block is kept for oversize requests
+        if size >= limit and found >= size + self.settings.max_non_split_rounding:
+            return None
+        addr = free[i][1]
+        del free[i]
+        return self._blocks[addr]
+
+    def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
+        if at is None or at in self.segments or self._overlaps(at, size):
+            at = self._top
+        self._top = max(self._top, -(-(at + size) // SEGMENT_GAP) * SEGMENT_GAP + SEGMENT_GAP)
+        self.segments[at] = size
+        self.reserved += size
+        block = Block(at, size, at, stream, small)
+        self._blocks[at] = block
+        return block
+
+    def _overlaps(self, addr: int, size: int) -> bool:
+        return any(base < addr + size and addr < base + length for base, length in self.segments.items())
+
+    # ------------------------------------------------------------------ free
+
+    def free_at(self, addr: int) -> None:
+        """Free the allocated block that starts at ``addr``."""
+        block = self._blocks.get(addr)
+        if block is None:
+            raise AllocatorError(f"no block starts at {addr:#x}")
+        self.free(block)
+
+    def free(self, block: Block) -> None:
+        """``free_block``: return ``block`` to its free list, merged with free neighbours."""
+        if not block.allocated:
+            raise AllocatorError(f"block at {block.addr:#x} freed twice")
+        block.allocated = False
+        del self._blocks[block.addr]  # merging with the block before moves its start
+        for neighbour in (block.prev, block.next):
+            if neighbour is None or neighbour.allocated:
+                continue
+            self._unlist_free(neighbour)
+            del self._blocks[neighbour.addr]
+            if neighbour is block.prev:  # [neighbour block]
+                block.addr = neighbour.addr
+                block.prev = neighbour.prev
+                if block.prev is not None:
+                    block.prev.next = block
+            else:  # [block neighbour]
+                block.next = neighbour.next
+                if block.next is not None:
+                    block.next.prev = block
+            block.size += neighbour.size
+        self._blocks[block.addr] = block
+        self._list_free(block)
+
+    def _list_free(self, block: Block) -> None:
+        insort(self._free.setdefault((block.small, block.stream), []), (block.size, block.addr))
+
+    def _unlist_free(self, block: Block) -> None:
+        free = self._free[(block.small, block.stream)]
+        i = bisect_left(free, (block.size, block.addr))
+        if i == len(free) or free[i] != (block.size, block.addr):
+            raise AllocatorError(f"free block at {block.addr:#x} is not in its free list")
+        del free[i]
+
+    # ------------------------------------------------------------- reading
+
+    def blocks(self) -> Iterator[Block]:
+        """Every block, by address."""
+        for addr in sorted(self._blocks):
+            yield self._blocks[addr]
+
+    def layout(self) -> tuple:
+        """The free blocks, list by list (with the segments' total): equal layouts hold the same free space."""
+        return self.reserved, tuple((k, tuple(v)) for k, v in sorted(self._free.items()) if v)
+
+    @property
+    def allocated(self) -> int:
+        """Bytes of the blocks in use (rounded sizes, split remainders absorbed)."""
+        return sum(b.size for b in self._blocks.values() if b.allocated)
+
+    def clone(self) -> Pool:
+        """An independent copy (same addresses, same free lists)."""
+        twin = Pool(self.settings)
+        twin.segments = dict(self.segments)
+        twin.reserved = self.reserved
+        twin._top = self._top
+        twin._free = {k: list(v) for k, v in self._free.items()}
+        copies = {}
+        for addr, b in self._blocks.items():
+            c = Block(b.addr, b.size, b.segment, b.stream, b.small)
+            c.allocated = b.allocated
+            copies[addr] = c
+        for addr, b in self._blocks.items():
+            c = copies[addr]
+            c.prev = copies[b.prev.addr] if b.prev is not None else None
+            c.next = copies[b.next.addr] if b.next is not None else None
+        twin._blocks = copies
+        return twin
