@@ -42,6 +42,8 @@ from bcgprof import sites
 from bcgprof.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES
 from bcgprof.report import BucketRecord
+from bcgprof.traces import TracePhase
+from bcgprof.tracing import AllocatorRecorder
 
 
 @dataclass
@@ -120,6 +122,7 @@ class Capturer:
         graph: str = "breakable",
         record_sites: bool = False,
         history_on: bool = False,
+        recorder: Optional[AllocatorRecorder] = None,
     ):
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
@@ -159,6 +162,7 @@ class Capturer:
         self.prewarm = prewarm
         self.record_sites = record_sites
         self.history_on = history_on  # the caller records the allocator's history already
+        self.recorder = recorder  # the allocator trace (traces-<mode>.csv.gz); it owns the history when set
         self.result = CaptureResult(mode=mode, pool=self.pool, shared_output=shared_output)
         self.prewarm_ms = 0.0
 
@@ -221,6 +225,8 @@ class Capturer:
         After an out-of-memory error or any other failure the failing bucket is
         yielded with status ``oom`` or ``error`` and the mode stops there.
         """
+        if self.recorder is not None and not self.recorder.started:
+            self.recorder.start()
         if self.prewarm:
             failed = self._try_prewarm()
             if failed is not None:
@@ -254,7 +260,11 @@ class Capturer:
                 epilogue = self._shared_epilogue(bucket, warm)
             del warm
             recording = self.record_sites and order == 0
-            if recording and not self.history_on:
+            recorder = self.recorder
+            if recorder is not None:  # the warm-up window; the capture window starts here
+                recorder.take(bucket, TracePhase.WARMUP)
+                recorder.stacks(recording)
+            elif recording and not self.history_on:
                 sites.start_history()
             try:
                 with sites.module_frames(self.fn) if recording else contextlib.nullcontext():
@@ -262,9 +272,18 @@ class Capturer:
                         self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue,
                         breakable=self.breakable,
                     )
-                history = torch.cuda.memory._snapshot() if recording else None
+                if recorder is not None:
+                    snap = recorder.capture_done(bucket)
+                    recorder = None  # taken
+                    history = snap if recording else None
+                else:
+                    history = torch.cuda.memory._snapshot() if recording else None
             finally:
-                if recording and not self.history_on:
+                if recorder is not None:  # the capture failed: its window still belongs to the trace
+                    recorder.capture_done(bucket)
+                if self.recorder is not None:
+                    self.recorder.stacks(False)
+                elif recording and not self.history_on:
                     sites.stop_history()
             if self.mode == "shared-largest" and order == 0:
                 self.result.shared_output = out  # the largest bucket's output is the shared buffer

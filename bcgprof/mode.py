@@ -157,11 +157,17 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
                         memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank,
                         order=opts.order, graph=opts.graph, record_sites=(mode == "floor"),
                         history_on=opts.snapshot)
-    emit({"event": "start", "mode": mode, "total": len(capturer.buckets), "build_s": workload.build_s})
-    if opts.snapshot:
-        from bcgprof import sites
+    recorder = None
+    if group.world == 1 or opts.snapshot:  # the allocator trace (single GPU), and --snapshot's history
+        from bcgprof.tracing import AllocatorRecorder
 
-        sites.start_history(SNAPSHOT_ENTRIES)
+        recorder = AllocatorRecorder(report_dir if group.world == 1 and writer is not None else None, mode,
+                                     capturer.pool, device=group.device.index or 0,
+                                     keep=SNAPSHOT_ENTRIES if opts.snapshot else 0)
+        capturer.recorder = recorder
+    emit({"event": "start", "mode": mode, "total": len(capturer.buckets), "build_s": workload.build_s})
+    if recorder is not None:
+        recorder.start()  # before the pre-warm, so --snapshot's history holds it
     status = EXIT_OK
     timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes,
                     "kv_cache_bytes": workload.kv_cache_bytes}
@@ -206,8 +212,12 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         status = EXIT_INTERRUPTED
     finally:
         capturer.close()
-        if opts.snapshot:
-            _write_snapshot(report_dir, mode, group)
+        if recorder is not None:
+            try:
+                if opts.snapshot:
+                    _write_snapshot(report_dir, mode, group, recorder)
+            finally:
+                recorder.stop()
     if status != EXIT_INTERRUPTED:
         peaks = group.gather(capturer.result.pool_peak)
         if writer is not None:
@@ -236,20 +246,14 @@ def site_records(mode: str, rank: int, bucket: int, peak) -> Iterator:
                      site="pool bytes not live at the peak (allocator slack)", bytes=peak.slack_bytes)
 
 
-def _write_snapshot(report_dir: Path, mode: str, group: Group) -> None:
+def _write_snapshot(report_dir: Path, mode: str, group: Group, recorder) -> None:
     """This rank's allocator snapshot, with the history recorded since the mode began, for memory_viz."""
     import pickle
 
-    import torch
-
-    from bcgprof import sites
     from bcgprof.report import atomic_write_bytes
 
     name = f"{mode}.snapshot.pickle" if group.world == 1 else f"{mode}.rank{group.rank}.snapshot.pickle"
-    try:
-        atomic_write_bytes(report_dir / name, pickle.dumps(torch.cuda.memory._snapshot()))
-    finally:
-        sites.stop_history()
+    atomic_write_bytes(report_dir / name, pickle.dumps(recorder.viewer_snapshot()))
 
 
 def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:

@@ -1,0 +1,109 @@
+"""The allocator trace file (``traces-<mode>.csv.gz``): what the builder makes of an allocator
+history, a round trip through the file, and the one-line refusals of malformed files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from bcgprof.trace_events import TraceBuilder
+from bcgprof.traces import Action, Trace, TraceError, TracePool, TraceRow, read_trace, trace_bytes, write_trace
+
+POOL = (0, 7)
+MIB = 1 << 20
+GRAPH_SEG, OTHER_SEG = 0x7F00_0000_0000, 0x7E00_0000_0000
+
+
+def _e(action, addr, size, stream=111):
+    return {"action": action, "addr": addr, "size": size, "stream": stream, "time_us": 0, "frames": []}
+
+
+def _seg(addr, size, pool=(0, 0)):
+    return {"address": addr, "total_size": size, "segment_pool_id": pool, "stream": 111, "blocks": []}
+
+
+def test_the_builder_labels_pool_events_by_address_in_time_and_pairs_frees():
+    builder = TraceBuilder(POOL)
+    builder.seed([_seg(OTHER_SEG, 20 * MIB)])  # an ordinary segment from before recording
+    warm = [_e("alloc", OTHER_SEG, 4 * MIB), _e("free_requested", OTHER_SEG, 4 * MIB),
+            _e("free_completed", OTHER_SEG, 4 * MIB),
+            _e("segment_alloc", GRAPH_SEG, 2 * MIB), _e("segment_free", GRAPH_SEG, 2 * MIB)]  # ordinary, same VA
+    rows = builder.window(warm, [_seg(OTHER_SEG, 20 * MIB)], 64, "warmup")
+    assert [(r.pool, r.action) for r in rows] == [
+        ("other", "segment_exists"), ("other", "segment_alloc"), ("other", "segment_free"), ("other", "peak")]
+    assert rows[-1].size == 4 * MIB  # the ordinary pools' allocated bytes rose by 4 MiB at most
+    capture = [_e("segment_alloc", GRAPH_SEG, 20 * MIB), _e("alloc", GRAPH_SEG, 3 * MIB),
+               _e("alloc", GRAPH_SEG + 3 * MIB, 512),
+               _e("free_requested", GRAPH_SEG, 3 * MIB),  # deferred: used on another stream
+               _e("alloc", GRAPH_SEG + 3 * MIB + 512, 700), _e("free_completed", GRAPH_SEG, 3 * MIB),
+               _e("snapshot", 0, 0)]
+    rows = builder.window(capture, [_seg(OTHER_SEG, 20 * MIB), _seg(GRAPH_SEG, 20 * MIB, POOL)], 64, "capture")
+    graph = [(r.action, r.id, r.segment, r.offset) for r in rows if r.pool == TracePool.GRAPH]
+    assert graph == [("segment_alloc", 3, None, None), ("alloc", 2, 3, 0), ("alloc", 3, 3, 3 * MIB),
+                     ("free_requested", 2, 3, 0), ("alloc", 4, 3, 3 * MIB + 512), ("free_completed", 2, 3, 0)]
+    assert rows[0].address == GRAPH_SEG and rows[0].size == 20 * MIB
+
+
+def test_a_trace_round_trips_through_its_file(tmp_path):
+    rows = [TraceRow(8, "capture", "graph", "segment_alloc", 1, 2 * MIB, 0, address=1 << 40),
+            TraceRow(8, "capture", "graph", "alloc", 1, 1000, 0, 1, 0),
+            TraceRow(8, "capture", "other", "peak", None, 5, 0),
+            TraceRow(4, "warmup", "graph", "free_completed", 1, 1000, 0, 1, 0)]
+    trace = Trace(mode="shared", torch_version="2.11.0", pool=POOL, settings={"max_split_size": -1},
+                  buckets=[8, 4], rows=rows)
+    path = write_trace(tmp_path, trace)
+    assert path.name == "traces-shared.csv.gz" and trace_bytes(trace) == path.read_bytes()  # no timestamp inside
+    back = read_trace(path)
+    assert back.rows == rows and back.buckets == [8, 4] and back.pool == POOL and back.mode == "shared"
+
+
+def _file(tmp_path, lines: list[str], header: dict | None = None) -> object:
+    head = {"format": "bcgprof-allocator-trace", "version": 1, "mode": "per-bucket", "pool": [0, 1],
+            "settings": {}, "buckets": [8], "incomplete": []}
+    head.update(header or {})
+    text = "#" + json.dumps(head) + "\nbucket,phase,pool,action,id,size,stream,segment,offset,address\n"
+    path = tmp_path / "traces-per-bucket.csv.gz"
+    path.write_bytes(gzip.compress((text + "".join(line + "\n" for line in lines)).encode()))
+    return path
+
+
+SEG = "8,capture,graph,segment_alloc,1,2097152,0,,,1099511627776"
+
+
+@pytest.mark.parametrize("lines, header, message", [
+    ([SEG, "8,capture,graph,alloc,1,512,0,1,0"], None, "10 columns"),
+    ([SEG, "8,capture,graph,alloc,1,-512,0,1,0,"], None, "column size"),
+    ([SEG, "8,capture,graph,allocate,1,512,0,1,0,"], None, "unknown phase, pool or action"),
+    ([SEG, "8,capture,graph,alloc,1,5x,0,1,0,"], None, "'5x' is not an integer"),
+    ([SEG, "8,capture,graph,free_completed,9,512,0,1,0,"], None, "no earlier row allocated"),
+    ([SEG, "16,capture,graph,alloc,1,512,0,1,0,"], None, "bucket 16 is not in the header"),
+    (["8,capture,other,segment_alloc,1,2097152,0,,,1099511627776", "8,capture,graph,alloc,1,512,0,1,0,"], None,
+     "not a graph-pool segment"),
+    ([SEG, "8,capture,graph,alloc,1,512,0,1,0,", "8,capture,graph,alloc,1,512,0,1,512,"], None,
+     "without a new allocation number"),
+    ([], {"version": 9}, "format version 9"),
+    ([], {"mode": "sideways"}, "unknown mode"),
+    ([], {"format": "other"}, "not a bcgprof-allocator-trace file"),
+])
+def test_a_malformed_trace_is_refused_with_one_line(tmp_path, lines, header, message):
+    with pytest.raises(TraceError, match=message) as caught:
+        read_trace(_file(tmp_path, lines, header))
+    assert "\n" not in str(caught.value) and "re-capture" in str(caught.value)
+
+
+def test_files_that_are_not_traces_are_refused(tmp_path, monkeypatch):
+    plain = tmp_path / "traces-per-bucket.csv.gz"
+    plain.write_text("bucket,phase\n")
+    with pytest.raises(TraceError, match="gzip"):
+        read_trace(plain)
+    plain.write_bytes(gzip.compress(b"no header\n"))
+    with pytest.raises(TraceError, match="first line is not the trace header"):
+        read_trace(plain)
+    import bcgprof.traces as traces
+
+    good = _file(tmp_path, [SEG])
+    monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 10)
+    with pytest.raises(TraceError, match="more than the 10"):
+        read_trace(good)
