@@ -22,6 +22,7 @@ from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_consol
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import DEFAULT_MODEL, MODES, CaptureOptions
+from bcgprof.spec import ModelSpec, resolve_model
 from bcgprof.outputs import holds_report
 from bcgprof.vocab import GraphKind, Mode, Order, Phase, Verify, Weights
 
@@ -121,8 +122,6 @@ def capture(
     Exit codes: 0 every mode completed, 1 a mode failed (the report is partial or failed), 2 refused
     before any work (bad option, model or --out, no GPU), 130 interrupted.
     """
-    from bcgprof.models.config import resolve_model
-
     # Every input check first, so a typo fails before a GPU is touched.
     mode_list = _parse_modes(modes)
     if Mode.SHARED_LARGEST in mode_list and order is not Order.LARGEST_FIRST:
@@ -200,7 +199,7 @@ def _run_capture(opts) -> int:
     return outcome.exit_code
 
 
-def _check_checkpoint(spec) -> None:
+def _check_checkpoint(spec: ModelSpec) -> None:
     """--weights safetensors: a checkpoint directory that holds safetensors files, not a preset."""
     if spec.checkpoint_dir is None:
         raise CaptureError(f"--weights safetensors needs a checkpoint: {spec.name} is a "

@@ -42,7 +42,7 @@ def estimate(
     graph executables are not included; capture measures them.
     """
     from bcgprof.estimate import estimate_output_buffers
-    from bcgprof.models.config import resolve_model
+    from bcgprof.spec import resolve_model
     from bcgprof.render import render
     from bcgprof.render.views import estimate_view
 
