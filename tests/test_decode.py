@@ -13,9 +13,10 @@ from bcgprof.models.layers.kv_attention import (
     reference_decode_attention,
     write_kv,
 )
+from bcgprof.spec import family_names
 from test_models_tiny import randomize_, tiny_config
 
-FAMILIES = ["gpt_oss", "llama", "qwen3", "qwen3_moe"]
+FAMILIES = family_names()
 
 
 def _cache(S=5, Hkv=2, C=37, D=16, seed=0, dtype=torch.float32):

@@ -9,7 +9,7 @@ import torch
 
 from bcgprof.errors import BcgprofError, ModelConfigError, NoGPUError
 from bcgprof.models import build_meta, load, model_class
-from bcgprof.models.config import resolve_model
+from bcgprof.spec import family_names, resolve_model
 from test_models_tiny import inputs, tiny_config, write_config
 
 
@@ -52,7 +52,7 @@ def test_dtype_default_and_override(tiny_dir):
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("family", ["gpt_oss", "llama", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize("family", family_names())
 def test_num_layers_truncates(tiny_dir, family):
     model = load(tiny_dir(family), device="cpu", num_layers=2)
     assert len(model.layers) == 2 and model.num_layers == 2

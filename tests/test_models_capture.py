@@ -17,6 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from bcgprof.bcg.breaks import break_handler
 from bcgprof.models import build_meta, model_class
 from bcgprof.models.layers.attention import chunked_attention
+from bcgprof.spec import family_names
 from test_models_tiny import inputs, randomize_, tiny_config
 
 aten = torch.ops.aten
@@ -97,7 +98,7 @@ def tiny(family, **overrides):
     return model
 
 
-@pytest.mark.parametrize("family", ["gpt_oss", "llama", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize("family", family_names())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_forward_has_no_host_sync_outside_the_attention_core(family, dtype):
     model = tiny(family).to(dtype)

@@ -4,7 +4,8 @@ the tests/test_models_*.py files; no tests of its own).
 The tiny configs keep what makes each family itself (gpt-oss: sinks, a small sliding
 window, YaRN, biases, a clamp limit low enough to bite; Llama: llama3 RoPE scaling with
 a short original context so that scaling matters at these positions; Qwen3: Q/K norms;
-Qwen3-MoE: many experts, norm_topk_prob) and shrink the rest.
+Qwen3-MoE: many experts, norm_topk_prob) and shrink the rest. A family the registry
+knows and TINY does not gets its first preset with the sizes cut down (:func:`shrunk_preset`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 from pathlib import Path
 
 import torch
+
+from bcgprof.spec import get_family, presets_dir, read_config
 
 TINY = {
     "gpt_oss": {
@@ -115,16 +118,27 @@ TINY = {
     },
 }
 
-HF_CLASSES = {
-    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
-    "llama": ("LlamaConfig", "LlamaForCausalLM"),
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
-}
+# a preset's sizes cut down: every field that sizes the model, where the preset has it
+SHRUNK = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32,
+          "num_experts": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "experts_per_token": 2}
+
+
+def shrunk_preset(family: str) -> dict:
+    """The family's first preset with its sizes cut down to :data:`SHRUNK`, in float32."""
+    config = read_config(presets_dir() / f"{get_family(family).presets[0]}.json")
+    config.update({k: v for k, v in SHRUNK.items() if k in config or k in ("head_dim", "num_key_value_heads")})
+    if config.get("layer_types"):
+        config["layer_types"] = config["layer_types"][:SHRUNK["num_hidden_layers"]]
+    if isinstance(config.get("sliding_window"), int):
+        config["sliding_window"] = 8
+    config.pop("dtype", None)
+    config["torch_dtype"] = "float32"
+    return config
 
 
 def tiny_config(family: str, **overrides) -> dict:
-    config = copy.deepcopy(TINY[family])
+    config = copy.deepcopy(TINY[family]) if family in TINY else shrunk_preset(family)
     config.update(overrides)
     return config
 
@@ -148,11 +162,9 @@ def hf_model(config: dict, seed: int = 0):
     """The transformers ...ForCausalLM of ``config``, eager attention, float32, random weights."""
     import transformers
 
-    family = {"GptOssForCausalLM": "gpt_oss", "LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3",
-              "Qwen3MoeForCausalLM": "qwen3_moe"}[config["architectures"][0]]
-    cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[family])
+    model_cls = getattr(transformers, config["architectures"][0])
     kwargs = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
-    hf_config = cfg_cls(**kwargs)
+    hf_config = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
     hf_config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = model_cls(hf_config).eval()

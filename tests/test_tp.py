@@ -17,19 +17,18 @@ import torch.multiprocessing as mp
 
 from bcgprof.errors import ModelConfigError
 from bcgprof.models import build_meta, check_tensor_parallel, model_class
-from bcgprof.models.config import ModelSpec, resolve_model
+from bcgprof.spec import ModelSpec, detect_family, family_names, resolve_model
 from bcgprof.models.tp import check_split
 from test_models_tiny import close, inputs, randomize_, tiny_config, write_config
 
 WORLD = 2
 
-# (family, config overrides): every family, and KV heads fewer than the ranks (replicated)
-CASES = [
-    ("gpt_oss", {}),  # sinks, sliding window, biases, interleaved expert gate/up, 2 KV heads split
+# (family, config overrides): every family's tiny config (gpt-oss: sinks, sliding window, biases,
+# interleaved expert gate/up, 2 KV heads split; Llama: attention and MLP biases), and KV heads fewer
+# than the ranks (replicated)
+CASES = [(family, {}) for family in family_names()] + [
     ("gpt_oss", {"num_key_value_heads": 1}),  # 1 KV head replicated on both ranks
-    ("llama", {}),  # attention and MLP biases
     ("llama", {"num_key_value_heads": 1}),
-    ("qwen3", {}),
     ("qwen3", {"num_key_value_heads": 1}),
     ("qwen3_moe", {"mlp_only_layers": [1]}),  # MoE layers and a dense one
 ]
@@ -103,9 +102,7 @@ def test_sharded_forward_equals_unsharded_for_every_family(tmp_path):
 
 def _spec(config: dict) -> ModelSpec:
     return ModelSpec(name="tiny", source="path", config_path=Path("config.json"), checkpoint_dir=None,
-                     family={"GptOssForCausalLM": "gpt_oss", "LlamaForCausalLM": "llama",
-                             "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe"}[
-                                 config["architectures"][0]], config=config)
+                     family=detect_family(config, "tiny"), config=config)
 
 
 @pytest.mark.parametrize("tp", [2, 4])

@@ -1,7 +1,7 @@
 """Layer stacks of the model families bcgprof profiles, built from a Hugging Face config.json.
 
 One module per family (``gpt_oss``, ``llama``, ``qwen3``, ``qwen3_moe``), chosen from the
-config's ``architectures`` / ``model_type``. A stack is the unit a serving engine captures
+config's ``architectures`` / ``model_type`` by the registry in :mod:`bcgprof.spec.registry`. A stack is the unit a serving engine captures
 for prefill: ``forward(input_ids [T], positions [T]) -> [T, hidden]``, the final-norm
 hidden states. The embedding lookup is part of it; the LM head is not.
 
@@ -9,12 +9,13 @@ hidden states. The embedding lookup is part of it; the LM head is not.
     >>> model = load("gpt-oss-20b", device="cuda")                 # dummy weights, bf16
     >>> model = load("/ckpt/gpt-oss-20b", weights="safetensors", num_layers=2)
 
-Layout: ``config`` (presets, config.json), ``args`` (:class:`ModelArgs`, the shared
-config reading), ``tp`` (the tensor-parallel split), ``layers/`` (norm, rope, attention,
-mlp, moe), ``checkpoint`` and ``stack`` (the decoder stack and its checkpoint API), one
-module per family (its config reading, modules and checkpoint names), ``weights`` and
-``mxfp4`` (filling a built stack). Adding a family: its module, its entry in
-:data:`MODEL_CLASSES` and in ``config.FAMILIES`` / ``MODEL_TYPES``, and a preset.
+Layout: presets, config.json and the family registry live in :mod:`bcgprof.spec` (torch-free;
+``config`` re-exports it), ``args`` (:class:`ModelArgs`, the shared config reading), ``tp``
+(the tensor-parallel split), ``layers/`` (norm, rope, attention, mlp, moe), ``checkpoint`` and
+``stack`` (the decoder stack and its checkpoint API), one module per family (its config
+reading, modules and checkpoint names), ``weights`` and ``mxfp4`` (filling a built stack).
+Adding a family: ``bcgprof/models/<model_type>.py`` with one :class:`~bcgprof.models.stack.DecoderModel`
+subclass whose ``family`` is that name, and a preset with that ``model_type``; nothing else.
 """
 
 from __future__ import annotations
@@ -24,34 +25,27 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from bcgprof import dtypes
 from bcgprof.errors import ModelConfigError, NoGPUError
-from bcgprof.spec import ModelSpec, resolve_model
+from bcgprof.models.stack import DecoderModel
 from bcgprof.models.tp import check_split
+from bcgprof.spec import ModelSpec, get_family, resolve_model
 
-# family -> "module:Class"
-MODEL_CLASSES = {
-    "gpt_oss": "bcgprof.models.gpt_oss:GptOssModel",
-    "llama": "bcgprof.models.llama:LlamaModel",
-    "qwen3": "bcgprof.models.qwen3:Qwen3Model",
-    "qwen3_moe": "bcgprof.models.qwen3_moe:Qwen3MoeModel",
-}
+__all__ = ["build_meta", "check_tensor_parallel", "load", "model_class"]
 
 
-__all__ = ["load", "build_meta", "model_class", "check_tensor_parallel", "MODEL_CLASSES"]
-
-
-def model_class(family: str) -> type[nn.Module]:
-    """The top-level module class of a family."""
-    try:
-        module_name, cls_name = MODEL_CLASSES[family].split(":")
-    except KeyError:
-        raise ModelConfigError(
-            f"unsupported model family {family!r}; bcgprof supports {', '.join(sorted(MODEL_CLASSES))}"
-        ) from None
-    return getattr(importlib.import_module(module_name), cls_name)
+def model_class(family: str) -> type[DecoderModel]:
+    """The stack class of a registered family: the one DecoderModel subclass defined in the
+    family's model file whose ``family`` is its name (the file imported here, on first use)."""
+    entry = get_family(family)
+    module = importlib.import_module(entry.module)
+    found = [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, DecoderModel)
+             and c.__module__ == module.__name__ and c.family == family]
+    if len(found) != 1:
+        raise ModelConfigError(f"{entry.module} defines {len(found)} DecoderModel subclasses with family = "
+                               f"{family!r}; a family's model file defines exactly one")
+    return found[0]
 
 
 def check_tensor_parallel(spec: ModelSpec, tp: int) -> None:
@@ -75,7 +69,7 @@ def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
 
 def build_meta(
     model: str | Path | ModelSpec, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1
-) -> nn.Module:
+) -> DecoderModel:
     """The stack on the ``meta`` device: shapes, parameter counts and sizes, no memory.
 
     ``tp_rank``/``tp_size``: build tensor-parallel rank ``tp_rank``'s shard of a stack
@@ -112,7 +106,7 @@ def load(
     seed: int = 0,
     tp_rank: int = 0,
     tp_size: int = 1,
-) -> nn.Module:
+) -> DecoderModel:
     """Build a model's layer stack on ``device`` with dummy or checkpoint weights.
 
     ``model``: a preset name (``gpt-oss-20b``), a config.json path or a checkpoint
@@ -151,6 +145,7 @@ def load(
     if weights == "dummy":
         weight_loading.init_dummy(module, seed)
     else:
+        assert spec.checkpoint_dir is not None  # a preset was refused above
         weight_loading.load_safetensors(module, spec.checkpoint_dir)
     module.reset_buffers()
     module.eval()

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bcgprof.errors import ModelConfigError
-from bcgprof.models.tp import check_split
 from bcgprof.spec.shapes import attention_shape, config_value
 
 # (config, num_hidden_layers) -> (the sliding window in force or None, default layer types)
@@ -48,6 +47,7 @@ class ModelArgs:
     num_experts: int = 0
     top_k: int = 0
     moe_intermediate_size: int = 0
+    moe_intermediate_key: str = "moe_intermediate_size"  # the config field it is read from (for messages)
     norm_topk_prob: bool = False
     moe_layers: list[bool] = field(default_factory=list)  # per built layer: MoE (True) or dense
     swiglu_alpha: float = 1.702
@@ -128,11 +128,3 @@ class ModelArgs:
         if args.num_experts and not 1 <= args.top_k <= args.num_experts:
             raise ModelConfigError(f"num_experts_per_tok {args.top_k} must be in 1..{args.num_experts}")
         return args
-
-    def shard(self, tp_rank: int, tp_size: int) -> ModelArgs:
-        """Set this rank's place in a tensor-parallel group, after checking the split works."""
-        check_split(self, tp_size)
-        if not 0 <= tp_rank < tp_size:
-            raise ModelConfigError(f"tensor-parallel rank {tp_rank} is outside 0..{tp_size - 1}")
-        self.tp_rank, self.tp_size = int(tp_rank), int(tp_size)
-        return self

@@ -39,6 +39,7 @@ def read_moe(args: ModelArgs, config: dict) -> None:
     args.num_experts = int(config_value(config, "num_local_experts", "num_experts"))
     args.top_k = int(config_value(config, "num_experts_per_tok", "experts_per_token"))
     args.moe_intermediate_size = args.intermediate_size
+    args.moe_intermediate_key = "intermediate_size"
     args.moe_layers = [True] * args.num_layers
     args.swiglu_alpha = float(config_value(config, "swiglu_alpha", default=1.702))
     args.swiglu_limit = float(config_value(config, "swiglu_limit", default=7.0))

@@ -9,18 +9,20 @@ the new token's K and V into the cache and attends over the cached tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
 
+from bcgprof.models.layers.attention import Attention
 from bcgprof.spec.kv import kv_bytes_per_token, kv_cache_bytes
 
 # kv_bytes_per_token is the spec's formula, named here too for the capture side's importers
 __all__ = ["KVCache", "allocate", "attach", "cache_bytes", "kv_bytes_per_token"]
 
 
-def _attention_layers(model: nn.Module) -> list[nn.Module]:
-    return [layer.self_attn for layer in model.layers]
+def _attention_layers(model: nn.Module) -> list[Attention]:
+    return [cast(Attention, layer.self_attn) for layer in cast(nn.ModuleList, model.layers)]
 
 
 def cache_bytes(model: nn.Module, seqs: int, context: int) -> int:
@@ -46,7 +48,8 @@ def allocate(model: nn.Module, seqs: int, context: int, device: torch.device,
              generator: torch.Generator | None = None) -> KVCache:
     """Allocate (and fill with seeded values, like past tokens' keys and values) the cache for ``model``."""
     dtype = next(model.parameters()).dtype
-    k, v = [], []
+    k: list[torch.Tensor] = []
+    v: list[torch.Tensor] = []
     for a in _attention_layers(model):
         shape = (seqs, a.num_kv_heads, context, a.head_dim)
         for store in (k, v):

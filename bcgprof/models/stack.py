@@ -5,7 +5,8 @@ norm, rotary tables, and the checkpoint API the loaders use) and :class:`Decoder
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -13,10 +14,18 @@ from torch import nn
 from bcgprof.errors import ModelConfigError
 from bcgprof.models.args import ModelArgs
 from bcgprof.models.checkpoint import CheckpointTarget
+from bcgprof.models.layers.attention import Attention
 from bcgprof.models.layers.norm import RMSNorm
 from bcgprof.models.layers.rope import RotaryEmbedding, rope_parameters
+from bcgprof.models.tp import shard
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+class CheckpointSource(Protocol):
+    """A module that says where its parameters come from in a published checkpoint (each MLP)."""
+
+    def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]: ...
 
 
 class DecoderModel(nn.Module):
@@ -36,7 +45,7 @@ class DecoderModel(nn.Module):
     def __init__(self, config: dict, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
         self.config = config
-        self.args = self.read_args(config, num_layers).shard(tp_rank, tp_size)
+        self.args = shard(self.read_args(config, num_layers), tp_rank, tp_size)
         self.tp_rank, self.tp_size = self.args.tp_rank, self.args.tp_size
         a = self.args
         self.num_layers = a.num_layers
@@ -71,18 +80,19 @@ class DecoderModel(nn.Module):
         x = self.embed_tokens(input_ids)  # [T, H] (the embedding is replicated on every rank)
         tables = {k: rope(positions) for k, rope in self.rotary.items()}  # each ([T, D/2], [T, D/2])
         # decode (a KV cache attached): token t is sequence t's next token, at positions[t]
-        decode = self.layers[0].self_attn.kv_cache is not None
-        residual = None  # the running sum of the residual stream, as the engines carry it
-        for layer, key in zip(self.layers, self._rope_of_layer):
+        decode = cast(DecoderLayer, self.layers[0]).self_attn.kv_cache is not None
+        residual: torch.Tensor | None = None  # the running sum of the residual stream, as the engines carry it
+        for layer, key in zip(self.layers, self._rope_of_layer, strict=True):
             cos, sin = tables[key]
             x, residual = layer(x, residual, cos, sin, positions if decode else None)
+        assert residual is not None  # a stack has at least one layer
         x, _ = add_rmsnorm_(x, residual, self.norm)
         return x  # [T, H]
 
     def reset_buffers(self) -> None:
         """Recompute derived buffers (RoPE); safe after any move, cast or weight init."""
         for rope in self.rotary.values():
-            rope.reset_buffers()
+            cast(RotaryEmbedding, rope).reset_buffers()
 
     # -- checkpoint API -----------------------------------------------------------
 
@@ -94,7 +104,7 @@ class DecoderModel(nn.Module):
                 CheckpointTarget("model.norm.weight", "norm.weight", (), (self.hidden_size,)),
             ]
             for i, layer in enumerate(self.layers):
-                targets.extend(layer.checkpoint_entries(f"model.layers.{i}", f"layers.{i}"))
+                targets.extend(cast(DecoderLayer, layer).checkpoint_entries(f"model.layers.{i}", f"layers.{i}"))
             self._ckpt = {t.name: t for t in targets}
         return self._ckpt
 
@@ -155,7 +165,7 @@ class DecoderLayer(nn.Module):
     at the MLP's peak, as in the engine.
     """
 
-    def __init__(self, args: ModelArgs, layer_idx: int, attn: nn.Module, mlp: nn.Module, norm_fp32_weight: bool):
+    def __init__(self, args: ModelArgs, layer_idx: int, attn: Attention, mlp: nn.Module, norm_fp32_weight: bool):
         super().__init__()
         self.layer_idx = layer_idx
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, norm_fp32_weight)
@@ -169,10 +179,8 @@ class DecoderLayer(nn.Module):
             residual, x = x, self.input_layernorm(x)  # [T, H] each
         else:
             x, residual = add_rmsnorm_(x, residual, self.input_layernorm)
-        if positions is None:
-            x = self.self_attn(x, cos, sin)  # [T, H], a new buffer
-        else:  # decode over the attached KV cache
-            x = self.self_attn(x, cos, sin, positions)
+        # [T, H], a new buffer; with positions, decode over the attached KV cache
+        x = self.self_attn(x, cos, sin) if positions is None else self.self_attn(x, cos, sin, positions)
         x, residual = add_rmsnorm_(x, residual, self.post_attention_layernorm)
         return self.mlp(x), residual  # [T, H]
 
@@ -181,4 +189,4 @@ class DecoderLayer(nn.Module):
         for name in ("input_layernorm", "post_attention_layernorm"):
             yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.{name}.weight", (), (H,))
         yield from self.self_attn.checkpoint_entries(f"{ckpt}.self_attn", f"{param}.self_attn")
-        yield from self.mlp.checkpoint_entries(f"{ckpt}.mlp", f"{param}.mlp")
+        yield from cast(CheckpointSource, self.mlp).checkpoint_entries(f"{ckpt}.mlp", f"{param}.mlp")

@@ -19,16 +19,14 @@ The split follows the serving engines (Megatron-style, as vLLM and SGLang do it)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bcgprof.errors import ModelConfigError
-
-if TYPE_CHECKING:
-    from bcgprof.models.args import ModelArgs
+from bcgprof.models.args import ModelArgs
 
 
 def check_split(args: ModelArgs, tp_size: int) -> None:
@@ -49,11 +47,21 @@ def check_split(args: ModelArgs, tp_size: int) -> None:
     if any(dense) and args.intermediate_size % tp_size:
         problems.append(f"intermediate_size {args.intermediate_size} is not divisible by {tp_size}")
     if args.num_experts and any(args.moe_layers) and args.moe_intermediate_size % tp_size:
-        name = "intermediate_size" if args.family == "gpt_oss" else "moe_intermediate_size"
-        problems.append(f"expert {name} {args.moe_intermediate_size} is not divisible by {tp_size}")
+        problems.append(f"expert {args.moe_intermediate_key} {args.moe_intermediate_size} is not divisible "
+                        f"by {tp_size}")
     if problems:
         raise ModelConfigError(f"cannot split the {args.family} stack over {tp_size} tensor-parallel ranks: "
                                + "; ".join(problems))
+
+
+def shard(args: ModelArgs, tp_rank: int, tp_size: int) -> ModelArgs:
+    """Set ``args``' place in a tensor-parallel group (rank ``tp_rank`` of ``tp_size``), after
+    checking the split works; returns ``args``."""
+    check_split(args, tp_size)
+    if not 0 <= tp_rank < tp_size:
+        raise ModelConfigError(f"tensor-parallel rank {tp_rank} is outside 0..{tp_size - 1}")
+    args.tp_rank, args.tp_size = int(tp_rank), int(tp_size)
+    return args
 
 
 def shard_size(n: int, tp_size: int) -> int:

@@ -15,16 +15,8 @@ from pathlib import Path
 from bcgprof import dtypes
 from bcgprof.errors import ModelConfigError
 from bcgprof.spec.presets import list_presets, presets_dir, read_config
+from bcgprof.spec.registry import by_architecture, families, get_family
 from bcgprof.spec.shapes import AttentionShape, attention_shape
-
-# architectures / model_type -> our family module name
-FAMILIES = {
-    "GptOssForCausalLM": "gpt_oss",
-    "LlamaForCausalLM": "llama",
-    "Qwen3ForCausalLM": "qwen3",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-}
-MODEL_TYPES = {"gpt_oss": "gpt_oss", "llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe"}
 
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
@@ -67,8 +59,9 @@ def _shown(value) -> str:
 
 
 def detect_family(config: dict, where: str) -> str:
-    """The family of ``config``: its first known ``architectures`` entry, else its ``model_type``;
-    one ModelConfigError line (``where`` names the file) listing the supported ones otherwise."""
+    """The family of ``config`` (see :mod:`bcgprof.spec.registry`): that of its first known
+    ``architectures`` entry, else its ``model_type``; one ModelConfigError line (``where`` names
+    the file) listing the supported architectures otherwise."""
     archs = config.get("architectures")
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
         raise ModelConfigError(f"{where}: architectures must be a list of names such as [\"LlamaForCausalLM\"], "
@@ -77,12 +70,13 @@ def detect_family(config: dict, where: str) -> str:
     if mt is not None and not isinstance(mt, str):
         raise ModelConfigError(f"{where}: model_type must be a name such as \"llama\", got {_shown(mt)}; "
                                "fix the config.json")
+    known = by_architecture()
     for arch in archs or []:
-        if arch in FAMILIES:
-            return FAMILIES[arch]
-    if mt in MODEL_TYPES:
-        return MODEL_TYPES[mt]
-    supported = ", ".join(sorted(FAMILIES))
+        if arch in known:
+            return known[arch]
+    if mt in families():
+        return str(mt)
+    supported = ", ".join(known)
     found = _shown(archs) if archs else (_shown(mt) if mt else "nothing")
     raise ModelConfigError(
         f"{where}: unsupported architecture {found}; bcgprof supports {supported}"
@@ -128,8 +122,13 @@ def resolve_model(model: str) -> ModelSpec:
 
 def check_capturable(spec: ModelSpec) -> None:
     """What a capture needs of ``spec`` beyond :func:`resolve_model`, checked without torch: a
-    dtype bcgprof builds models in and a consistent attention shape. One ModelConfigError line
-    naming the config file otherwise, so a capture can refuse before it imports torch."""
+    model file for its family, a dtype bcgprof builds models in and a consistent attention
+    shape. One ModelConfigError line naming the config file otherwise, so that a capture can
+    refuse before it imports torch."""
+    family = get_family(spec.family)
+    if not family.module_file.is_file():
+        raise ModelConfigError(f"{spec.config_path}: family {family.name} has no model file "
+                               f"({family.module_file.name} in bcgprof/models); reinstall bcgprof")
     try:
         dtypes.canonical(spec.dtype)
         attention_shape(spec.config)
