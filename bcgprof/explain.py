@@ -16,6 +16,7 @@ Pure functions over a :class:`~bcgprof.report.Report`; nothing here measures or 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -158,55 +159,31 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
 
 def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
     """Fit non-torch growth to graphs and nodes; None when too few rows carry node counts."""
+    from bcgprof.fit import least_squares  # numpy, imported only when a command fits
+
     usable = [r for r in rows if r.status == "ok" and r.graph_nodes is not None and r.segments > 0]
     later = [r for r in usable if r.order > 0]
     excluded = len(later) >= 3
     data = later if excluded else usable
     if len(data) < 2:
         return None
-    xs = [(float(r.segments), float(r.graph_nodes)) for r in data]
+    graphs = [float(r.segments) for r in data]
+    nodes = [float(r.graph_nodes or 0) for r in data]  # every usable row has its node count
     ys = [float(r.non_torch_delta_bytes) for r in data]
     # With the same nodes per graph in every row, graphs and nodes cannot be told apart:
     # fit a cost per graph (its nodes included) only.
-    separable = len({round(n / s, 6) for s, n in xs}) > 1
-    a, b = _nonnegative_lstsq(xs, ys) if separable else _nonnegative_lstsq([(s, 0.0) for s, _ in xs], ys)
-    fitted = [a * s + b * n for s, n in xs]
-    residuals = [y - f for y, f in zip(ys, fitted)]
-    ss_res = sum(e * e for e in residuals)
+    separable = len({round(n / g, 6) for g, n in zip(graphs, nodes, strict=True)}) > 1
+    fit = least_squares([graphs, nodes if separable else [0.0] * len(data)], ys, nonnegative=True)
+    a, b = fit.coef
+    fitted = [a * g + b * n for g, n in zip(graphs, nodes, strict=True)]
+    ss_res = math.fsum((y - f) ** 2 for y, f in zip(ys, fitted, strict=True))
     mean = sum(ys) / len(ys)
     ss_tot = sum((y - mean) ** 2 for y in ys)
     return ExecutableFit(
         rows=len(data), bytes_per_graph=a, bytes_per_node=b, rms_residual_bytes=(ss_res / len(ys)) ** 0.5,
-        r2=(1.0 - ss_res / ss_tot) if ss_tot > 0 else None, fitted_bytes=int(round(sum(fitted))),
+        r2=(1.0 - ss_res / ss_tot) if ss_tot > 0 else None, fitted_bytes=round(sum(fitted)),
         measured_bytes=int(sum(ys)), first_buckets_excluded=excluded, separable=separable,
     )
-
-
-def _nonnegative_lstsq(xs: list[tuple[float, float]], ys: list[float]) -> tuple[float, float]:
-    """Least squares y ~ a x1 + b x2 with a, b >= 0 (two unknowns: try the free fit, then each alone)."""
-
-    def single(i: int) -> tuple[float, float]:
-        num = sum(x[i] * y for x, y in zip(xs, ys))
-        den = sum(x[i] * x[i] for x in xs)
-        coef = max(0.0, num / den) if den else 0.0
-        return (coef, 0.0) if i == 0 else (0.0, coef)
-
-    s11 = sum(x[0] * x[0] for x in xs)
-    s22 = sum(x[1] * x[1] for x in xs)
-    s12 = sum(x[0] * x[1] for x in xs)
-    t1 = sum(x[0] * y for x, y in zip(xs, ys))
-    t2 = sum(x[1] * y for x, y in zip(xs, ys))
-    det = s11 * s22 - s12 * s12
-    candidates = [single(0), single(1)]
-    if abs(det) > 1e-9 * max(s11 * s22, 1.0):
-        a, b = (t1 * s22 - t2 * s12) / det, (t2 * s11 - t1 * s12) / det
-        if a >= 0 and b >= 0:
-            candidates.append((a, b))
-
-    def sse(ab):
-        return sum((y - ab[0] * x[0] - ab[1] * x[1]) ** 2 for x, y in zip(xs, ys))
-
-    return min(candidates, key=sse)
 
 
 # ---------------------------------------------------------------- the explanation
@@ -248,7 +225,7 @@ def explain_report(report: Report) -> Explanation:
         ledger = ModeLedger(
             mode=mode, rank=rank, buckets=len(rows), device_used_bytes=sum(r.device_used_delta_bytes for r in rows),
             pool_bytes=rows[-1].pool_bytes, retained_output_bytes=sum(r.retained_output_bytes for r in rows),
-            segments=sum(r.segments for r in rows), graph_nodes=None if None in nodes else sum(nodes),
+            segments=sum(r.segments for r in rows), graph_nodes=None if None in nodes else sum(n for n in nodes if n is not None),
             causes=_sum_causes(rows),
         )
         if kv:
@@ -350,11 +327,11 @@ def explanation_json(exp: Explanation) -> dict:
                  "slack_bytes": f.slack_bytes, "sites": [{"site": s, "bytes": b} for s, b in f.sites]}
     fit = None
     if exp.fit is not None:
-        f = exp.fit
-        fit = {"rows": f.rows, "bytes_per_graph": f.bytes_per_graph, "bytes_per_node": f.bytes_per_node,
-               "rms_residual_bytes": f.rms_residual_bytes, "r2": f.r2, "fitted_bytes": f.fitted_bytes,
-               "measured_bytes": f.measured_bytes, "first_buckets_excluded": f.first_buckets_excluded,
-               "separable": f.separable}
+        ef = exp.fit
+        fit = {"rows": ef.rows, "bytes_per_graph": ef.bytes_per_graph, "bytes_per_node": ef.bytes_per_node,
+               "rms_residual_bytes": ef.rms_residual_bytes, "r2": ef.r2, "fitted_bytes": ef.fitted_bytes,
+               "measured_bytes": ef.measured_bytes, "first_buckets_excluded": ef.first_buckets_excluded,
+               "separable": ef.separable}
     return {"report": str(exp.report.path), "status": exp.report.run.status, "modes": modes, "floor": floor,
             "executable_fit": fit, "kv_bytes_per_token": exp.kv_bytes_per_token, "kv_formula": exp.kv_formula,
             "sentences": exp.sentences, "notes": exp.notes,

@@ -30,7 +30,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from bcgprof import dtypes
 from bcgprof.errors import BcgprofError
+from bcgprof.fit import Fit, least_squares
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
 
@@ -99,23 +101,17 @@ def _check_usable(report: Report) -> None:
         raise PredictionError(f"{report.path} is a tensor-parallel report; predict works on single-GPU reports")
 
 
-def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
-    """Least-squares line y = a + b x; returns (a, b, largest absolute misfit)."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-    a = my - b * mx
-    misfit = max((abs(y - (a + b * x)) for x, y in zip(xs, ys)), default=0.0)
-    return a, b, misfit
+def _line(xs: Sequence[float], ys: Sequence[float]) -> Fit:
+    """The least-squares line y = a + b x (``coef`` is (a, b); b is 0 when the xs are all equal)."""
+    return least_squares([[1.0] * len(xs), [float(x) for x in xs]], ys)
 
 
 def _at(xs: Sequence[int], ys: Sequence[int], x: int) -> tuple[int, float]:
     """``ys`` as a function of ``xs`` at ``x``: the common value when all agree, else the fitted line."""
     if len(set(ys)) == 1:
         return int(ys[0]), 0.0
-    a, b, misfit = _line([float(v) for v in xs], [float(v) for v in ys])
-    return int(round(a + b * x)), misfit
+    line = _line(xs, [float(v) for v in ys])
+    return round(line.at((1.0, x))), line.max_misfit
 
 
 # ---------------------------------------------------------------- layers
@@ -174,9 +170,11 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
         if basis is None:
             raise PredictionError("the reports have one bucket per mode; predicting executables needs more")
         slopes, errors = [c for c, _ in basis], [e for _, e in basis]
-        each, misfit = _at_float(counts, slopes, target)
-        weights = _line_weights(counts, target)
-        each_error = math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, errors)))
+        # the slope at the target depth, its misfit, and its error propagated from each input's slope
+        line = _line(counts, slopes)
+        each, misfit = line.at((1.0, target)), line.max_misfit
+        weights = line.weights_at((1.0, target))
+        each_error = math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, errors, strict=True)))
         reserve = max(0.0, max(c - rows[0].non_torch_delta_bytes for c, rows in zip(slopes, per_report)))
         first_line, _ = _at(counts, [rows[0].non_torch_delta_bytes for rows in per_report], target)
         first_nt = max(first_line, _round_up(int(each - reserve)) if each > reserve else 0)
@@ -186,7 +184,7 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
             segments, _ = _at(counts, [r.segments for r in rows], target)
             nodes = None
             if all(r.graph_nodes is not None for r in rows):
-                nodes, _ = _at(counts, [r.graph_nodes for r in rows], target)
+                nodes, _ = _at(counts, [r.graph_nodes or 0 for r in rows], target)  # none is None here
             deep = rows[deepest]
             pool_delta = deep.pool_delta_bytes
             outside = deep.torch_reserved_delta_bytes - deep.pool_delta_bytes
@@ -222,26 +220,8 @@ def _staircase(rows: Sequence[BucketRecord]) -> tuple[float, float]:
     n = len(totals)
     if n < 3:  # too few points for a slope with an error: the mean, known to within one step
         return (totals[-1] / n if n else 0.0), float(SEGMENT_ROUND) / max(n, 1)
-    xs = [float(k) for k in range(1, n + 1)]
-    a, b, _ = _line(xs, totals)
-    mx = sum(xs) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    residual = sum((y - (a + b * x)) ** 2 for x, y in zip(xs, totals)) / (n - 2)
-    return b, math.sqrt(residual / sxx)
-
-
-def _line_weights(xs: Sequence[int], x: int) -> list[float]:
-    """w with sum(w_i y_i) = the least-squares line through (xs, y) at ``x`` (for propagating errors)."""
-    n = len(xs)
-    mx = sum(xs) / n
-    sxx = sum((v - mx) ** 2 for v in xs)
-    return [1.0 / n + (v - mx) * (x - mx) / sxx for v in xs]
-
-
-def _at_float(xs: Sequence[int], ys: Sequence[float], x: int) -> tuple[float, float]:
-    """The least-squares line through (xs, ys) at ``x``, and its largest misfit."""
-    a, b, misfit = _line([float(v) for v in xs], list(ys))
-    return a + b * x, misfit
+    line = _line(range(1, n + 1), totals)
+    return line.coef[1], line.std_errors[1]
 
 
 def _per_layer_note(reports: Sequence[Report], counts: list[int], mode: str,
@@ -323,9 +303,10 @@ def bucket_profile(report: Report) -> BucketProfile:
         for b, r in rs.items():
             transient[b] = max(transient.get(b, 0), r.peak_transient_bytes)
     per_bucket = rows.get("per-bucket", {})
+    width = dtypes.dtype_bytes(report.run.dtype)  # an output row: hidden size x the model's dtype
     for b in report.run.buckets:
         row = per_bucket.get(b)
-        output[b] = row.retained_output_bytes if row is not None else b * report.run.hidden_size * 2
+        output[b] = row.retained_output_bytes if row is not None else b * report.run.hidden_size * width
     # The second capture, whose largest tensors must fit beside the kept largest output: when they do
     # not, the pool grows by about its largest tensor (a cascade), not by its output.
     kept = [rows[m] for m in ("shared-largest", "per-bucket") if m in rows]
