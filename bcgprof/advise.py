@@ -16,16 +16,19 @@ one definition.
 
 The search: a dynamic programme over the sorted candidates finds, for every budget in whole
 MiB, the list with the least padding when each bucket costs a fixed amount on top of the
-largest bucket alone. In ``shared`` mode that additive model is the prediction itself, so the
-optimum is exact. In ``per-bucket`` mode (outputs first fill the space the largest bucket
-freed, then grow the pool) and ``shared-largest`` mode (the second bucket may grow the pool)
-costs are not additive: there the programme runs with two per-bucket cost models (graph
-executables only, and executables plus the bucket's standalone output), every list it finds
-on either is re-predicted exactly, and the advice is the least-padding list whose exact
-prediction fits the budget. Because a bucket captured right after the largest may grow the
-pool by a large one-off amount (see :mod:`bcgprof.predict`), the search runs once over all
-candidates and once over only those that would not. The trade-off curve is drawn from the
-same exact predictions.
+largest bucket alone. Real costs are not additive (per-bucket outputs first fill the space
+the largest bucket freed, then grow the pool; the bucket captured right after a kept largest
+output may grow it by a large one-off amount), so the programme runs with two per-bucket
+cost models (graph executables only, and executables plus the bucket's standalone output,
+for ``shared``: each bucket's cost in the whole list), once over all candidates and once over
+only those that, captured second, would not grow the pool. Every list it finds is a
+candidate, and the advice is the least-padding candidate whose exact prediction (the pool
+replayed from the profile's allocator traces) fits the budget. Candidates are replayed only
+when the choice depends on them: a list's bound (the pool after its two largest buckets,
+which later buckets cannot shrink, plus every other bucket's measured costs and its band) is
+at most its prediction, so a list whose bound is above the budget is never replayed. The
+trade-off curve is drawn from the same exact predictions. On the 74-bucket default profile
+that is a few hundred predictions, sharing their replayed prefixes (:mod:`bcgprof.replay`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import numpy as np
 
 from bcgprof.errors import BcgprofError
 from bcgprof.inputs import open_regular_text
-from bcgprof.predict import PredictionError, bucket_profile, predict_buckets
+from bcgprof.predict import PredictionError, bucket_profile, list_band, predict_buckets
 from bcgprof.report import Report
 from bcgprof.text import printable
 
@@ -270,53 +273,162 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
                           f"mode, above the budget of {budget / MIB:.0f} MiB; raise --budget or profile a smaller "
                           "largest bucket")
     later = {r.bucket: r for r in whole.buckets if r.order > 0}
+    # the pool after a list's two largest buckets, which no later bucket can shrink: part of each list's bound
+    pair_pool = {b: predicted([b, candidates[-1]]).pool_bytes for b in candidates[:-1]}
     pools = [candidates]
     if mode == "shared":
         families = [[later[b].device_used_delta_bytes for b in candidates[:-1]]]
-    else:  # non-additive: each bucket's executables alone, and with its standalone output
+    else:  # non-additive: each bucket's executables alone, with its standalone output, and as in the whole list
         families = [[later[b].non_torch_delta_bytes + later[b].outside_pool_delta_bytes for b in candidates[:-1]],
                     [max(later[b].device_used_delta_bytes, later[b].non_torch_delta_bytes
                          + later[b].outside_pool_delta_bytes + later[b].retained_output_bytes)
-                     for b in candidates[:-1]]]
+                     for b in candidates[:-1]],
+                    [max(0, later[b].device_used_delta_bytes) for b in candidates[:-1]]]
         # A second bucket that grows the pool beside the kept largest output is a one-off cost no additive
         # model carries: search also among the buckets that, captured second, would not grow it.
-        quiet = [b for b in candidates[:-1] if predicted([b, candidates[-1]]).buckets[1].pool_delta_bytes
+        quiet = [b for b in candidates[:-1] if pair_pool[b] - alone.pool_bytes
                  <= (later[b].pool_delta_bytes if mode == "per-bucket" else 0)]
         if len(quiet) < len(candidates) - 1:
             pools.append(quiet + [candidates[-1]])
-    lists: dict[tuple[int, ...], None] = {}
+    lists: dict[tuple[int, ...], None] = {(candidates[-1],): None}  # the largest bucket alone is always a choice
+    # The band grows with the square root of the list's length, which no additive cost carries: each family
+    # is searched again with every bucket charged the band's growth at a few list lengths (its tangent there).
+    shares = sorted({list_band(profile, mode, k + 1) - list_band(profile, mode, k) for k in BAND_LENGTHS} | {0})
     for family in families:
-        cost_of = dict(zip(candidates[:-1], family))
+        cost_of = dict(zip(candidates[:-1], family, strict=True))
         for pool in pools:
-            costs = [max(0, math.ceil(cost_of[b] / MIB)) for b in pool[:-1]] + [0]
-            for chosen in pareto_lists(pool, costs, fixed, weights):
-                lists.setdefault(tuple(chosen))
-    scored = []  # (exact predicted bytes, top of its band, padding %, list)
-    for chosen in lists:
-        pred = predicted(chosen)
-        pct = padding_pct(chosen, weights, requested_tokens)
-        scored.append((pred.device_used_bytes, pred.high_bytes, pct, list(chosen)))
-    fits = [s for s in scored if s[1] <= budget]  # within the budget even at the top of its band
-    if not fits:
+            for share in shares:
+                costs = [max(0, math.ceil((cost_of[b] + share) / MIB)) for b in pool[:-1]] + [0]
+                for chosen in pareto_lists(pool, costs, fixed, weights):
+                    lists.setdefault(tuple(chosen))
+    first = alone.buckets[0]
+    fixed_bytes = first.outside_pool_delta_bytes + first.non_torch_delta_bytes
+
+    def bound(chosen: tuple[int, ...], known: int = 0) -> int:
+        """At most the list's prediction: the pool after its two largest buckets, or after a longer prefix
+        already replayed (``known``; no later bucket shrinks the pool), every bucket's measured costs outside
+        the pool, and the band."""
+        return (fixed_bytes + max(known, pair_pool[chosen[-2]] if len(chosen) > 1 else alone.pool_bytes)
+                + list_band(profile, mode, len(chosen))
+                + sum(later[b].outside_pool_delta_bytes + later[b].non_torch_delta_bytes for b in chosen[:-1]))
+
+    def tighter(chosen: tuple[int, ...]) -> int:
+        return bound(chosen, profile.replayer.known_pool(mode, chosen))
+
+    scorer = _Lazy(predicted, lambda chosen: padding_pct(chosen, weights, requested_tokens), bound, tighter, lists)
+    best = scorer.best_within(budget)  # within the budget even at the top of its band
+    if best is None:
         raise AdviceError(f"no list drawn from the profile is predicted within {budget / MIB:.0f} MiB in {mode} mode "
                           "(with its error band); raise --budget")
-    cost, high, pct, chosen = min(fits, key=lambda s: (s[2], s[1]))
+    best = scorer.improve(best, budget, candidates)
+    cost, high, pct, chosen = best
     return Advice(mode=mode, budget_bytes=budget, buckets=chosen, predicted_bytes=cost, high_bytes=high,
-                  expected_padding_pct=round(pct, 4), curve=_curve(scored, curve_points), lengths_source=source)
+                  expected_padding_pct=round(pct, 4), curve=scorer.curve(curve_points), lengths_source=source)
 
 
-def _curve(scored: list[tuple[int, int, float, list[int]]], points: int) -> list[tuple[int, float, int]]:
-    """Budget against least padding (exact predictions, band included), from the cheapest list to the least
-    padded one."""
-    lo = min(s[1] for s in scored)
-    hi = min(scored, key=lambda s: (s[2], s[1]))[1]
-    out = []
-    for k in range(points):
-        b = int(round(lo + (hi - lo) * k / max(points - 1, 1)))
-        _, _, pct, chosen = min((s for s in scored if s[1] <= b), key=lambda s: (s[2], s[1]))
-        if not out or pct < out[-1][1]:
-            out.append((b, pct, len(chosen)))
-    return out
+BAND_LENGTHS = (1, 3, 8, 20, 50)  # list lengths at which the band's growth per bucket is charged
+IMPROVE_ROUNDS = 8  # moves tried from the best candidate (each round: add one bucket, or move one to a neighbour)
+
+
+class _Lazy:
+    """The candidate lists, predicted exactly only when a choice depends on it.
+
+    A list's exact prediction is at least its bound, so a list whose bound is above a budget cannot fit
+    it and is never replayed. Choices are those of predicting every list: the least padding within the
+    budget, ties broken by the lower top of the band.
+    """
+
+    def __init__(self, predicted, pct, bound, tighter, lists):
+        self.predicted, self.pct_of, self.bound_of, self.tighter = predicted, pct, bound, tighter
+        self.pct: dict[tuple[int, ...], float] = {}
+        self.bound: dict[tuple[int, ...], int] = {}
+        self.groups: dict[float, list[tuple[int, ...]]] = {}
+        self.exact: dict[tuple[int, ...], tuple[int, int]] = {}  # list -> (predicted bytes, top of the band)
+        for chosen in lists:
+            self.add(chosen)
+
+    def add(self, chosen: tuple[int, ...]) -> None:
+        if chosen not in self.pct:
+            p = self.pct[chosen] = self.pct_of(chosen)
+            self.bound[chosen] = self.bound_of(chosen)
+            self.groups.setdefault(p, []).append(chosen)
+            self.order = sorted(self.groups)
+
+    def _fits(self, chosen: tuple[int, ...], budget: int) -> Optional[tuple[int, int]]:
+        """The exact prediction when the list can fit ``budget``; None when a bound already says it cannot."""
+        if self.bound[chosen] > budget:
+            return None
+        if chosen not in self.exact:
+            self.bound[chosen] = max(self.bound[chosen], self.tighter(chosen))  # a replayed prefix may rule it out
+            if self.bound[chosen] > budget:
+                return None
+        return self._exact(chosen)
+
+    def _exact(self, chosen: tuple[int, ...]) -> tuple[int, int]:
+        if chosen not in self.exact:
+            m = self.predicted(chosen)
+            self.exact[chosen] = (m.device_used_bytes, m.high_bytes)
+        return self.exact[chosen]
+
+    def best_within(self, budget: int) -> Optional[tuple[int, int, float, list[int]]]:
+        """(predicted bytes, top of the band, padding %, list) of the least padded list within ``budget``."""
+        for p in self.order:
+            exact = [(self._fits(c, budget), c) for c in self.groups[p]]
+            fitting = [(e[1], c) for e, c in exact if e is not None and e[1] <= budget]
+            if fitting:
+                high, chosen = min(fitting)
+                return self.exact[chosen][0], high, p, list(chosen)
+        return None
+
+    def improve(self, best: tuple[int, int, float, list[int]], budget: int, candidates: list[int]
+                ) -> tuple[int, int, float, list[int]]:
+        """Local moves from ``best`` while one pads less and fits: add a bucket, or move one to a neighbouring
+        candidate (the additive cost models that proposed the candidates cannot see every interaction)."""
+        for _ in range(IMPROVE_ROUNDS):
+            current = best[3]
+            members = set(current)
+            moves = {tuple(sorted([*current, y])) for y in candidates if y not in members}
+            for i, x in enumerate(candidates[:-1]):
+                if x in members:
+                    for y in (candidates[i - 1] if i else None, candidates[i + 1]):
+                        if y is not None and y not in members:
+                            moves.add(tuple(sorted([*members - {x}, y])))
+            for m in moves:
+                self.add(m)
+            better = sorted((self.pct[m], self.bound[m], m) for m in moves
+                            if self.pct[m] < best[2] and self.bound[m] <= budget)
+            found = None
+            for p, _, m in better:
+                exact = self._fits(m, budget)
+                if exact is not None and exact[1] <= budget:
+                    found = (exact[0], exact[1], p, list(m))
+                    break
+            if found is None:
+                return best
+            best = found
+        return best
+
+    def curve(self, points: int) -> list[tuple[int, float, int]]:
+        """Budget against least padding (exact predictions, band included), from the cheapest list to the least
+        padded one."""
+        lo = None
+        for chosen in sorted(self.bound, key=lambda c: self.bound[c]):  # the cheapest list: bounds rise, stop past it
+            if lo is not None and self.bound[chosen] > lo:
+                break
+            high = self._exact(chosen)[1]
+            lo = high if lo is None else min(lo, high)
+        hi = min(self._exact(c)[1] for c in self.groups[self.order[0]])
+        assert lo is not None
+        out: list[tuple[int, float, int]] = []
+        for k in range(points):
+            b = round(lo + (hi - lo) * k / max(points - 1, 1))
+            best = self.best_within(b)
+            if best is None:
+                continue
+            _, _, pct, picked = best
+            if not out or pct < out[-1][1]:
+                out.append((b, pct, len(picked)))
+        return out
 
 
 def advice_json(advice: Advice) -> dict:

@@ -15,13 +15,12 @@ does the driver memory of the graph executables, which NVML sees and the allocat
   The first bucket's executables are a later bucket's less what the driver had reserved.
   The band is twice the propagated slope error, two NVML steps, and the pool's change when
   the deepest input is shallower than the steady depth.
-* :func:`predict_buckets` predicts another bucket list from one profile: each bucket's
-  graphs and executables as profiled, the pool from a model of reuse: the largest bucket's
-  working set (scaled by the eager peak transient when the list's largest bucket is not the
-  profile's); in per-bucket mode the outputs of the smaller buckets filling the space the
-  largest one freed before the pool grows (that capacity read from the profile); and, where
-  the largest bucket's output stays in the pool, the one-off growth of the bucket captured
-  right after it (:func:`_second_bucket_growth`).
+* :func:`predict_buckets` predicts another bucket list drawn from one profile: the graph pool
+  by replaying the profile's allocator traces through a model of PyTorch's caching allocator
+  (:mod:`bcgprof.replay`), exact for every list of profiled buckets; each bucket's torch memory
+  outside the pool, graphs and executables as its measured row. A report captured before
+  traces were recorded is refused (its layer extrapolation still works). Buckets that were not
+  profiled are refused, not interpolated.
 """
 
 from __future__ import annotations
@@ -30,11 +29,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from bcgprof import dtypes
 from bcgprof.errors import BcgprofError
 from bcgprof.fit import Fit, least_squares
 from bcgprof.options import mode_index
+from bcgprof.replay import Replayer, ReplayError
 from bcgprof.report import BucketRecord, Report
+from bcgprof.vocab import Mode, Order
 
 LABEL = "predicted, not measured"
 SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps, and so does NVML's count
@@ -69,6 +69,8 @@ class ModePrediction:
     low_bytes: int
     high_bytes: int
     buckets: list[BucketPrediction] = field(default_factory=list)
+    exact: bool = False  # every event of the list's buckets replayed (bucket lists); False for layer predictions
+    band_source: str = ""  # what the band was derived from
 
 
 @dataclass
@@ -268,6 +270,10 @@ def _mode(mode: str, rows: list[BucketPrediction], rms: float, misfit: float, up
 
 # ---------------------------------------------------------------- bucket lists
 
+NO_TRACES = ("{path} has no allocator traces (captured before they were recorded); re-capture with this bcgprof "
+             "to predict other bucket lists")
+POOL_REPLAYED = "pool: replayed exactly from the allocator traces"
+
 
 def _round_up(n: int, step: int = SEGMENT_ROUND) -> int:
     return -(-n // step) * step
@@ -275,86 +281,36 @@ def _round_up(n: int, step: int = SEGMENT_ROUND) -> int:
 
 @dataclass
 class BucketProfile:
-    """What one report says about each bucket and about reuse in the pool."""
+    """What one report says about each bucket: its measured rows, and its allocator traces to replay."""
 
     largest: int
-    floor_pool: int  # the largest bucket's first-capture pool (working set + its output)
-    transient: dict[int, int]  # bucket -> eager peak transient (working set), any mode
     output: dict[int, int]  # bucket -> output bytes
     rows: dict[str, dict[int, BucketRecord]]  # mode -> bucket -> row
-    capacity: Optional[int]  # per-bucket: output bytes the freed space took before the pool grew
-    capacity_is_bound: bool  # True: the profile never filled it (a lower bound)
-    cascade: Optional[tuple[int, int]] = None  # (bucket, pool growth) of the profile's second capture
-    grows_from: float = math.inf  # working-set ratio to the largest from which a second capture grows the pool
-    maybe_from: float = math.inf  # ratio from which it may (the band's top includes it)
-    runner_up: int = 0  # bytes of the second-largest block live at the largest bucket's pool peak
+    replayer: Replayer
 
 
 def bucket_profile(report: Report) -> BucketProfile:
+    """The report's rows and traces, read once for many list predictions. Refuses a report without traces."""
     _check_usable(report)
     rows = {m: {r.bucket: r for r in _rows(report, m)} for m in report.modes()}
+    replayer = Replayer.load(report.path, list(rows))
+    if replayer is None:
+        raise PredictionError(NO_TRACES.format(path=report.path))
     largest = max(report.run.buckets)
-    first = next((rs[largest] for m, rs in rows.items() if largest in rs and rs[largest].order == 0), None)
-    if first is None:
-        raise PredictionError(f"{report.path} has no mode that captured its largest bucket first")
-    transient: dict[int, int] = {}
-    output: dict[int, int] = {}
-    for rs in rows.values():
-        for b, r in rs.items():
-            transient[b] = max(transient.get(b, 0), r.peak_transient_bytes)
-    per_bucket = rows.get("per-bucket", {})
-    width = dtypes.dtype_bytes(report.run.dtype)  # an output row: hidden size x the model's dtype
-    for b in report.run.buckets:
-        row = per_bucket.get(b)
-        output[b] = row.retained_output_bytes if row is not None else b * report.run.hidden_size * width
-    # The second capture, whose largest tensors must fit beside the kept largest output: when they do
-    # not, the pool grows by about its largest tensor (a cascade), not by its output.
-    kept = [rows[m] for m in ("shared-largest", "per-bucket") if m in rows]
-    second = next((r for rs in kept for r in rs.values() if r.order == 1), None)
-    top = max(transient.get(largest, 0), 1)
-    cascade, cascade_from = None, math.inf
-    if second is not None and second.pool_delta_bytes > 0:
-        cascade = (second.bucket, second.pool_delta_bytes)
-        grew = [r.bucket for rs in kept for r in rs.values()
-                if r.order > 0 and r.pool_delta_bytes >= second.pool_delta_bytes // 2]
-        cascade_from = min(transient.get(b, 0) / top for b in grew)
-    # Below ``cascade_from`` the profile shows no growth, but the layout may still not hold a second
-    # capture: its runner-up tensor (the second-largest block live at the floor's peak, scaled) must fit
-    # in that block's space beside one more output-sized tensor, which the kept output displaced.
-    blocks = sorted((s.bytes // s.blocks for s in report.sites
-                     if s.kind == "site" and s.bucket == largest and s.blocks > 0 for _ in range(s.blocks)),
-                    reverse=True)
-    runner_up = blocks[1] if len(blocks) > 1 else 0
-    layout_from = runner_up / (runner_up + output[largest]) if runner_up else math.inf
-    if cascade is not None:  # it grew: from the layout's bound, or from where it was seen, whichever is lower
-        grows_from, maybe_from = min(layout_from, cascade_from), math.inf
-    elif second is not None and transient.get(second.bucket, 0) / top >= layout_from:
-        grows_from = maybe_from = math.inf  # above the bound and it did not grow: the bound does not apply
-    else:  # no evidence either way: a growth from the bound on is possible, not predicted
-        grows_from, maybe_from = math.inf, layout_from
-    capacity, bound = None, True
-    if per_bucket:
-        later = [r for r in per_bucket.values() if r.order > 0]
-        outputs = sum(r.retained_output_bytes for r in later)
-        growth = sum(r.pool_delta_bytes for r in later if r.order > 1 or cascade is None)
-        capacity, bound = outputs - growth, growth == 0
-    return BucketProfile(largest, first.pool_delta_bytes, transient, output, rows, capacity, bound, cascade,
-                    grows_from, maybe_from, runner_up)
-
-
-def _working_set(p: BucketProfile, bucket: int) -> int:
-    """The first capture's pool for ``bucket`` as the largest of a list: the profile's own when it is the
-    profile's largest, else scaled by the eager peak transient."""
-    if bucket == p.largest:
-        return p.floor_pool
-    ratio = p.transient.get(bucket, 0) / max(p.transient.get(p.largest, 1), 1)
-    return _round_up(int(p.floor_pool * ratio))
+    per_bucket = rows.get(Mode.PER_BUCKET, {})
+    # without per-bucket rows: the largest bucket's output, in proportion (an output is rows x hidden)
+    top = max((rs[largest].retained_output_bytes for rs in rows.values() if largest in rs), default=0)
+    output = {b: per_bucket[b].retained_output_bytes if b in per_bucket else top * b // largest
+              for b in report.run.buckets}
+    return BucketProfile(largest, output, rows, replayer)
 
 
 def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequence[str]] = None, *,
                     profile: Optional[BucketProfile] = None) -> Prediction:
-    """Each mode's cost for another bucket list drawn from the profiled buckets. ``profile``: the report's
-    :func:`bucket_profile`, when the caller predicts many lists from one report."""
+    """Each mode's cost for another bucket list drawn from the profiled buckets: the pool replayed from the
+    allocator traces (:mod:`bcgprof.replay`), torch memory outside the pool and graph executables from each
+    bucket's measured row. ``profile``: the report's :func:`bucket_profile`, when the caller predicts many
+    lists from one report."""
     p = profile or bucket_profile(report)
     wanted = sorted(set(int(b) for b in buckets), reverse=True)
     missing = [b for b in wanted if b not in p.output]
@@ -362,92 +318,65 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
         raise PredictionError(f"bucket{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
                               f"{'were' if len(missing) > 1 else 'was'} not profiled in {report.path}; predict a "
                               "list drawn from the profiled buckets")
-    if report.run.order != "largest-first":
+    if report.run.order != Order.LARGEST_FIRST:
         raise PredictionError("bucket-list predictions model largest-first capture; profile with the default order")
-    notes = []
-    if p.capacity is not None and p.capacity_is_bound:
-        notes.append("the profile's per-bucket outputs all fitted in freed pool space, so the capacity of that space "
-                     "is a lower bound: larger lists may grow the pool sooner than predicted")
     top = wanted[0]
-    scale = _working_set(p, top) / p.floor_pool if p.floor_pool else 1.0
+    notes = []
     if top != p.largest:
-        notes.append(f"the list's largest bucket ({top}) is not the profile's ({p.largest}): its working set is "
-                     "scaled from the profile's by the eager peak transient")
+        notes.append(f"the list's largest bucket ({top}) is not the profile's ({p.largest}): its graph executables "
+                     "are the profile's first bucket's (they include what the driver reserves once)")
     out = []
     for mode in [m for m in (modes or report.modes()) if m in p.rows]:
         rows = p.rows[mode]
-        chosen = wanted[:1] if mode == "floor" else wanted
         first = rows.get(p.largest)
         if first is None:
             continue
-        predicted, pool, filled, grown, upside = [], 0, 0, 0, 0
-        room = int((p.capacity or 0) * scale)
-        for order, bucket in enumerate(chosen):
-            if order == 0:  # the largest bucket: its working set, and the mode's one-off costs
-                pool_delta = first.pool_delta_bytes if top == p.largest else _round_up(int(first.pool_delta_bytes
-                                                                                        * scale))
+        try:
+            replay = p.replayer.replay(mode, wanted)
+        except ReplayError as e:
+            raise PredictionError(str(e)) from None
+        predicted, before = [], 0
+        for order, (bucket, pool, source) in enumerate(zip(replay.buckets, replay.pool_bytes, replay.sources, strict=True)):
+            if order == 0:  # the list's largest bucket: the mode's one-off costs are the profile's first bucket's
+                src = rows.get(bucket) or first
                 outside = _outside_first(mode, first, p, top)
                 non_torch = first.non_torch_delta_bytes
                 retained = p.output[top]
-                src = first
+                if source != mode:
+                    notes.append(f"{mode}: bucket {bucket} keeps its own output, so its events are those of the "
+                                 f"{source} capture of it")
             else:
                 src = rows[bucket]
-                pool_delta = 0
-                if mode in ("per-bucket", "shared-largest") and order == 1:  # beside the kept largest output
-                    pool_delta, upside = _second_bucket_growth(p, bucket, top)
-                if mode == "per-bucket":  # outputs fill the space the largest bucket freed, then grow the pool
-                    filled += p.output[bucket]
-                    need = _round_up(max(0, filled - room))
-                    pool_delta, grown = pool_delta + need - grown, need
                 outside = src.torch_reserved_delta_bytes - src.pool_delta_bytes
                 non_torch = src.non_torch_delta_bytes
-                retained = p.output[bucket] if mode == "per-bucket" else 0
-            pool += pool_delta
+                retained = p.output[bucket] if mode == Mode.PER_BUCKET else 0
             predicted.append(BucketPrediction(
                 mode=mode, bucket=bucket, order=order, segments=src.segments, graph_nodes=src.graph_nodes,
-                pool_bytes=pool, pool_delta_bytes=pool_delta, outside_pool_delta_bytes=outside,
-                non_torch_delta_bytes=non_torch, device_used_delta_bytes=pool_delta + outside + non_torch,
+                pool_bytes=pool, pool_delta_bytes=pool - before, outside_pool_delta_bytes=outside,
+                non_torch_delta_bytes=non_torch, device_used_delta_bytes=pool - before + outside + non_torch,
                 retained_output_bytes=retained))
-        out.append(_mode(mode, predicted, _nvml_noise(rows), 0.0, upside))
-        if upside:
-            notes.append(f"{mode}: bucket {chosen[1]}, captured right after the largest, may grow the pool by "
-                         f"{upside / (1 << 20):.0f} MiB (counted in the band's top, not in the prediction)")
+            before = pool
+        band = list_band(p, mode, len(predicted))
+        result = _mode(mode, predicted, 0.0, band)
+        result.exact = replay.exact
+        result.band_source = (f"{POOL_REPLAYED}; graph executables: twice the spread of the profile's {mode} "
+                              f"non-torch deltas over {len(predicted)} bucket(s)")
+        out.append(result)
     out.sort(key=lambda m: mode_index(m.mode))
     return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name, layers=int(report.run.layers),
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
 
 
-def _second_bucket_growth(p: BucketProfile, bucket: int, top: int) -> tuple[int, int]:
-    """(growth, possible growth) of the pool for the bucket captured right after the largest, whose
-    tensors must fit in the space left beside the kept largest output.
-
-    When they do not, one tensor finds no free block and the pool grows by about the size of the
-    runner-up tensor (the second-largest block live at the floor's peak; measured: gpt-oss-20b's MoE
-    ``cache2``, Llama's MLP activation). With working-set ratio ``r`` to the list's largest, that tensor
-    (runner-up x r) must fit in the runner-up's block beside one output-sized tensor (output x r) that
-    the kept output displaced: it does not from r = runner-up / (runner-up + output) on. That bound
-    predicts the growth when the profile's own second capture grew the pool (the growth is then the
-    profile's, scaled); when the profile's second capture was above the bound and did not grow, no
-    growth is predicted; with no evidence either way the growth is possible, and counted only in the
-    band's top.
-    """
-    ratio = p.transient.get(bucket, 0) / max(p.transient.get(top, 1), 1)
-    if p.cascade is not None:
-        second, growth = p.cascade
-        scaled = _round_up(int(growth * p.transient.get(bucket, 0) / max(p.transient.get(second, 1), 1)))
-    else:
-        scaled = _round_up(int(p.runner_up * p.transient.get(bucket, 0) / max(p.transient.get(p.largest, 1), 1)))
-    if ratio >= p.grows_from:
-        return scaled, 0
-    if ratio >= p.maybe_from and scaled:
-        return 0, scaled
-    return 0, 0
+def list_band(p: BucketProfile, mode: str, rows: int) -> int:
+    """Half the band of a ``rows``-bucket list prediction in ``mode``: the pool is replayed exactly, so the band
+    is the executables' NVML spread alone (what :func:`predict_buckets` puts around its figure)."""
+    return math.ceil(2.0 * _nvml_noise(p.rows[mode]) * math.sqrt(rows))
 
 
 def _outside_first(mode: str, first: BucketRecord, p: BucketProfile, top: int) -> int:
     """Torch memory outside the pool taken by the first bucket: the shared buffer in shared mode."""
     measured = first.torch_reserved_delta_bytes - first.pool_delta_bytes
-    if mode == "shared" and top != p.largest:
+    if mode == Mode.SHARED and top != p.largest:
         # the buffer is sized for the list's largest bucket
         return measured - _round_up(p.output[p.largest]) + _round_up(p.output[top])
     return measured
@@ -469,6 +398,7 @@ def prediction_json(pred: Prediction) -> dict:
         "buckets": pred.bucket_list, "basis": pred.basis, "notes": pred.notes,
         "modes": [{"mode": m.mode, "device_used_bytes": m.device_used_bytes, "pool_bytes": m.pool_bytes,
                    "non_torch_bytes": m.non_torch_bytes, "low_bytes": m.low_bytes, "high_bytes": m.high_bytes,
+                   "exact": m.exact, "band_source": m.band_source,
                    "rows": [{"bucket": r.bucket, "order": r.order, "segments": r.segments,
                              "graph_nodes": r.graph_nodes, "pool_bytes": r.pool_bytes,
                              "pool_delta_bytes": r.pool_delta_bytes,

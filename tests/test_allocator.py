@@ -92,7 +92,7 @@ def test_a_freed_block_merges_with_free_neighbours_on_both_sides():
 
 def test_a_new_segment_when_free_space_is_fragmented():
     pool = Pool()
-    a, b, c, d = (pool.malloc(5 * MIB)[0] for _ in range(4))  # a 20 MiB segment, four 5 MiB blocks
+    a, _b, c, _d = (pool.malloc(5 * MIB)[0] for _ in range(4))  # a 20 MiB segment, four 5 MiB blocks
     pool.free(a)
     pool.free(c)  # 10 MiB free in all, in two pieces
     big, grew = pool.malloc(9 * MIB)
@@ -111,7 +111,7 @@ def test_max_split_size_keeps_oversize_blocks_for_oversize_requests():
     pool = Pool(Settings(max_split_size=8 * MIB))
     a, _ = pool.malloc(12 * MIB)
     pool.free(a)
-    b, grew = pool.malloc(4 * MIB)  # under max_split_size: the 12 MiB oversize block is not handed out
+    _b, grew = pool.malloc(4 * MIB)  # under max_split_size: the 12 MiB oversize block is not handed out
     assert grew
     c, grew = pool.malloc(11 * MIB)  # oversize, within 20 MiB of the block: takes it whole, unsplit
     assert not grew and c.addr == a.addr and c.size == 12 * MIB

@@ -76,40 +76,59 @@ def test_predict_layers_json_contract(tmp_path):
     assert "PREDICTED, NOT MEASURED" in table.stdout
 
 
-def test_predict_buckets_from_one_profile():
-    result = run("predict", "--from", REFERENCE, "--buckets", "1024,2048,4096,8192", "-f", "json")
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """A profile with allocator traces (tests/traced_profile.py): list predictions replay it."""
+    from traced_profile import write_profile
+
+    return write_profile(tmp_path_factory.mktemp("traced") / "profile")
+
+
+def test_predict_buckets_from_one_profile(traced):
+    result = run("predict", "--from", traced.path, "--buckets", "512,1024,2048,4096", "-f", "json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["buckets"] == [1024, 2048, 4096, 8192] and {m["mode"] for m in data["modes"]} == {
+    assert data["buckets"] == [512, 1024, 2048, 4096] and {m["mode"] for m in data["modes"]} == {
         "per-bucket", "shared", "shared-largest", "floor"}
+    assert all(m["exact"] is True for m in data["modes"])
+
+
+def test_predict_buckets_refuses_a_report_without_traces_in_one_line():
+    message = one_error(run("predict", "--from", REFERENCE, "--buckets", "1024,16384"))
+    assert "has no allocator traces (captured before they were recorded); re-capture with this bcgprof" in message
 
 
 @pytest.mark.parametrize("args, message", [
     (("--from", REFERENCE), "two or more layer counts"),
-    (("--from", REFERENCE, "--buckets", "1000"), "not profiled"),
+    (("--from", REFERENCE, "--buckets", "1000"), "no allocator traces"),
     (("--from", REFERENCE, "--from", REFERENCE, "--buckets", "4096"), "a single --from"),
 ])
 def test_predict_refusals_are_one_line(args, message):
     assert message in one_error(run("predict", *args))
 
 
-def test_advise_json_contract_and_plot(tmp_path):
-    result = run("advise", "--from", REFERENCE, "--budget", "4GiB", "--mode", "shared", "-f", "json",
+def test_advise_json_contract_and_plot(tmp_path, traced):
+    result = run("advise", "--from", traced.path, "--budget", "100MiB", "--mode", "shared", "-f", "json",
                  "-o", tmp_path / "curve")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) >= {"buckets", "spec", "mode", "predicted_bytes", "expected_padding_pct"}
     assert data["spec"] == ",".join(map(str, data["buckets"])) and data["mode"] == "shared"
-    assert data["predicted_bytes"] <= 4 << 30 and 16384 in data["buckets"]
+    assert data["predicted_bytes"] <= 100 << 20 and 4096 in data["buckets"]
     assert (tmp_path / "curve.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("args, message", [
     (("--budget", "lots"), "is not a size"),
-    (("--budget", "100MiB", "--mode", "shared"), "above the budget"),
+    (("--budget", "10MiB", "--mode", "shared"), "above the budget"),
 ])
-def test_advise_refusals_are_one_line(args, message):
-    assert message in one_error(run("advise", "--from", REFERENCE, *args))
+def test_advise_refusals_are_one_line(args, message, traced):
+    assert message in one_error(run("advise", "--from", traced.path, *args))
+
+
+def test_advise_refuses_a_report_without_traces_in_one_line():
+    assert "no allocator traces" in one_error(run("advise", "--from", REFERENCE, "--budget", "4GiB", "--mode",
+                                                  "shared"))
 
 
 def test_advise_refuses_a_mode_the_profile_lacks():

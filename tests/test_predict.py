@@ -1,5 +1,5 @@
-"""Predictions from reports (no GPU): layer extrapolation, bucket-list reuse model, the advisor's
-optimisation against brute force, and the refusals."""
+"""Predictions from reports (no GPU): layer extrapolation, the advisor's optimisation against brute
+force on a traced profile, and the refusals (bucket lists themselves: tests/test_replay.py)."""
 
 from __future__ import annotations
 
@@ -80,30 +80,6 @@ def test_layer_prediction_needs_two_layer_counts(tmp_path):
         predict_layers([two, again], layers=24)
 
 
-def test_bucket_list_prediction_of_the_profiled_list_matches_the_profile():
-    report = read_report(REFERENCE)
-    pred = predict_buckets(report, report.run.buckets)
-    measured = {s.mode: s.device_used_bytes for s in report.summary}
-    for m in pred.modes:
-        assert abs(m.device_used_bytes - measured[m.mode]) <= 0.01 * measured[m.mode], m.mode
-
-
-def test_bucket_list_prediction_of_a_sparse_list_says_sharing_costs_more():
-    report = read_report(REFERENCE)
-    pred = predict_buckets(report, [1024, 2048, 4096, 8192])
-    assert pred.bucket_list == [1024, 2048, 4096, 8192]
-    per_bucket, shared = pred.mode("per-bucket"), pred.mode("shared")
-    # the outputs of the three smaller buckets fit in space the largest freed; the shared buffer does not
-    assert shared.device_used_bytes > per_bucket.device_used_bytes
-    assert pred.mode("floor").device_used_bytes < report.summary[-1].device_used_bytes
-    assert any("scaled" in n for n in pred.notes)
-
-
-def test_bucket_list_prediction_refuses_buckets_not_profiled():
-    with pytest.raises(PredictionError, match="not profiled"):
-        predict_buckets(read_report(REFERENCE), [1000, 16384])
-
-
 # ---------------------------------------------------------------- the advisor
 
 
@@ -124,59 +100,76 @@ def test_the_optimiser_finds_the_brute_force_optimum(seed):
         assert candidates[-1] in chosen
 
 
-def test_advice_fits_the_budget_and_more_budget_never_pads_more():
-    report = read_report(REFERENCE)
-    floor_ish = predict_buckets(report, [16384], ["shared"]).mode("shared").device_used_bytes
-    small = advise(report, floor_ish + 64 * MIB, mode="shared")
-    large = advise(report, floor_ish + 512 * MIB, mode="shared")
-    assert small.predicted_bytes <= floor_ish + 64 * MIB and large.predicted_bytes <= floor_ish + 512 * MIB
-    assert 16384 in small.buckets and large.expected_padding_pct <= small.expected_padding_pct
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """A synthetic profile with allocator traces (tests/traced_profile.py): list predictions replay it."""
+    from traced_profile import write_profile
+
+    return write_profile(tmp_path_factory.mktemp("advise") / "profile")
+
+
+def test_advice_fits_the_budget_and_more_budget_never_pads_more(traced):
+    alone = predict_buckets(traced, [4096], ["per-bucket"]).mode("per-bucket").high_bytes
+    small = advise(traced, alone + 12 * MIB, mode="per-bucket")
+    large = advise(traced, alone + 40 * MIB, mode="per-bucket")
+    assert small.high_bytes <= alone + 12 * MIB and large.high_bytes <= alone + 40 * MIB
+    assert 4096 in small.buckets and large.expected_padding_pct <= small.expected_padding_pct
     assert len(large.buckets) > len(small.buckets)
     pads = [p for _, p, _ in large.curve]
     assert pads == sorted(pads, reverse=True)  # the trade-off curve falls as the budget grows
     assert small.spec == ",".join(map(str, small.buckets))
+    exact = predict_buckets(traced, small.buckets, ["per-bucket"]).mode("per-bucket")
+    assert (small.predicted_bytes, small.high_bytes) == (exact.device_used_bytes, exact.high_bytes)
 
 
-def test_advice_with_observed_lengths_puts_buckets_where_the_lengths_are(tmp_path):
-    report = read_report(REFERENCE)
+def test_advice_with_observed_lengths_puts_buckets_where_the_lengths_are(tmp_path, traced):
     path = tmp_path / "lengths.csv"
     path.write_text("tokens\n" + "\n".join(["1000"] * 50 + ["3000"] * 50 + ["20000"]) + "\n")
     lengths = read_lengths(path)
     assert len(lengths) == 101
-    budget = predict_buckets(report, [16384], ["shared"]).mode("shared").device_used_bytes + 40 * MIB
-    advice = advise(report, budget, mode="shared", lengths=lengths)
+    budget = predict_buckets(traced, [4096], ["shared"]).mode("shared").high_bytes + 8 * MIB
+    advice = advise(traced, budget, mode="shared", lengths=lengths)
     assert 1024 in advice.buckets and 3072 in advice.buckets
 
 
-def test_advice_refuses_a_budget_below_the_largest_bucket_and_bad_lengths(tmp_path):
-    report = read_report(REFERENCE)
+def test_advice_refuses_a_budget_below_the_largest_bucket_and_bad_lengths(tmp_path, traced):
     with pytest.raises(AdviceError, match="above the budget"):
-        advise(report, 100 * MIB, mode="shared")
+        advise(traced, 10 * MIB, mode="shared")
     bad = tmp_path / "bad.csv"
     bad.write_text("tokens\n12\nabc\n")
     with pytest.raises(AdviceError, match="not a token count"):
         read_lengths(bad)
 
 
-@pytest.mark.parametrize("profile", ["gpt-oss-20b-h200", "llama-3.1-8b-h200-4l", "qwen3-30b-a3b-h200-4l"])
-def test_predicting_a_profiles_own_list_reproduces_it(profile):
-    report = read_report(f"reports/{profile}")
-    pred = predict_buckets(report, report.run.buckets)
-    measured = {s.mode: s.device_used_bytes for s in report.summary}
-    for m in pred.modes:
-        assert abs(m.device_used_bytes - measured[m.mode]) <= 0.01 * measured[m.mode], m.mode
+def test_advice_on_a_report_without_traces_is_refused_in_one_line():
+    with pytest.raises(PredictionError, match="has no allocator traces"):
+        advise(read_report(REFERENCE), 4 << 30, mode="shared")
 
 
-@pytest.mark.parametrize("captured", ["gpt-oss-20b-h200-sparse", "gpt-oss-20b-h200-subset20",
-                                      "gpt-oss-20b-h200-snapshot"])
-def test_bucket_list_predictions_match_the_lists_measured_on_the_h200(captured):
-    """From the full 74-bucket profile, other lists captured on the same H200: within 2% of device used."""
-    measured = read_report(f"reports/{captured}")
-    pred = predict_buckets(read_report(REFERENCE), measured.run.buckets)
-    totals = {s.mode: s.device_used_bytes for s in measured.summary}
-    assert {m.mode for m in pred.modes} == set(totals)
-    for m in pred.modes:
-        assert abs(m.device_used_bytes - totals[m.mode]) <= 0.02 * totals[m.mode], (m.mode, m.device_used_bytes)
+@pytest.mark.parametrize("mode", ["shared", "per-bucket", "shared-largest"])
+def test_advice_matches_a_brute_force_search_over_exact_predictions(mode, traced):
+    """Every sublist (with the largest) is predicted exactly, and the least padded one within the budget (at
+    the top of its band) is the advice: the lists the advisor does not replay could not have fitted."""
+    from itertools import combinations
+
+    picked = sorted(traced.run.buckets)
+    weights = np.zeros(picked[-1] + 1)
+    weights[1:] = 1.0
+    alone = predict_buckets(traced, [picked[-1]], [mode]).mode(mode).high_bytes
+    everything = predict_buckets(traced, picked, [mode]).mode(mode).high_bytes
+    for budget in np.linspace(alone, everything, 5).astype(int).tolist():
+        best = None
+        for k in range(len(picked)):
+            for sub in combinations(picked[:-1], k):
+                chosen = [*sub, picked[-1]]
+                pred = predict_buckets(traced, chosen, [mode]).mode(mode)
+                if pred.high_bytes > budget:
+                    continue
+                key = (padding_of(chosen, weights), pred.high_bytes)
+                if best is None or key < best[0]:
+                    best = (key, chosen)
+        advice = advise(traced, budget, mode=mode)
+        assert padding_of(advice.buckets, weights) == pytest.approx(best[0][0]), (budget, advice.buckets, best[1])
 
 
 # ---------------------------------------------------------------- against the H200 reports
@@ -223,66 +216,6 @@ def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
         slope, error = _staircase(rows)
         assert abs(slope - c) <= 0.005 * c, (c, slope)
         assert error < 0.01 * MIB
-
-
-@pytest.mark.parametrize("captured", ["second-13824-per-bucket", "second-13824-shared-largest",
-                                      "second-15360-per-bucket", "second-15360-shared-largest"])
-def test_a_second_bucket_that_grows_the_pool_is_predicted(captured):
-    """Lists whose second bucket's runner-up tensor does not fit beside the kept output (13824 and 15360
-    of 16384, above the layout bound of 0.8): the pool grows by about that tensor, as predicted."""
-    measured = read_report(f"reports/gpt-oss-20b-h200-{captured}")
-    mode = measured.summary[0].mode
-    pred = predict_buckets(read_report(REFERENCE), measured.run.buckets, [mode]).mode(mode)
-    assert pred.buckets[1].pool_delta_bytes > 300 * MIB
-    total = measured.summary[0].device_used_bytes
-    assert abs(pred.device_used_bytes - total) <= 0.02 * total
-
-
-@pytest.mark.parametrize("mode", ["per-bucket", "shared", "shared-largest"])
-def test_the_advised_lists_captured_on_the_h200_fit_the_budget_and_their_prediction(mode):
-    """`bcgprof advise --budget 2.25GiB` from the reference profile: the list it gives now is the list that
-    was captured, and the capture stayed within the budget and within 2% of the prediction."""
-    import json
-
-    folder = f"reports/gpt-oss-20b-h200-advised-{mode}"
-    committed = json.loads(open(f"{folder}/advice.json").read())
-    advice = advise(read_report(REFERENCE), committed["budget_bytes"], mode=mode)
-    assert advice.buckets == committed["buckets"]
-    measured = read_report(folder)
-    assert measured.run.buckets == advice.buckets
-    total = next(s.device_used_bytes for s in measured.summary if s.mode == mode)
-    assert total <= advice.budget_bytes
-    assert abs(advice.predicted_bytes - total) <= 0.02 * total
-
-
-@pytest.mark.parametrize("mode", ["shared", "per-bucket", "shared-largest"])
-def test_advice_matches_a_brute_force_search_over_exact_predictions(mode):
-    """On a small candidate set, every sublist (with the largest) is predicted exactly and the least padded
-    one within the budget (at the top of its band) is the advice."""
-    from itertools import combinations
-
-    full = read_report(REFERENCE)
-    picked = [256, 1024, 2048, 4096, 8192, 12288, 13824, 15872, 16384]
-    rows = [r for r in full.buckets if r.bucket in picked]
-    sites = [s for s in full.sites]
-    small = dataclasses.replace(full, buckets=rows, run=dataclasses.replace(full.run, buckets=picked), sites=sites)
-    weights = np.zeros(picked[-1] + 1)
-    weights[1:] = 1.0
-    alone = predict_buckets(small, [picked[-1]], [mode]).mode(mode).high_bytes
-    everything = predict_buckets(small, picked, [mode]).mode(mode).high_bytes
-    for budget in np.linspace(alone, everything, 5).astype(int).tolist():
-        best = None
-        for k in range(len(picked)):
-            for sub in combinations(picked[:-1], k):
-                chosen = list(sub) + [picked[-1]]
-                pred = predict_buckets(small, chosen, [mode]).mode(mode)
-                if pred.high_bytes > budget:
-                    continue
-                key = (padding_of(chosen, weights), pred.high_bytes)
-                if best is None or key < best[0]:
-                    best = (key, chosen)
-        advice = advise(small, budget, mode=mode)
-        assert padding_of(advice.buckets, weights) == pytest.approx(best[0][0]), (budget, advice.buckets, best[1])
 
 
 def test_a_shallow_deepest_capture_widens_the_band_by_its_pools_change(tmp_path):

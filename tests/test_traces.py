@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bcgprof.trace_events import TraceBuilder
-from bcgprof.traces import Action, Trace, TraceError, TracePool, TraceRow, read_trace, trace_bytes, write_trace
+from bcgprof.traces import Trace, TraceError, TracePool, TraceRow, read_trace, trace_bytes, write_trace
 
 POOL = (0, 7)
 MIB = 1 << 20

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bcgprof.tracing import AllocatorRecorder
 from bcgprof.traces import read_trace
+from bcgprof.tracing import AllocatorRecorder
 
 POOL = (0, 3)
 MIB = 1 << 20

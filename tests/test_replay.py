@@ -1,0 +1,160 @@
+"""Bucket-list predictions by replaying allocator traces (no GPU).
+
+On a synthetic profile whose pool figures come from the allocator model fed with a forward's
+requests (tests/traced_profile.py): replaying the profile's own list reproduces every row to the
+byte (self-consistency); a list sharing the profile's leading buckets predicts those rows as
+measured (prefix); any other list predicts what "capturing" that list gives (held out). Then the
+refusals: every committed report predates traces, so its list predictions are refused in one
+line while its layer extrapolation keeps working.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from traced_profile import BUCKETS, MODES, capture, forward, write_profile
+
+from bcgprof.predict import PredictionError, bucket_profile, predict_buckets, prediction_json
+from bcgprof.replay import Replayer
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    return write_profile(tmp_path_factory.mktemp("traced") / "profile")
+
+
+def _measured(report, mode):
+    return sorted((r for r in report.buckets if r.mode == mode), key=lambda r: r.order)
+
+
+def test_replaying_the_profiles_own_list_reproduces_every_row_and_total(profile):
+    pred = predict_buckets(profile, profile.run.buckets)
+    assert [m.mode for m in pred.modes] == list(MODES)
+    for m in pred.modes:
+        rows = _measured(profile, m.mode)
+        assert [r.pool_bytes for r in m.buckets] == [r.pool_bytes for r in rows], m.mode
+        assert [r.pool_delta_bytes for r in m.buckets] == [r.pool_delta_bytes for r in rows], m.mode
+        summary = next(s for s in profile.summary if s.mode == m.mode)
+        assert (m.pool_bytes, m.device_used_bytes) == (summary.pool_bytes, summary.device_used_bytes), m.mode
+        assert m.exact and m.low_bytes <= m.device_used_bytes <= m.high_bytes
+    grew = [r.bucket for r in _measured(profile, "per-bucket")[1:] if r.pool_delta_bytes > 0]
+    assert 3072 in grew  # the profile has growth after its first bucket, so this is not only the first row
+
+
+def test_every_recorded_block_lands_where_it_was_recorded(profile):
+    replayer = bucket_profile(profile).replayer
+    for mode in MODES:
+        assert replayer.check(mode).mismatches == 0, mode
+
+
+def test_a_list_sharing_the_leading_buckets_predicts_those_rows_as_measured(profile):
+    for mode in ("per-bucket", "shared", "shared-largest"):
+        rows = _measured(profile, mode)
+        for keep in (1, 2, 4):
+            head = [r.bucket for r in rows[:keep]]
+            tail = [64] if 64 not in head else []
+            pred = predict_buckets(profile, head + tail, [mode]).mode(mode)
+            assert [r.pool_bytes for r in pred.buckets[:keep]] == [r.pool_bytes for r in rows[:keep]], (mode, keep)
+
+
+def _lists(k: int, seed: int = 0) -> list[tuple[int, ...]]:
+    rng = random.Random(seed)
+    every = [c for n in range(1, len(BUCKETS) + 1) for c in itertools.combinations(BUCKETS, n)]
+    return [*rng.sample(every, k), (4096, 3072), (3072, 2048, 64), (64,), (2048, 1024, 512)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_held_out_lists_predict_what_capturing_them_gives(profile, mode):
+    """Lists the profile never captured, among them lists whose largest bucket is not the profile's and
+    lists that grow the pool beside a kept output: the replay predicts each row's pool to the byte."""
+    for chosen in _lists(40):
+        measured, _ = capture(mode, chosen)
+        pred = predict_buckets(profile, chosen, [mode]).mode(mode)
+        assert [r.pool_bytes for r in pred.buckets] == [r.pool_bytes for r in measured], chosen
+        assert pred.exact
+
+
+def test_the_largest_bucket_of_a_list_keeps_its_output_in_shared_largest_mode(profile):
+    pred = predict_buckets(profile, [2048, 1024], ["shared-largest", "shared"])
+    assert any("keeps its own output" in n and "per-bucket capture" in n for n in pred.notes)
+    assert pred.mode("shared-largest").pool_bytes >= pred.mode("shared").pool_bytes
+
+
+def test_skipping_repeated_layers_changes_no_result(tmp_path, monkeypatch):
+    """A deeper stack (12 layers), replayed with and without skipping the periods whose state repeats."""
+    import traced_profile
+
+    import bcgprof.replay
+
+    jumps = []
+    rename = bcgprof.replay.rename
+    monkeypatch.setattr(bcgprof.replay, "rename", lambda *a: jumps.append(rename(*a)) or jumps[-1])
+
+    def deep(tokens):
+        layers, traced_profile.LAYERS = traced_profile.LAYERS, 12
+        try:
+            return forward(tokens)
+        finally:
+            traced_profile.LAYERS = layers
+
+    report = write_profile(tmp_path / "deep", modes=("per-bucket", "shared"), requests=deep)
+    folded = bucket_profile(report).replayer
+    plain = Replayer.load(report.path, ["per-bucket", "shared"])
+    assert plain is not None
+    for mode in ("per-bucket", "shared"):
+        assert folded.has(mode) and plain.has(mode)
+        assert any(ops.fold for ops in folded.ops[mode].values())  # there is something to skip
+        for ops in plain.ops[mode].values():
+            ops.fold = None
+        for chosen in _lists(25, seed=3):
+            assert folded.replay(mode, chosen).pool_bytes == plain.replay(mode, chosen).pool_bytes, (mode, chosen)
+    assert any(j is not None for j in jumps)  # periods were skipped
+
+
+def test_the_json_says_exact_and_where_the_band_comes_from(profile):
+    data = prediction_json(predict_buckets(profile, [4096, 512]))
+    for m in data["modes"]:
+        assert m["exact"] is True and "replayed exactly" in m["band_source"]
+
+
+def test_buckets_not_profiled_are_refused(profile):
+    with pytest.raises(PredictionError, match="not profiled"):
+        predict_buckets(profile, [1000, 4096])
+
+
+def test_a_report_without_traces_keeps_everything_but_list_predictions(tmp_path):
+    report = write_profile(tmp_path / "old", traces=False)
+    with pytest.raises(PredictionError) as caught:
+        predict_buckets(report, [4096, 512])
+    assert str(caught.value) == (f"{report.path} has no allocator traces (captured before they were recorded); "
+                                 "re-capture with this bcgprof to predict other bucket lists")
+
+
+COMMITTED = sorted(p.parent.name for p in Path("reports").glob("*/run.json")
+                   if json.loads(p.read_text()).get("status") == "complete" and json.loads(p.read_text()).get("tp") == 1)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_reports_predate_traces_and_refuse_list_predictions(name):
+    from bcgprof.report import read_report
+
+    report = read_report(f"reports/{name}")
+    if any(r.status != "ok" for r in report.buckets):
+        pytest.skip("a report with failed buckets is refused for that reason first")
+    with pytest.raises(PredictionError, match="has no allocator traces"):
+        predict_buckets(report, report.run.buckets)
+
+
+def test_the_read_side_of_the_replay_does_not_import_torch():
+    code = ("import sys; import bcgprof.replay, bcgprof.allocator, bcgprof.traces, bcgprof.trace_events, "
+            "bcgprof.predict, bcgprof.advise; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
