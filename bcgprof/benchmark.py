@@ -114,8 +114,7 @@ def profile_build(model: str, num_layers=None) -> int:
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
     mark("CUDA context")
-    from bcgprof import dtypes
-    from bcgprof.models import build_meta
+    from bcgprof.models import build_meta, torch_dtype
     from bcgprof.models.config import resolve_model
     from bcgprof.models.weights import init_dummy
 
@@ -123,7 +122,7 @@ def profile_build(model: str, num_layers=None) -> int:
     mark("import bcgprof")
     module = build_meta(spec, num_layers)
     mark("build on meta")
-    module = module.to(dtype=dtypes.torch_dtype(spec.dtype))
+    module = module.to(dtype=torch_dtype(spec.dtype))
     mark("cast on meta")
     module = module.to_empty(device="cuda")
     torch.cuda.synchronize()

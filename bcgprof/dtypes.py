@@ -1,4 +1,5 @@
-"""Floating-point dtypes bcgprof builds models in: names, aliases, sizes. Torch is imported only on use."""
+"""Floating-point dtypes bcgprof builds models in: names, aliases, sizes. Torch-free: the torch
+dtype of a name is :func:`bcgprof.models.torch_dtype`, on the capture side."""
 
 from __future__ import annotations
 
@@ -25,12 +26,3 @@ def canonical(name: object) -> str:
 
 def dtype_bytes(name: object) -> int:
     return DTYPE_BYTES[canonical(name)]
-
-
-def torch_dtype(name: object):
-    """The torch dtype of a name (a torch dtype is returned as it is)."""
-    import torch
-
-    if isinstance(name, torch.dtype):
-        return name
-    return getattr(torch, canonical(name))

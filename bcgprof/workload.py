@@ -17,7 +17,6 @@ from typing import Callable, Sequence
 
 import torch
 
-from bcgprof import dtypes
 from bcgprof.errors import CaptureError
 from bcgprof.models.config import ModelSpec
 from bcgprof.report_format import GIB
@@ -44,7 +43,7 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
     """
     from bcgprof import models
 
-    dtype = dtypes.torch_dtype(spec.dtype)
+    dtype = models.torch_dtype(spec.dtype)
     start = time.perf_counter()
     model = models.load(spec.name if spec.source == "preset" else str(spec.config_path.parent),
                         weights=weights, device=device, dtype=dtype, num_layers=num_layers, seed=seed,

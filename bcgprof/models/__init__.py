@@ -32,7 +32,7 @@ from bcgprof.models.stack import DecoderModel
 from bcgprof.models.tp import check_split
 from bcgprof.spec import ModelSpec, get_family, resolve_model
 
-__all__ = ["build_meta", "check_tensor_parallel", "load", "model_class"]
+__all__ = ["build_meta", "check_tensor_parallel", "load", "model_class", "torch_dtype"]
 
 
 def model_class(family: str) -> type[DecoderModel]:
@@ -63,8 +63,15 @@ def _spec(model: str | Path | ModelSpec) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else resolve_model(str(model))
 
 
+def torch_dtype(name: torch.dtype | str) -> torch.dtype:
+    """The torch dtype of a name :mod:`bcgprof.dtypes` accepts (a torch dtype is returned as it is)."""
+    if isinstance(name, torch.dtype):
+        return name
+    return getattr(torch, dtypes.canonical(name))
+
+
 def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
-    return dtypes.torch_dtype(spec.dtype if dtype is None else dtype)
+    return torch_dtype(spec.dtype if dtype is None else dtype)
 
 
 def build_meta(
