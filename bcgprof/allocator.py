@@ -1,12 +1,13 @@
 """A model of PyTorch's CUDA caching allocator for one CUDA-graph private pool.
 
-It follows ``c10/cuda/CUDACachingAllocator.cpp`` (class ``DeviceCachingAllocator``), as
-read on PyTorch's main branch of the 2.10/2.11 releases (the code that has
-``AcceleratorAllocatorConfig::large_segment_size`` and ``graph_capture_record_stream_reuse``;
-the same rules hold in the 2.5-era file): the functions named below are that file's.
-Checked against the pool of a real capture by ``tests/test_allocator_real.py`` (torch
-2.11.0+cu130 on an H200: every block address and segment of the floor capture in
-``reports/gpt-oss-20b-h200-snapshot``) and on the GPU by ``tests/gpu/test_replay_gpu.py``.
+It follows ``c10/cuda/CUDACachingAllocator.cpp`` (class ``DeviceCachingAllocator``; the
+functions named below are that file's), read in a recent main-branch version (the one with
+``AcceleratorAllocatorConfig::large_segment_size`` and ``graph_capture_record_stream_reuse``, a
+setting torch 2.11's snapshots list) and in an older one without memory pools (torch 2.1 era):
+the rules modelled here are the same in both. Checked against torch 2.11.0+cu130 on an H200 by
+``tests/test_allocator_real.py`` (every block address and segment of the floor capture whose
+history ``reports/gpt-oss-20b-h200-snapshot`` keeps) and, on a GPU, by
+``tests/gpu/test_replay_gpu.py`` and ``tests/gpu/replay_proof.sh`` with the torch installed there.
 
 The rules (default allocator settings; ``PYTORCH_CUDA_ALLOC_CONF`` empty):
 
