@@ -115,8 +115,8 @@ def profile_build(model: str, num_layers=None) -> int:
     torch.cuda.synchronize()
     mark("CUDA context")
     from bcgprof.models import build_meta, torch_dtype
-    from bcgprof.models.config import resolve_model
     from bcgprof.models.weights import init_dummy
+    from bcgprof.spec import resolve_model
 
     spec = resolve_model(model)
     mark("import bcgprof")

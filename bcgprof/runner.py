@@ -101,21 +101,23 @@ def kv_figures(opts: CaptureOptions, spec, buckets: list[int]) -> dict:
     tokens) and, for decode, the cache's shape and bytes (allocated before any capture, never
     charged to a bucket)."""
     from bcgprof import dtypes
-    from bcgprof.models import build_meta, kvcache
+    from bcgprof.models import build_meta
+    from bcgprof.spec import kv
 
     meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp)
     attn = meta.layers[0].self_attn
     width = dtypes.dtype_bytes(spec.dtype)
     layers = len(meta.layers)
     figures = {
-        "kv_bytes_per_token": kvcache.kv_bytes_per_token(layers, attn.num_kv_heads, attn.head_dim, width),
-        "kv_formula": f"{layers} layers x 2 x {attn.num_kv_heads} KV heads x {attn.head_dim} head dim x "
-                      f"{width} bytes" + (f" (rank 0 of {opts.tp})" if opts.tp > 1 else ""),
+        "kv_bytes_per_token": kv.kv_bytes_per_token(layers, attn.num_kv_heads, attn.head_dim, width),
+        "kv_formula": kv.kv_formula(layers, attn.num_kv_heads, attn.head_dim, width)
+                      + (f" (rank 0 of {opts.tp})" if opts.tp > 1 else ""),
     }
     if opts.phase == "decode":
         seqs = max(opts.max_bs, max(buckets))
         figures.update(context_len=opts.context_len, max_bs=seqs,
-                       kv_cache_bytes=layers * 2 * seqs * attn.num_kv_heads * opts.context_len * attn.head_dim * width)
+                       kv_cache_bytes=kv.kv_cache_bytes(layers, attn.num_kv_heads, attn.head_dim, width, seqs=seqs,
+                                                        context=opts.context_len))
     return figures
 
 
@@ -167,7 +169,7 @@ def _begin_event(writer, spec, buckets: list[int], opts: CaptureOptions) -> dict
 def _prepare(opts: CaptureOptions):
     """Checks that need no GPU; returns the options with the bucket spec filled in, the model, the buckets."""
     from bcgprof.buckets import default_bucket_spec, parse_buckets
-    from bcgprof.models.config import resolve_model
+    from bcgprof.spec import resolve_model
 
     spec = resolve_model(opts.model)
     if opts.num_layers is not None and not 1 <= opts.num_layers:

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import torch
 
 from bcgprof.errors import CaptureError
-from bcgprof.models.config import ModelSpec
 from bcgprof.report_format import GIB
+from bcgprof.spec import ModelSpec
 
 
 @dataclass
