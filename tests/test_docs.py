@@ -103,7 +103,8 @@ def test_example_commands_run_as_documented(commands, in_reports_dir):
 
 def test_examples_cover_every_reading_command():
     ran = [c for case in EXAMPLES if not case.marks for c in case.values[0]]
-    for name in ("show", "compare", "gate", "plot", "explain", "predict", "advise", "estimate"):
+    # advise needs a profile with allocator traces, which no committed report has: its examples capture first
+    for name in ("show", "compare", "gate", "plot", "explain", "predict", "estimate"):
         assert any(c.startswith(f"bcgprof {name} ") or c == f"bcgprof {name}" for c in ran), name
     assert any(EXIT_NOTE.search(c) for c in ran), "no example of a failing exit code"
 
