@@ -124,8 +124,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     from bcgprof.buckets import parse_buckets
     from bcgprof.capture import Capturer
     from bcgprof.memory import DeviceMemory
-    from bcgprof.models.config import resolve_model
     from bcgprof.report import ReportWriter
+    from bcgprof.spec import resolve_model
     from bcgprof.workload import build_workload
 
     started = time.perf_counter()
