@@ -28,7 +28,10 @@ when the choice depends on them: a list's bound (the pool after its two largest 
 which later buckets cannot shrink, plus every other bucket's measured costs and its band) is
 at most its prediction, so a list whose bound is above the budget is never replayed. The
 trade-off curve is drawn from the same exact predictions. On the 74-bucket default profile
-that is a few hundred predictions, sharing their replayed prefixes (:mod:`bcgprof.replay`).
+(``reports/gpt-oss-20b-h200-traced``) that is about 100 predictions and 350-550 bucket replays,
+sharing their replayed prefixes (:mod:`bcgprof.replay`): a few seconds. A last step tries
+local moves from the advice (one bucket added, or moved to a neighbouring candidate) while one
+pads less and fits.
 """
 
 from __future__ import annotations
