@@ -40,7 +40,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import re
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -239,8 +238,7 @@ def read_trace(path: Path) -> Trace:
     if len(lines) - 1 > MAX_ROWS:
         raise _bad(path, f"more than {MAX_ROWS} rows")
     words = (set(TracePhase), set(TracePool), set(Action))
-    # no number is negative or longer than 18 digits (so all are below MAX_VALUE): checked once for the file
-    plain = "-" not in rest and re.search(r"[0-9]{19}", rest) is None
+    plain = "-" not in rest  # no number is negative: checked once for the file
     known = set(head["buckets"])
     rows = []
     for number, line in enumerate(lines[1:], start=3):
@@ -257,7 +255,9 @@ def read_trace(path: Path) -> Trace:
             segment = int(c_seg) if c_seg else None
             offset = int(c_off) if c_off else None
             address = int(c_addr) if c_addr else None
-            ok = bucket in known and plain
+            ok = (plain and bucket in known and size <= MAX_VALUE and stream <= MAX_VALUE
+                  and (ident is None or ident <= MAX_VALUE) and (segment is None or segment <= MAX_VALUE)
+                  and (offset is None or offset <= MAX_VALUE) and (address is None or address <= MAX_VALUE))
         except ValueError:
             ok = False
         if not ok:

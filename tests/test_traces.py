@@ -77,6 +77,7 @@ SEG = "8,capture,graph,segment_alloc,1,2097152,0,,,1099511627776"
     ([SEG, "8,capture,graph,alloc,1,-512,0,1,0,"], None, "column size"),
     ([SEG, "8,capture,graph,allocate,1,512,0,1,0,"], None, "unknown phase, pool or action"),
     ([SEG, "8,capture,graph,alloc,1,5x,0,1,0,"], None, "'5x' is not an integer"),
+    ([SEG, "8,capture,graph,alloc,1,99999999999999999999,0,1,0,"], None, "column size: .* is out of range"),
     ([SEG, "8,capture,graph,free_completed,9,512,0,1,0,"], None, "no earlier row allocated"),
     ([SEG, "16,capture,graph,alloc,1,512,0,1,0,"], None, "bucket 16 is not in the header"),
     (["8,capture,other,segment_alloc,1,2097152,0,,,1099511627776", "8,capture,graph,alloc,1,512,0,1,0,"], None,
