@@ -135,7 +135,7 @@ class PoolReplay:
     mode: str
     buckets: list[int]
     pool_bytes: list[int]
-    exact: bool  # every event of every bucket replayed, from complete traces
+    exact: bool  # every graph-pool event of every bucket replayed (incomplete traces are refused)
     sources: list[str]  # the trace each bucket's events came from
     mismatches: int = 0  # with check: allocations placed elsewhere than recorded
 
@@ -198,6 +198,9 @@ class Replayer:
                                   f"capture with --modes including {source}")
             if b not in self.ops[source]:
                 raise ReplayError(f"bucket {b} has no events in the {source} trace; re-capture the report")
+            if not self.ops[source][b].complete:
+                raise ReplayError(f"the {source} trace of bucket {b} is incomplete (events were lost while "
+                                  "recording); re-capture the report")
             out.append((b, source))
         return out
 
@@ -228,7 +231,7 @@ class Replayer:
             self._cache[(key, tuple(plan[: n + 1]))] = state.clone() if n + 1 < len(plan) else state
             if len(self._cache) > CACHE_STATES:
                 self._cache.popitem(last=False)
-        exact = all(self.ops[s][b].complete and not self.ops[s][b].unknown for b, s in plan)
+        exact = not any(self.ops[s][b].unknown for b, s in plan)
         return PoolReplay(mode=mode, buckets=[b for b, _ in plan], pool_bytes=list(state.reserved), exact=exact,
                           sources=[s for _, s in plan], mismatches=state.mismatches)
 

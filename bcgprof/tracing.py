@@ -88,7 +88,11 @@ class AllocatorRecorder:
             self.trace.incomplete.append(bucket)  # the ring buffer wrapped: events were lost
         if self.keep:
             self._kept.extend(entries)
-        self.trace.rows.extend(self.builder.window(entries, segments, bucket, phase))
+        try:
+            self.trace.rows.extend(self.builder.window(entries, segments, bucket, phase))
+        except Exception:  # a history this code does not understand must not fail the capture it describes
+            if bucket not in self.trace.incomplete:
+                self.trace.incomplete.append(bucket)
         if bucket not in self.trace.buckets:
             self.trace.buckets.append(bucket)
         return snap

@@ -159,3 +159,15 @@ def test_the_read_side_of_the_replay_does_not_import_torch():
             "bcgprof.predict, bcgprof.advise; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_bucket_whose_trace_lost_events_is_refused(profile):
+    from bcgprof.replay import ReplayError
+    from bcgprof.traces import read_trace, trace_name
+
+    trace = read_trace(profile.path / trace_name("shared"))
+    trace.incomplete = [1024]
+    replayer = Replayer({"shared": trace})
+    with pytest.raises(ReplayError, match="trace of bucket 1024 is incomplete"):
+        replayer.replay("shared", [4096, 1024])
+    assert replayer.replay("shared", [4096, 512]).exact

@@ -83,3 +83,12 @@ def test_snapshot_mode_keeps_every_entry_for_the_viewer(history, tmp_path):
     viewer = rec.viewer_snapshot()
     assert [e["addr"] for e in viewer["device_traces"][0]] == [(1 << 39) + 512, (1 << 39) + 2048, (1 << 39) + 512]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_history_the_builder_cannot_read_marks_the_bucket_incomplete_instead_of_failing(history, tmp_path):
+    rec = AllocatorRecorder(tmp_path, "per-bucket", POOL)
+    rec.start()
+    history.entries.append({"action": "alloc", "addr": "not an address", "size": 1, "stream": 5})
+    rec.take(8, "warmup")  # no exception: the capture it describes goes on
+    rec.capture_done(8)
+    assert read_trace(tmp_path / "traces-per-bucket.csv.gz").incomplete == [8]
