@@ -154,7 +154,7 @@ def write_trace(directory: Path, trace: Trace) -> Path:
 
 # ---------------------------------------------------------------- reading
 
-_FIX = "re-capture the report, or delete the file to use the report without list predictions"
+_FIX = "re-capture the report to predict bucket lists from it (show, gate and layer predictions do not read it)"
 
 
 def _bad(path: Path, what: str) -> TraceError:
