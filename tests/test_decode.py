@@ -15,6 +15,7 @@ from bcgprof.models.layers.kv_attention import (
 )
 from bcgprof.spec import family_names
 from test_models_tiny import randomize_, tiny_config
+from tolerances import attention_close, model_close
 
 FAMILIES = family_names()
 
@@ -37,7 +38,8 @@ def test_the_blocked_core_equals_a_plain_softmax_over_the_visible_slots(window, 
     decode_attention_core(q, k_cache, v_cache, positions, out, scale=0.25, window=window, sinks=s, block=block)
     ref = reference_decode_attention(q, k_cache, v_cache, positions, scale=0.25, window=window, sinks=s)
     assert torch.isfinite(out).all()
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    tol = attention_close(q, k_cache, v_cache, scale=0.25, keys=k_cache.shape[2], sinks=s)
+    torch.testing.assert_close(out, ref, **tol)
 
 
 def test_write_kv_touches_exactly_one_slot_per_sequence():
@@ -85,7 +87,8 @@ def test_decoding_token_by_token_equals_prefill(family):
     with torch.no_grad():
         for b in range(B):
             ref = model(tokens[b], torch.arange(steps))[-1]
-            torch.testing.assert_close(out[b], ref, rtol=2e-4, atol=2e-5)
+            # the same sums in another order (one token vs a prefill's many): a reordering apart
+            torch.testing.assert_close(out[b], ref, **model_close(model.args, keys=steps, scale=ref.abs().max().item()))
 
 
 def test_sequences_at_different_positions_decode_independently():
@@ -100,7 +103,9 @@ def test_sequences_at_different_positions_decode_independently():
         kvcache.attach(model, kvcache.KVCache([k[1:2].clone() for k in cache.k], [v[1:2].clone() for v in cache.v],
                                               1, 16))
         alone = model(ids[1:2], positions[1:2])
-    torch.testing.assert_close(together[1], alone[0], rtol=1e-5, atol=1e-6)
+    # a batch of four and one sequence take different float32 kernels: a reordering apart
+    tol = model_close(model.args, keys=cache.context, scale=alone.abs().max().item())
+    torch.testing.assert_close(together[1], alone[0], **tol)
 
 
 @pytest.mark.parametrize("report, model", [("gpt-oss-20b-h200-decode", "gpt-oss-20b"),

@@ -22,6 +22,7 @@ if not torch.cuda.is_available():  # tests/conftest.py does this first; here for
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from tolerances import ACTIVATION_TERMS, close, mlp_terms
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from bcgprof.models.kernels import (  # noqa: E402
@@ -110,6 +111,11 @@ def clamped64(alpha, limit):
     return act
 
 
+def activation_close(want: torch.Tensor) -> dict[str, float]:
+    """Two float32 evaluations of an activation: its roundings and its exp's ulps apart."""
+    return close(torch.float32, reduction=ACTIVATION_TERMS, scale=want.abs().max().item())
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -180,9 +186,10 @@ def test_activation_references_match_the_unfused_activations():
     old_clamped, old_swiglu = _old_clamped, _old_swiglu
 
     x = torch.randn(33, 2 * 19) * 4
-    torch.testing.assert_close(silu_and_mul_reference(x), old_swiglu(x), rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(clamped_swiglu_reference(x, 1.702, 7.0), old_clamped(x, 1.702, 7.0),
-                               rtol=1e-6, atol=1e-6)
+    want = old_swiglu(x)  # elementwise: the activation's own roundings apart
+    torch.testing.assert_close(silu_and_mul_reference(x), want, **activation_close(want))
+    want = old_clamped(x, 1.702, 7.0)
+    torch.testing.assert_close(clamped_swiglu_reference(x, 1.702, 7.0), want, **activation_close(want))
     # bf16: the fused form rounds once, the unfused one after every op; they stay close
     xb = x.to(BF16)
     assert rel_err(silu_and_mul_reference(xb), old_swiglu(xb)) < 1e-2
@@ -222,7 +229,8 @@ def test_reference_moe_matches_a_naive_float64_loop(activation, transposed):
     got = fused_experts_reference(**case, activation=activation, alpha=alpha, limit=limit)
     want = naive_moe(**case, act=act)
     assert got.dtype == torch.float32
-    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    terms = mlp_terms(hidden=case["w1"].shape[1], intermediate=case["w2"].shape[1], experts=case["topk_ids"].shape[1])
+    torch.testing.assert_close(got.double(), want, **close(torch.float32, reduction=terms, scale=want.abs().max().item()))
     # bf16 inputs: against the float64 loop over the same (bf16-valued) inputs
     bf = {k: (v.to(BF16) if v is not None and v.is_floating_point() and k != "topk_weights" else v)
           for k, v in case.items()}
@@ -389,8 +397,8 @@ def test_triton_activations_equal_the_reference(dtype, shape):
                         lambda t: clamped_swiglu_reference(t, 1.702, 2.5))):
         got, want = fused(x, backend="triton"), ref(x)
         assert got.shape == want.shape and got.dtype == dtype
-        if dtype == torch.float32:  # sigmoid/exp may differ in the last float32 place
-            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        if dtype == torch.float32:  # sigmoid/exp may differ in the last float32 places
+            torch.testing.assert_close(got, want, **activation_close(want))
         else:  # float32 math then one rounding: the same bits, but where the float32
             # values straddle a rounding boundary, one unit in the last place
             assert_within_one_ulp(got, want)
@@ -403,10 +411,12 @@ def test_triton_activations_read_strided_rows_and_write_out():
     x = base[:, 4:36]  # [9, 32], row stride 40
     out = torch.full((9, 16), float("nan"))
     assert silu_and_mul(x, out=out, backend="triton") is out
-    torch.testing.assert_close(out, silu_and_mul_reference(x), rtol=1e-6, atol=1e-6)
+    want = silu_and_mul_reference(x)
+    torch.testing.assert_close(out, want, **activation_close(want))
     out.fill_(float("nan"))
     clamped_swiglu(x, out=out, backend="triton")
-    torch.testing.assert_close(out, clamped_swiglu_reference(x, 1.702, 7.0), rtol=1e-6, atol=1e-6)
+    want = clamped_swiglu_reference(x, 1.702, 7.0)
+    torch.testing.assert_close(out, want, **activation_close(want))
 
 
 # T, E, k, H, I, dtype, bias, transposed, activation, empty experts

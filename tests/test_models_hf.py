@@ -54,7 +54,7 @@ def _check(tmp_path, config, T=200, offset=0, num_layers=None, published_config=
         out = ours(ids, pos)
     ref = hf_hidden(hf, ids, pos)
     assert out.shape == (T, config["hidden_size"]) and out.dtype == torch.float32
-    close(out, ref)
+    close(out, ref, ours.args)
     return ours, out
 
 
@@ -137,7 +137,7 @@ def test_gpt_oss_mxfp4_checkpoint(tmp_path):
     ours = load(ckpt, weights="safetensors", device="cpu", dtype=torch.float32)
     ids, pos = inputs(config["vocab_size"], 50)
     with torch.no_grad():
-        close(ours(ids, pos), hf_hidden(hf, ids, pos))
+        close(ours(ids, pos), hf_hidden(hf, ids, pos), ours.args)
 
 
 def test_qwen3_moe_checkpoint_is_per_expert(tmp_path):

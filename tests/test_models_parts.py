@@ -25,6 +25,7 @@ from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.layers.rope import rope_inv_freq, rope_parameters
 from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
 from test_models_tiny import inputs, randomize_, tiny_config
+from tolerances import ACTIVATION_TERMS, TRANSCENDENTAL_ULPS, attention_close, close, mlp_terms, model_close
 
 transformers = pytest.importorskip("transformers")
 
@@ -64,7 +65,7 @@ def test_chunked_attention_matches_reference(window, with_sinks, blocks):
     sinks = torch.randn(8, generator=torch.Generator().manual_seed(3)) * 2 if with_sinks else None
     want = reference_attention(q, k, v, scale=0.25, window=window, sinks=sinks)
     got = chunked(q, k, v, window=window, sinks=sinks, block_q=blocks[0], block_k=blocks[1])
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, **attention_close(q, k, v, scale=0.25, keys=len(k), sinks=sinks))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -92,12 +93,16 @@ def test_sinks_match_transformers_eager_attention_and_change_the_output():
     hf, _ = eager_attention_forward(module, q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                     v.transpose(0, 1)[None], causal, scaling=0.25)
     got = chunked(q, k, v, sinks=sinks)
-    torch.testing.assert_close(got, hf[0], rtol=1e-5, atol=1e-5)
+    tol = attention_close(q, k, v, scale=0.25, keys=len(k), sinks=sinks)
+    torch.testing.assert_close(got, hf[0], **tol)
     no_sinks = chunked(q, k, v)
     # a sink only adds to the denominator: same direction, shrunk by exp(lse) / (exp(lse) + exp(sink))
-    assert not torch.allclose(got, no_sinks, atol=1e-3)
+    assert not torch.allclose(got, no_sinks, **tol)
+    scores = torch.einsum("thd,shd->hts", q, k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)) * 0.25 + causal[0, 0]
+    shrink = torch.sigmoid(scores.logsumexp(-1) - sinks[:, None]).T  # [T, heads]
+    torch.testing.assert_close(got, shrink[..., None] * no_sinks, **attention_close(q, k, v, scale=0.25, keys=len(k),
+                                                                                    sinks=sinks, depth=2))
     ratio = got / no_sinks
-    assert torch.allclose(ratio, ratio[..., :1].expand_as(ratio), atol=1e-4)
     assert (ratio > 0).all() and (ratio < 1).all()
     # head 4 (sink 5) is shrunk much more than head 5 (sink -5)
     assert ratio[:, 4].mean() < 0.5 < 0.95 < ratio[:, 5].mean()
@@ -123,11 +128,12 @@ def test_sdpa_path_matches_reference_on_cpu():
     q, k, v = qkv(T=33)
     out = torch.empty_like(q)
     sdpa_causal(q, k, v, out, scale=0.3)
-    torch.testing.assert_close(out, reference_attention(q, k, v, scale=0.3), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, reference_attention(q, k, v, scale=0.3), **attention_close(q, k, v, scale=0.3,
+                                                                                                keys=len(k)))
 
 
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
-def test_flash_sinks_path_matches_reference_on_cpu(dtype, tol):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flash_sinks_path_matches_reference_on_cpu(dtype):
     # the CUDA path for full attention with sinks (flash output rescaled by its
     # log-sum-exp), through the CPU twin of the same aten op
     q, k, v = qkv(T=45, dtype=dtype)
@@ -135,8 +141,12 @@ def test_flash_sinks_path_matches_reference_on_cpu(dtype, tol):
     out = torch.empty_like(q)
     sdpa_causal_sinks(q, k, v, out, scale=0.25, sinks=sinks)
     want = reference_attention(q.float(), k.float(), v.float(), scale=0.25, sinks=sinks)
-    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
-    torch.testing.assert_close(out.float(), chunked(q.float(), k.float(), v.float(), sinks=sinks), rtol=tol, atol=tol)
+    tol = attention_close(q.float(), k.float(), v.float(), scale=0.25, keys=len(k), sinks=sinks)  # float32 sums
+    if dtype == torch.bfloat16:  # and three bf16 roundings: the probabilities, the flash output, its rescaling
+        bf16 = close(dtype, reduction=3, scale=v.abs().max().item())
+        tol = {key: tol[key] + bf16[key] for key in tol}
+    torch.testing.assert_close(out.float(), want, **tol)
+    torch.testing.assert_close(out.float(), chunked(q.float(), k.float(), v.float(), sinks=sinks), **tol)
 
 
 def test_attention_goes_through_one_graph_break_and_writes_a_preallocated_output():
@@ -195,7 +205,9 @@ def test_rope_matches_transformers(name, rope_type):
     assert params["rope_type"] == rope_type
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     inv, factor = rope_inv_freq(params, head_dim, config["max_position_embeddings"])
-    torch.testing.assert_close(inv, hf_inv, rtol=1e-7, atol=0)
+    # transformers' float32 ops in its order, no sum to reorder: apart by at most pow's ulps and the
+    # ramp's few roundings; relative alone (atol 0), the frequencies being positive
+    torch.testing.assert_close(inv, hf_inv, **close(torch.float32, reduction=TRANSCENDENTAL_ULPS + 8, scale=0.0))
     assert factor == pytest.approx(hf_factor, rel=1e-12)
     if rope_type == "yarn":
         assert factor == pytest.approx(0.1 * math.log(32.0) + 1.0)  # YaRN's attention scaling
@@ -218,10 +230,12 @@ def test_rope_cos_sin_match_transformers_rotary_embedding():
         rope = build_meta(name, num_layers=1).rotary["r0"].to_empty(device="cpu")
         cos, sin = rope(pos)
         half = cos.shape[-1]
-        torch.testing.assert_close(cos, cos_ref[0, :, :half], rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(sin, sin_ref[0, :, :half], rtol=1e-6, atol=1e-6)
+        # the same float32 angle (one product) in both: cos/sin's ulps and the attention factor's rounding
+        tol = close(torch.float32, reduction=TRANSCENDENTAL_ULPS + 1, scale=cos_ref.abs().max().item())
+        torch.testing.assert_close(cos, cos_ref[0, :, :half], **tol)
+        torch.testing.assert_close(sin, sin_ref[0, :, :half], **tol)
         if full:  # Llama repeats the frequencies for the two halves
-            torch.testing.assert_close(cos, cos_ref[0, :, half:], rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(cos, cos_ref[0, :, half:], **tol)
 
 
 def test_both_config_dialects_give_identical_outputs():
@@ -286,7 +300,7 @@ def test_qwen3_has_qk_norms_and_they_matter(family):
         before = model(ids, pos)
         model.layers[1].self_attn.k_norm.weight.mul_(3.0)
         after = model(ids, pos)
-    assert not torch.allclose(before, after, atol=1e-3)
+    assert not torch.allclose(before, after, **model_close(model.args, keys=len(ids), scale=before.abs().max().item()))
     assert "q_norm" not in str(tiny_model("llama"))
 
 
@@ -303,7 +317,9 @@ def test_clamped_swiglu_by_hand():
     for g, u in zip(gate, up):
         g, u = min(g, limit), max(-limit, min(u, limit))  # gate clamped above only, up both ways
         want.append((u + 1) * g / (1 + math.exp(-alpha * g)))
-    torch.testing.assert_close(got, torch.tensor(want), rtol=1e-6, atol=1e-6)
+    want = torch.tensor(want)  # float64 math rounded once to float32: one more rounding
+    torch.testing.assert_close(got, want, **close(torch.float32, reduction=ACTIVATION_TERMS + 1,
+                                                  scale=want.abs().max().item()))
     assert got[0].item() == pytest.approx((-7 + 1) * -10 / (1 + math.exp(17.02)), rel=1e-5)  # gate -10 kept
     assert got[5].item() == pytest.approx(8 * 7 / (1 + math.exp(-1.702 * 7)), rel=1e-6)  # both clamped to 7
 
@@ -351,7 +367,11 @@ def test_qwen3_moe_router_norm_topk_prob(norm):
     _, scores, ids = hf(x)
     route = router(x)
     assert torch.equal(route.ids, ids)
-    torch.testing.assert_close(route.weights, scores, rtol=1e-6, atol=1e-7)
+    # the logits' hidden terms count |logit| times through the exp, the softmax sums over every
+    # expert, the renormalisation over the top k
+    logit = max(1, math.ceil((x.abs() @ router.weight.abs().T).max().item()))
+    terms = config["hidden_size"] * logit + config["num_experts"] + config["num_experts_per_tok"] + TRANSCENDENTAL_ULPS
+    torch.testing.assert_close(route.weights, scores, **close(torch.float32, reduction=terms))
     sums = route.weights.sum(-1)
     if norm:
         torch.testing.assert_close(sums, torch.ones(40))
@@ -398,9 +418,11 @@ def test_fused_experts_matches_naive_loop():
     x, route, w1, w2, b1, b2 = _moe_case(empty_experts=(0, 5, 15))
     got = fused_experts(x, route.ids, route.weights, w1, w2, "clamped_swiglu", b1, b2, alpha=1.702, limit=1.0)
     want = _naive_moe(x, route, w1, w2, _clamped(1.702, 1.0), b1, b2)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    terms = mlp_terms(hidden=w1.shape[1], intermediate=w2.shape[1], experts=route.ids.shape[1])
+    torch.testing.assert_close(got, want, **close(torch.float32, reduction=terms, scale=want.abs().max().item()))
     got = fused_experts(x, route.ids, route.weights, w1, w2, "silu")
-    torch.testing.assert_close(got, _naive_moe(x, route, w1, w2, silu_and_mul), rtol=1e-5, atol=1e-5)
+    want = _naive_moe(x, route, w1, w2, silu_and_mul)
+    torch.testing.assert_close(got, want, **close(torch.float32, reduction=terms, scale=want.abs().max().item()))
 
 
 def test_moe_forward_is_bit_identical_run_to_run():

@@ -66,7 +66,7 @@ def _models_rank(rank: int, world: int, init_file: str, ckpt_dir: str) -> None:
             with torch.no_grad():
                 ref, out = full(ids, pos), shard(ids, pos)
             try:
-                close(out, ref)
+                close(out, ref, full.args)
             except AssertionError as e:
                 raise AssertionError(f"rank {rank} {family} {overrides}: {e}") from None
 
@@ -80,7 +80,7 @@ def _models_rank(rank: int, world: int, init_file: str, ckpt_dir: str) -> None:
         assert (attn.num_heads, attn.num_kv_heads) == (4, 1)
         ids, pos = inputs(256, 17, seed=2)
         with torch.no_grad():
-            close(shard(ids, pos), full(ids, pos))
+            close(shard(ids, pos), full(ids, pos), full.args)
     finally:
         dist.destroy_process_group()
 
