@@ -1,33 +1,58 @@
 """The capture runner's process protocol and final status, on a machine without a GPU."""
 
 import json
+import os
 import subprocess
 import sys
 
-import torch
-
-from bcgprof.errors import EXIT_INTERRUPTED
+from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from bcgprof.options import CaptureOptions
-from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
+from bcgprof.report import ReportWriter, RunInfo, read_report
 from bcgprof.runner import ModeLauncher, _finish
+from bcgprof.vocab import Mode, RunStatus
 
 
-def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(tmp_path):
-    out = tmp_path / "report"
-    ReportWriter(out, RunInfo(model="gpt-oss-20b"))
+def _started(write_report, rows=(), **changes):
+    """A report as the runner leaves it for its modes: a whole run.json, still running."""
+    buckets = {"buckets": [4, 8]} if not rows else {}
+    return write_report("report", rows=list(rows), status=RunStatus.RUNNING, ended_at="", **buckets, **changes)
+
+
+# Loaded by the mode process at start-up (through PYTHONPATH): its model lookup crashes, the way
+# an error no check foresaw would, on any machine and before anything touches a GPU.
+CRASH = """
+import importlib
+
+def crash(*args, **kwargs):
+    raise RuntimeError("the model lookup crashed\\nits second line")
+
+for name in ("bcgprof.spec.config", "bcgprof.spec", "bcgprof.models.config"):  # wherever it is imported from
+    module = importlib.import_module(name)
+    if hasattr(module, "resolve_model"):
+        module.resolve_model = crash
+"""
+
+
+def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(tmp_path, monkeypatch, write_report):
+    """The failure is the mode's own, injected: sent to cuda:0 instead, a CPU machine fails inside
+    torch (an AttributeError or a RuntimeError, by torch build) and a GPU machine not at all."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(CRASH)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")])))
+    out = _started(write_report, modes=[Mode.SHARED])
     events = []
-    opts = CaptureOptions(buckets="4,8", modes=["shared"], device="cuda:0")
+    opts = CaptureOptions(buckets="4,8", modes=["shared"], device="cpu")  # a CPU group: no torch.cuda call first
     code = ModeLauncher(opts, out).run_one("shared", events.append)
-    assert code != 0
+    assert code == EXIT_FAILED
     errors = [e for e in events if e.get("event") == "error"]
-    assert len(errors) == 1 and "\n" not in errors[0]["message"]
-    if not torch.cuda.is_available():
-        assert (out / "shared.log").read_text().strip()  # the traceback went to the log, not the screen
+    assert [e["message"] for e in errors] == ["RuntimeError: the model lookup crashed"]  # one event, one line
+    log = (out / "shared.log").read_text()  # the traceback went to the log, not the screen
+    assert "Traceback" in log and "in crash" in log and "its second line" in log
 
 
-def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(tmp_path):
-    out = tmp_path / "report"
-    ReportWriter(out, RunInfo(model="gpt-oss-20b"))
+def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(write_report):
+    out = _started(write_report, modes=[Mode.SHARED])
     opts = CaptureOptions(buckets="4,8", modes=["shared"])
     proc = subprocess.run([sys.executable, "-m", "bcgprof.mode", str(out), "shared", opts.to_json()],
                           input="", capture_output=True, text=True, timeout=120)
@@ -78,11 +103,8 @@ def test_options_travel_to_a_mode_process_as_json():
     assert json.loads(opts.to_json())["modes"] == ["floor"]
 
 
-def test_finish_marks_a_run_with_a_failed_mode_partial(tmp_path):
-    out = tmp_path / "report"
-    writer = ReportWriter(out, RunInfo(model="m", modes=["per-bucket", "shared"]))
-    writer.append(BucketRecord(mode="per-bucket", bucket=8, order=0, status="ok"))
-    writer.append(BucketRecord(mode="per-bucket", bucket=4, order=1, status="oom", detail="out of memory"))
+def test_finish_marks_a_run_with_a_failed_mode_partial(write_report, rows):
+    out = _started(write_report, [rows()[Mode.PER_BUCKET][4096]], modes=[Mode.PER_BUCKET, Mode.SHARED])
     opts = CaptureOptions(modes=["per-bucket", "shared"])
     outcome = _finish(out, opts, {"per-bucket": 3, "shared": 0}, False)
     report = read_report(out)
@@ -91,9 +113,8 @@ def test_finish_marks_a_run_with_a_failed_mode_partial(tmp_path):
     assert report.run.ended_at
 
 
-def test_finish_marks_an_interrupted_run(tmp_path):
-    out = tmp_path / "report"
-    ReportWriter(out, RunInfo(model="m", modes=["per-bucket"]))
+def test_finish_marks_an_interrupted_run(write_report):
+    out = _started(write_report, modes=[Mode.PER_BUCKET])
     outcome = _finish(out, CaptureOptions(modes=["per-bucket"]), {}, True)
     assert outcome.exit_code == EXIT_INTERRUPTED and read_report(out).run.status == "interrupted"
 
