@@ -36,7 +36,9 @@ runner = CliRunner()
 
 def _blocks(path: Path, language: str) -> list[tuple[int, str]]:
     """(first line number, text) of each fenced block of ``language`` in ``path``."""
-    blocks, current, start = [], None, 0
+    blocks: list[tuple[int, str]] = []
+    current: list[str] | None = None
+    start = 0
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         fence = line.strip()
         if current is None and fence == f"```{language}":
@@ -124,6 +126,7 @@ def test_python_examples_run(path, start, code, in_reports_dir, capsys):
 
 def _generator():
     spec = importlib.util.spec_from_file_location("gen_cli_reference", DOCS / "gen_cli_reference.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -140,7 +143,9 @@ def test_cli_reference_names_every_command_and_option():
 
     text = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
     root = typer.main.get_command(app)
-    for name, command in root.commands.items():
+    ctx = root.context_class(root, info_name="bcgprof")
+    for name in root.list_commands(ctx):  # type: ignore[attr-defined]  # the app is a group
+        command = root.get_command(ctx, name)  # type: ignore[attr-defined]
         assert f"\n## bcgprof {name}\n" in text, name
         for param in command.params:
             for opt in param.opts if param.param_type_name == "option" else ():
