@@ -19,7 +19,7 @@ sized before it is expanded, so a huge range is refused at once.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from bcgprof.errors import BucketSpecError
 

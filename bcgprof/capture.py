@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 
+from bcgprof import sites
 from bcgprof.bcg.graph import BreakableGraph
 from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
-from bcgprof import sites
 from bcgprof.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES
 from bcgprof.report import BucketRecord
@@ -358,7 +359,7 @@ class Capturer:
             replayed = self.result.replay(bucket).clone()
             eager = self._eager(bucket)
             diff = (replayed.float() - eager.float()).abs().max().item() if replayed.numel() else 0.0
-            if not (diff == diff):  # NaN never passes
+            if diff != diff:  # NaN never passes
                 diff = float("inf")
             cap.record.replay_max_abs_diff = diff
             if diff > atol:

@@ -227,7 +227,7 @@ def parse_abs_mib(value: float, *, what: str = "--abs-tol-mib") -> int:
         raise BcgprofError(f"{what} {value:g} is negative; tolerances are >= 0")
     if value * MIB > MAX_ABS_TOL_BYTES:
         raise BcgprofError(f"{what} {value:g} is over {MAX_ABS_TOL_BYTES // MIB} MiB (1 PiB); write e.g. 16")
-    return int(round(value * MIB))
+    return round(value * MIB)
 
 
 def parse_tolerance(text: str, default: Tolerance) -> tuple[str, Tolerance]:

@@ -23,9 +23,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from bcgprof.errors import (
     EXIT_FAILED,
@@ -294,8 +295,8 @@ def _preload() -> None:
     """
     import torch  # noqa: F401
 
-    import bcgprof.capture  # noqa: F401
-    import bcgprof.models  # noqa: F401
+    import bcgprof.capture
+    import bcgprof.models
     import bcgprof.workload  # noqa: F401
 
 

@@ -61,7 +61,7 @@ class CaptureOptions:
         return json.dumps(data)
 
     @classmethod
-    def from_json(cls, text: str) -> "CaptureOptions":
+    def from_json(cls, text: str) -> CaptureOptions:
         data = json.loads(text)
         known = {f.name for f in dataclasses.fields(cls)}
         opts = cls(**{k: v for k, v in data.items() if k in known})

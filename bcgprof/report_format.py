@@ -84,4 +84,4 @@ def parse_bytes(text: str, *, what: str = "size") -> int:
     number = m.group(1)
     if len(number) > 30 or float(number) * _UNITS[unit] > MAX_PARSED_BYTES:
         raise BcgprofError(f"{what} {shown} is too large; write e.g. 16MiB, 1.5GiB or 512KiB")
-    return int(round(float(number) * _UNITS[unit]))
+    return round(float(number) * _UNITS[unit])

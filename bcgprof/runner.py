@@ -18,6 +18,7 @@ buckets, modes, tp, total), ``memory_source``, ``start``, ``bucket``, ``verify``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -26,9 +27,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
 from bcgprof.options import CaptureOptions
@@ -172,7 +174,7 @@ def _prepare(opts: CaptureOptions):
     from bcgprof.spec import resolve_model
 
     spec = resolve_model(opts.model)
-    if opts.num_layers is not None and not 1 <= opts.num_layers:
+    if opts.num_layers is not None and not opts.num_layers >= 1:
         raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
     opts = dataclasses.replace(opts, buckets=opts.buckets or default_bucket_spec(opts.phase))
     buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
@@ -291,7 +293,7 @@ class _ModeProcesses:
         port = dist.free_port() if opts.tp > 1 else 0
         for rank in range(opts.tp):
             name = f"{mode}.log" if opts.tp == 1 else f"{mode}.rank{rank}.log"
-            log = open(out / name, "w")
+            log = open(out / name, "w")  # noqa: SIM115  # held open for the child process; close_logs() closes it
             self.logs.append(log)
             env = dist.rank_environment(rank, opts.tp, port) if opts.tp > 1 else _single_environment()
             self.procs.append(subprocess.Popen(
@@ -307,10 +309,8 @@ class _ModeProcesses:
     def cancel(self) -> None:
         """Let processes that never started work exit (EOF on stdin), then make sure they did."""
         for p in self.procs:
-            try:
+            with contextlib.suppress(OSError):
                 p.stdin.close()
-            except OSError:
-                pass
         for p in self.procs:
             try:
                 p.wait(timeout=30)
@@ -327,10 +327,8 @@ class _ModeProcesses:
             for line in self.procs[0].stdout:
                 line = line.strip()
                 if line.startswith("{"):
-                    try:
+                    with contextlib.suppress(json.JSONDecodeError):
                         on_event(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
             codes = [p.wait() for p in self.procs]
         except KeyboardInterrupt:
             for p in self.procs:  # they got the same Ctrl-C; their finished rows are on disk

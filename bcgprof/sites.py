@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import linecache
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 MODULE_FRAME = "module:"  # prefix of the renamed forward frames
 NO_SITE = "(no model frame: torch or library internals)"

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bcgprof.cli import app
+
 from test_explain import _report
 from test_predict import _synthetic
 

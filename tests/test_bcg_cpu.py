@@ -37,9 +37,8 @@ def test_handler_is_restored_after_an_exception():
     def boom(fn, args, kwargs):
         raise RuntimeError("inside")
 
-    with pytest.raises(RuntimeError):
-        with break_handler(boom):
-            graph_break(_double, torch.ones(1), torch.zeros(1))
+    with pytest.raises(RuntimeError), break_handler(boom):
+        graph_break(_double, torch.ones(1), torch.zeros(1))
     out = torch.zeros(1)
     graph_break(_double, torch.ones(1), out)
     assert out.item() == 2.0

@@ -1,7 +1,10 @@
 import pytest
 
 from bcgprof.buckets import (
-    default_bucket_spec, parse_buckets, sglang_decode_buckets, sglang_prefill_buckets,
+    default_bucket_spec,
+    parse_buckets,
+    sglang_decode_buckets,
+    sglang_prefill_buckets,
 )
 from bcgprof.errors import BucketSpecError
 

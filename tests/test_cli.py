@@ -90,7 +90,7 @@ def test_show_markdown(data_dir):
 def test_show_json_keeps_integers(data_dir):
     data = json.loads(run("show", data_dir / "baseline", "-f", "json").stdout)
     assert data["run"]["model"] == "gpt-oss-20b"
-    shared = [s for s in data["summary"] if s["mode"] == "shared"][0]
+    shared = next(s for s in data["summary"] if s["mode"] == "shared")
     assert shared["saved_vs_per_bucket_bytes"] == 24 * MIB
     assert len(data["buckets"]) == 11 and data["buckets"][0]["pool_bytes"] == 276 * MIB
 
@@ -149,7 +149,7 @@ def test_compare_table_lists_growth_first(data_dir):
     out = result.stdout
     assert "per-mode totals" in out and "+40.00 MiB" in out
     bucket_table = out[out.index("per-bucket deltas"):]
-    first_row = [line for line in bucket_table.splitlines() if "per-bucket" in line and "│" in line][0]
+    first_row = next(line for line in bucket_table.splitlines() if "per-bucket" in line and "│" in line)
     assert "1024" in first_row and "+40.00 MiB" in first_row
 
 

@@ -5,8 +5,17 @@ import pytest
 
 from bcgprof.errors import BcgprofError, ReportError
 from bcgprof.gate import (
-    DEFAULT_ABS_TOL_BYTES, IMPROVEMENT, PASS, REGRESSION, GateMismatchError, GateOptions, Tolerance, gate_reports,
-    judge, parse_rel, parse_tolerance,
+    DEFAULT_ABS_TOL_BYTES,
+    IMPROVEMENT,
+    PASS,
+    REGRESSION,
+    GateMismatchError,
+    GateOptions,
+    Tolerance,
+    gate_reports,
+    judge,
+    parse_rel,
+    parse_tolerance,
 )
 from bcgprof.report import read_report
 
@@ -162,7 +171,7 @@ def test_oom_bucket_is_a_regression(write_report, rows):
     assert result.exit_code == 1
     (check,) = result.regressions
     assert (check.mode, check.bucket, check.metric) == ("shared", 2048, "status")
-    assert "oom in the current report (baseline ok): CUDA out of memory" == check.detail
+    assert check.detail == "oom in the current report (baseline ok): CUDA out of memory"
 
 
 def test_bucket_fixed_since_baseline_is_an_improvement(write_report, rows):

@@ -21,11 +21,10 @@ import torch
 if not torch.cuda.is_available():  # tests/conftest.py does this first; here for running the file alone
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-from tolerances import ACTIVATION_TERMS, close, mlp_terms
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from bcgprof.models.kernels import (  # noqa: E402
+from bcgprof.models.kernels import (
     clamped_swiglu,
     clamped_swiglu_reference,
     fused_experts,
@@ -34,9 +33,11 @@ from bcgprof.models.kernels import (  # noqa: E402
     silu_and_mul,
     silu_and_mul_reference,
 )
-from bcgprof.models.kernels import moe as moe_module  # noqa: E402
-from bcgprof.models.kernels import workspace as workspace_module  # noqa: E402
-from bcgprof.models.kernels.routing import align_routing  # noqa: E402
+from bcgprof.models.kernels import moe as moe_module
+from bcgprof.models.kernels import workspace as workspace_module
+from bcgprof.models.kernels.routing import align_routing
+
+from tolerances import ACTIVATION_TERMS, close, mlp_terms
 
 aten = torch.ops.aten
 BF16 = torch.bfloat16
@@ -135,8 +136,8 @@ TOL = {torch.float32: 1e-5, BF16: 1e-2, torch.float16: 2e-3}
 class Watch(TorchDispatchMode):
     """Records what an op sequence does: host syncs, boolean indexing, created tensors."""
 
-    SYNC = {aten._local_scalar_dense.default, aten.nonzero.default, aten.bincount.default,
-            aten.is_nonzero.default, aten.equal.default, aten.masked_select.default}
+    SYNC = frozenset({aten._local_scalar_dense.default, aten.nonzero.default, aten.bincount.default,
+                      aten.is_nonzero.default, aten.equal.default, aten.masked_select.default})
 
     def __init__(self):
         super().__init__()
@@ -147,9 +148,10 @@ class Watch(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if func in self.SYNC:
             self.forbidden.append(str(func))
-        if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default):
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()) if i is not None):
-                self.forbidden.append(f"{func} with a boolean mask")
+        if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default) and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()) if i is not None
+        ):
+            self.forbidden.append(f"{func} with a boolean mask")
         if not func.is_view:
             for t in out if isinstance(out, (tuple, list)) else (out,):
                 if isinstance(t, torch.Tensor):

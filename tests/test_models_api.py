@@ -10,6 +10,7 @@ import torch
 from bcgprof.errors import BcgprofError, ModelConfigError, NoGPUError
 from bcgprof.models import build_meta, load, model_class
 from bcgprof.spec import family_names, resolve_model
+
 from test_models_tiny import inputs, tiny_config, write_config
 
 

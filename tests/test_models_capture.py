@@ -18,6 +18,7 @@ from bcgprof.bcg.breaks import break_handler
 from bcgprof.models import build_meta, model_class
 from bcgprof.models.layers.attention import chunked_attention
 from bcgprof.spec import family_names
+
 from test_models_tiny import inputs, randomize_, tiny_config
 
 aten = torch.ops.aten
@@ -65,10 +66,11 @@ class Watch(TorchDispatchMode):
         self.ops.add(func)
         if func in HOST_SYNC:
             self.forbidden.append(str(func))
-        if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default):
-            # boolean-mask indexing runs nonzero inside the kernel
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()) if i is not None):
-                self.forbidden.append(f"{func} with a boolean mask")
+        # boolean-mask indexing runs nonzero inside the kernel
+        if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default) and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()) if i is not None
+        ):
+            self.forbidden.append(f"{func} with a boolean mask")
         if func.is_view:  # a view allocates nothing
             return out
         for t in out if isinstance(out, (tuple, list)) else (out,):

@@ -15,9 +15,10 @@ import json
 from pathlib import Path
 
 import torch
-from tolerances import model_close
 
 from bcgprof.spec import get_family, presets_dir, read_config
+
+from tolerances import model_close
 
 TINY = {
     "gpt_oss": {

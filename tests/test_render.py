@@ -18,7 +18,12 @@ from bcgprof.estimate import estimate_output_buffers
 from bcgprof.gate import GateOptions, gate_reports
 from bcgprof.models.config import resolve_model
 from bcgprof.render import (
-    print_capture_result, print_estimate, print_gate, render_markdown, show_comparison, show_report,
+    print_capture_result,
+    print_estimate,
+    print_gate,
+    render_markdown,
+    show_comparison,
+    show_report,
 )
 from bcgprof.render.views import show_view
 from bcgprof.report import read_report

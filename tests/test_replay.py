@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from traced_profile import BUCKETS, MODES, capture, forward, write_profile
 
 from bcgprof.predict import PredictionError, bucket_profile, predict_buckets, prediction_json
 from bcgprof.replay import Replayer
+
+from traced_profile import BUCKETS, MODES, capture, forward, write_profile
 
 MIB = 1 << 20
 
@@ -90,9 +91,9 @@ def test_the_largest_bucket_of_a_list_keeps_its_output_in_shared_largest_mode(pr
 
 def test_skipping_repeated_layers_changes_no_result(tmp_path, monkeypatch):
     """A deeper stack (12 layers), replayed with and without skipping the periods whose state repeats."""
-    import traced_profile
-
     import bcgprof.replay
+
+    import traced_profile
 
     jumps = []
     rename = bcgprof.replay.rename

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_models_tiny import inputs, randomize_, shrunk_preset, tiny_config
 
 import bcgprof.models
 from bcgprof.errors import ModelConfigError
@@ -33,6 +32,8 @@ from bcgprof.spec import (
     registry,
     resolve_model,
 )
+
+from test_models_tiny import inputs, randomize_, shrunk_preset, tiny_config
 
 MODELS_DIR = Path(bcgprof.models.__file__).parent
 

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
@@ -16,13 +17,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bcgprof import dist as tpdist
+from bcgprof import mode as mode_loop
 from bcgprof.errors import CaptureError, ModelConfigError, NoGPUError
 from bcgprof.models.config import resolve_model
-from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
-from bcgprof.sites import PoolPeak, SiteBytes
-from bcgprof import mode as mode_loop
 from bcgprof.options import CaptureOptions
+from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
 from bcgprof.runner import run_capture
+from bcgprof.sites import PoolPeak, SiteBytes
 
 WORLD = 2
 BUCKETS = [4, 2, 1]
@@ -111,7 +112,7 @@ def test_cli_capture_tp_on_a_cpu_machine_is_one_line(tmp_path):
 class FakeCapturer:
     """Yields one ok record per bucket; fails (rank, bucket) pairs listed in FAIL."""
 
-    FAIL: set = set()
+    FAIL: ClassVar[set[tuple[int, int]]] = set()
 
     def __init__(self, fn, inputs, buckets, *, mode, rank, **kwargs):
         self.mode, self.rank = mode, rank
@@ -182,7 +183,8 @@ def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) ->
 
 def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
     out = tmp_path / "report"
-    ReportWriter(out, RunInfo(model="gpt-oss-20b", buckets=BUCKETS, modes=["per-bucket", "shared", "floor"], tp=2))
+    ReportWriter(out, RunInfo(model="gpt-oss-20b", config_hash="348b8e61e22f5315", buckets=BUCKETS,
+                              modes=["per-bucket", "shared", "floor"], tp=2))
     mp.spawn(_rank_loop, args=(WORLD, str(tmp_path / "init"), str(out), str(tmp_path)), nprocs=WORLD, join=True)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
 

@@ -13,7 +13,6 @@ import pytest
 import safetensors
 import torch
 from safetensors.torch import save_file
-from tolerances import model_close
 from torch import nn
 
 from bcgprof.errors import BcgprofError, ModelConfigError
@@ -24,6 +23,8 @@ from bcgprof.models.weights import (
     load_safetensors,
     parameter_bytes,
 )
+
+from tolerances import model_close
 
 reference_dequant = pytest.importorskip("transformers.integrations.mxfp4").convert_moe_packed_tensors
 

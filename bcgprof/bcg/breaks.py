@@ -16,8 +16,9 @@ graph capture cannot end while a forked stream still has unjoined work.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -51,7 +52,7 @@ def break_handler(handler: Callable[[Callable[..., None], tuple, dict], None]):
 
 
 @contextmanager
-def side_stream(stream: "torch.cuda.Stream") -> Iterator["torch.cuda.Stream"]:
+def side_stream(stream: torch.cuda.Stream) -> Iterator[torch.cuda.Stream]:
     """Run the block on ``stream``, forked from the current stream's work so far.
 
     Its results may be read only after the next graph break (or an explicit

@@ -24,9 +24,11 @@ Memory and lifetime rules:
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -120,7 +122,7 @@ class BreakableGraph:
         stream: torch.cuda.Stream,
         epilogue: Optional[Callable[[Any], Any]] = None,
         breakable: bool = True,
-    ) -> tuple["BreakableGraph", Any]:
+    ) -> tuple[BreakableGraph, Any]:
         """Capture ``fn(*args)``; return the graph and what ``fn`` (then ``epilogue``) returned.
 
         ``epilogue`` runs inside the last segment, so its kernels are part of the
@@ -170,10 +172,8 @@ class BreakableGraph:
         """End a capture that failed part-way, so the stream leaves capture mode."""
         g = self.steps[-1] if self.steps else None
         if isinstance(g, torch.cuda.CUDAGraph):
-            try:
+            with contextlib.suppress(Exception):
                 g.capture_end()
-            except Exception:
-                pass
         self.steps.clear()
 
     def _on_break(self, fn: Callable[..., None], args: tuple, kwargs: dict) -> None:

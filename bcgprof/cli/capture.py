@@ -22,8 +22,8 @@ from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_consol
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import DEFAULT_MODEL, MODES, CaptureOptions
-from bcgprof.spec import ModelSpec, resolve_model
 from bcgprof.outputs import holds_report
+from bcgprof.spec import ModelSpec, resolve_model
 from bcgprof.vocab import GraphKind, Mode, Order, Phase, Verify, Weights
 
 BUCKETS_HELP = ("Bucket spec: comma list (4,8,16), inclusive range START:STOP:STEP (512:4096:512), or a preset "

@@ -42,9 +42,9 @@ def estimate(
     graph executables are not included; capture measures them.
     """
     from bcgprof.estimate import estimate_output_buffers
-    from bcgprof.spec import resolve_model
     from bcgprof.render import render
     from bcgprof.render.views import estimate_view
+    from bcgprof.spec import resolve_model
 
     chosen = bucket_list(buckets, phase.value, max_tokens, max_bs)
     result = estimate_output_buffers(resolve_model(model), chosen, phase=phase.value, dtype=dtype)

@@ -66,7 +66,7 @@ class GptOssExperts(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         E, H = args.num_experts, args.hidden_size
-        I = shard_size(args.moe_intermediate_size, args.tp_size)  # noqa: E741 (the shapes' I); this rank's share
+        I = shard_size(args.moe_intermediate_size, args.tp_size)
         self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
         self.total_intermediate_size = args.moe_intermediate_size
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
@@ -96,7 +96,7 @@ class GptOssMLP(nn.Module):
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         ex = self.experts
-        E, H, I = ex.num_experts, ex.hidden_size, ex.total_intermediate_size  # noqa: E741 (the shapes' I)
+        E, H, I = ex.num_experts, ex.hidden_size, ex.total_intermediate_size
         sharded = ex.tp_size > 1
         rows = shard_range(I, ex.tp_rank, ex.tp_size)  # this rank's intermediate
         pairs = slice(2 * rows.start, 2 * rows.stop)  # its interleaved gate/up columns

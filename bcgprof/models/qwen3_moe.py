@@ -66,7 +66,7 @@ class Qwen3MoeExperts(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         E, H = args.num_experts, args.hidden_size
-        I = shard_size(args.moe_intermediate_size, args.tp_size)  # noqa: E741 (the shapes' I); this rank's share
+        I = shard_size(args.moe_intermediate_size, args.tp_size)
         self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
         self.total_intermediate_size = args.moe_intermediate_size
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
@@ -92,7 +92,7 @@ class Qwen3MoeSparseBlock(nn.Module):
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         ex = self.experts
-        E, H, I, full = ex.num_experts, ex.hidden_size, ex.intermediate_size, ex.total_intermediate_size  # noqa: E741
+        E, H, I, full = ex.num_experts, ex.hidden_size, ex.intermediate_size, ex.total_intermediate_size
         rows = shard_range(full, ex.tp_rank, ex.tp_size)
         src, cols = ((rows,), (slice(None), rows)) if ex.tp_size > 1 else ((), ())
         yield CheckpointTarget(f"{ckpt}.gate.weight", f"{param}.gate.weight", (), (E, H))

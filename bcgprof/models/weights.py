@@ -189,7 +189,7 @@ def _plan(module: nn.Module, files: list[Path]) -> tuple[list[_Entry], _Problems
     shapes: dict[str, tuple[int, ...]] = {}
     for path in files:
         with _safe_open(path) as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118  # a safetensors handle has keys() but is not iterable
                 if key in where:
                     problems.duplicated.append(key)
                     continue

@@ -1,5 +1,7 @@
 """The breakable CUDA graph engine and the capture modes, on small models. Needs CUDA."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -144,7 +146,7 @@ def test_cli_capture_oom_leaves_a_readable_partial_report(tmp_path, monkeypatch)
     from bcgprof.options import CaptureOptions
     from bcgprof.runner import run_capture
 
-    config = json.loads(open("configs/models/gpt-oss-20b.json").read())
+    config = json.loads(Path("configs/models/gpt-oss-20b.json").read_text())
     config.update(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=64, num_local_experts=4, vocab_size=512,
                   layer_types=["sliding_attention", "full_attention"])

@@ -3,6 +3,7 @@ step bit for bit (breakable and full graphs), the capture touches no cache slot 
 ones its step writes, and each bucket retains batch x hidden x dtype bytes. Needs CUDA."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ BUCKETS = [1, 2, 8, 16]
 
 
 def _tiny(tmp_path, preset="gpt-oss-20b", **changes):
-    config = json.loads(open(f"configs/models/{preset}.json").read())
+    config = json.loads(Path(f"configs/models/{preset}.json").read_text())
     config.update(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=64, vocab_size=512)
     if preset.startswith("gpt-oss"):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from bcgprof.models import load
+from bcgprof.models.kernels import clamped_swiglu_reference, fused_experts, silu_and_mul_reference
 from bcgprof.models.layers.attention import (
     ATTN_BLOCK_Q,
     ATTN_TILE_ELEMS,
@@ -21,7 +22,6 @@ from bcgprof.models.layers.attention import (
     chunked_attention,
     reference_attention,
 )
-from bcgprof.models.kernels import clamped_swiglu_reference, fused_experts, silu_and_mul_reference
 from bcgprof.models.layers.moe import RoutedExperts
 from bcgprof.models.weights import count_parameters
 
@@ -178,7 +178,7 @@ def test_attention_at_16k_is_memory_bounded():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        _, secs = _sync_time(lambda: fn(out))
+        _, secs = _sync_time(lambda fn=fn, out=out: fn(out))
         extra = torch.cuda.max_memory_allocated() - before
         results[label] = out
         print(f"\nattention T={T} Hq=64 Hkv=8 D=64 {label}: {secs * 1e3:.0f} ms, transient {extra / GIB:.2f} GiB")

@@ -5,12 +5,13 @@ Skipped unless at least 2 CUDA devices are visible. Each mode starts 2 rank proc
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from bcgprof.report import read_report
 from bcgprof.options import CaptureOptions
+from bcgprof.report import read_report
 from bcgprof.runner import run_capture
 
 pytestmark = [
@@ -20,7 +21,7 @@ pytestmark = [
 
 
 def _tiny_gpt_oss(path, **changes):
-    config = json.loads(open("configs/models/gpt-oss-20b.json").read())
+    config = json.loads(Path("configs/models/gpt-oss-20b.json").read_text())
     config.update(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=64, num_local_experts=4, vocab_size=512,
                   layer_types=["sliding_attention", "full_attention"])

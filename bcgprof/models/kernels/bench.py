@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 import torch.nn.functional as F

@@ -174,7 +174,7 @@ def fused_experts_reference(
     float32 + b1, round; activation in float32, round; GEMM2 in float32 + b2, times the
     routing weight, round; float32 sum over k in slot order, round). Sync-free and
     deterministic, but it allocates freely (float32 copies, a gathered x): for CPU use."""
-    T, H, N1, I, E, k = _check(x, topk_ids, topk_weights, w1, w2, activation, b1, b2)
+    T, H, _N1, _I, E, k = _check(x, topk_ids, topk_weights, w1, w2, activation, b1, b2)
     if T == 0 or k == 0:
         return x.new_zeros(T, H)
     flat = topk_ids.reshape(-1).long()  # [T*k]

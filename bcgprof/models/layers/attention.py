@@ -8,7 +8,7 @@ Shapes: q ``[T, Hq, D]``, k and v ``[T, Hkv, D]`` (Hq a multiple of Hkv).
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -239,7 +239,7 @@ def reference_attention(
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Straightforward T x T attention in float32 (tests and small CPU checks only)."""
-    T, Hq, D = q.shape
+    T, Hq, _D = q.shape
     G = Hq // k.shape[1]
     kk = k.float().repeat_interleave(G, dim=1)
     vv = v.float().repeat_interleave(G, dim=1)
