@@ -25,7 +25,7 @@ only those that, captured second, would not grow the pool. Every list it finds i
 candidate, and the advice is the least-padding candidate whose exact prediction (the pool
 replayed from the profile's allocator traces) fits the budget. Candidates are replayed only
 when the choice depends on them: a list's bound (the pool after its two largest buckets,
-which later buckets cannot shrink, plus every other bucket's measured costs and its band) is
+which later buckets cannot shrink, plus every other bucket's costs outside it and the band's top) is
 at most its prediction, so a list whose bound is above the budget is never replayed. The
 trade-off curve is drawn from the same exact predictions. On the 74-bucket default profile
 (``reports/gpt-oss-20b-h200-traced``) that is about 100 predictions and 350-550 bucket replays,
@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
+from bcgprof.bands import TOO_WIDE
 from bcgprof.errors import BcgprofError
 from bcgprof.inputs import open_regular_text
 from bcgprof.predict import PredictionError, bucket_profile, list_band, predict_buckets
@@ -69,10 +71,18 @@ class Advice:
     curve: list[tuple[int, float, int]] = field(default_factory=list)  # (budget bytes, padding %, buckets)
     lengths_source: str = ""
     notes: list[str] = field(default_factory=list)
+    low_bytes: int = 0  # the bottom of the prediction's band
+    exact: bool = False  # the list's pool replayed from every event of its buckets
+    band_source: str = ""  # what the band was derived from (bcgprof.bands)
 
     @property
     def spec(self) -> str:
         return ",".join(str(b) for b in self.buckets)
+
+    @property
+    def margin_bytes(self) -> int:
+        """The budget left above the top of the band (never negative for a chosen list)."""
+        return self.budget_bytes - self.high_bytes
 
 
 # ---------------------------------------------------------------- lengths
@@ -309,8 +319,8 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
 
     def bound(chosen: tuple[int, ...], known: int = 0) -> int:
         """At most the list's prediction: the pool after its two largest buckets, or after a longer prefix
-        already replayed (``known``; no later bucket shrinks the pool), every bucket's measured costs outside
-        the pool, and the band."""
+        already replayed (``known``; no later bucket shrinks the pool), every bucket's costs outside the pool
+        (its row's torch memory, its executables as :func:`predict_buckets` reads them), and the band's top."""
         return (fixed_bytes + max(known, pair_pool[chosen[-2]] if len(chosen) > 1 else alone.pool_bytes)
                 + list_band(profile, mode, len(chosen))
                 + sum(later[b].outside_pool_delta_bytes + later[b].non_torch_delta_bytes for b in chosen[:-1]))
@@ -325,8 +335,12 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
                           "(with its error band); raise --budget")
     best = scorer.improve(best, budget, candidates)
     cost, high, pct, chosen = best
+    final = predicted(chosen)  # replayed already: the band's bottom and source
+    notes = [f"the band ({(final.high_bytes - final.low_bytes) / MIB:.0f} MiB) is {TOO_WIDE}: the evidence does not "
+             "pin this list down (see the band's source)"] if final.band_too_wide else []
     return Advice(mode=mode, budget_bytes=budget, buckets=chosen, predicted_bytes=cost, high_bytes=high,
-                  expected_padding_pct=round(pct, 4), curve=scorer.curve(curve_points), lengths_source=source)
+                  expected_padding_pct=round(pct, 4), curve=scorer.curve(curve_points), lengths_source=source,
+                  notes=notes, low_bytes=final.low_bytes, exact=final.exact, band_source=final.band_source)
 
 
 BAND_LENGTHS = (1, 3, 8, 20, 50)  # list lengths at which the band's growth per bucket is charged
@@ -438,6 +452,8 @@ def advice_json(advice: Advice) -> dict:
     """The JSON contract of `bcgprof advise -f json` (plus the curve and notes)."""
     return {"buckets": advice.buckets, "spec": advice.spec, "mode": advice.mode,
             "predicted_bytes": advice.predicted_bytes, "predicted_high_bytes": advice.high_bytes,
+            "predicted_low_bytes": advice.low_bytes, "margin_bytes": advice.margin_bytes, "exact": advice.exact,
+            "band_source": advice.band_source,
             "expected_padding_pct": advice.expected_padding_pct,
             "budget_bytes": advice.budget_bytes, "lengths": advice.lengths_source, "label": "predicted, not measured",
             "curve": [{"budget_bytes": b, "expected_padding_pct": round(p, 4), "buckets": n}
@@ -445,5 +461,5 @@ def advice_json(advice: Advice) -> dict:
             "notes": advice.notes}
 
 
-__all__ = ["Advice", "AdviceError", "PredictionError", "advise", "advice_json", "brute_force", "optimise",
+__all__ = ["Advice", "AdviceError", "PredictionError", "advice_json", "advise", "brute_force", "optimise",
            "padding_of", "pareto_lists", "read_lengths"]

@@ -18,18 +18,23 @@ does the driver memory of the graph executables, which NVML sees and the allocat
 * :func:`predict_buckets` predicts another bucket list drawn from one profile: the graph pool
   by replaying the profile's allocator traces through a model of PyTorch's caching allocator
   (:mod:`bcgprof.replay`), exact for every list of profiled buckets; each bucket's torch memory
-  outside the pool, graphs and executables as its measured row. A report captured before
-  traces were recorded is refused (its layer extrapolation still works). Buckets that were not
-  profiled are refused, not interpolated.
+  outside the pool and graphs as its measured row; each later bucket's executables read from
+  the mode's NVML staircase (:mod:`bcgprof.executables`), the first's as the profile's first
+  row. The band comes from measured residuals of held-out lists (:mod:`bcgprof.bands`). A report
+  captured before traces were recorded is refused (its layer extrapolation still works).
+  Buckets that were not profiled are refused, not interpolated.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
+from bcgprof.bands import TOO_WIDE, Band, ListBands, layer_band_source, too_wide
 from bcgprof.errors import BcgprofError
+from bcgprof.executables import later_executables
 from bcgprof.fit import Fit, least_squares
 from bcgprof.options import mode_index
 from bcgprof.replay import Replayer, ReplayError
@@ -71,6 +76,13 @@ class ModePrediction:
     buckets: list[BucketPrediction] = field(default_factory=list)
     exact: bool = False  # every event of the list's buckets replayed (bucket lists); False for layer predictions
     band_source: str = ""  # what the band was derived from
+    band_lists: int = 0  # held-out lists behind the band (bucket lists; 0: no evidence)
+    band_max_abs_error_bytes: Optional[int] = None  # the largest residual among them
+
+    @property
+    def band_too_wide(self) -> bool:
+        """A band wider than :data:`bcgprof.bands.MAX_WIDTH` of its value: not a result."""
+        return too_wide(self.low_bytes, self.high_bytes, self.device_used_bytes)
 
 
 @dataclass
@@ -204,8 +216,12 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
         later = len(buckets) - 1
         # the first bucket's reserve is a bound read in 2 MiB steps: two steps either way
         band = 2.0 * later * each_error + later * misfit + 2 * SEGMENT_ROUND + unsettled
-        modes.append(_mode(mode, predicted, 0.0, band))
+        result = _mode(mode, predicted, 0.0, band)
+        result.band_source = layer_band_source(first.run)
+        modes.append(result)
     notes.append(_per_layer_note(reports, counts, common[0], steps.get(common[0])))
+    notes += _too_wide_notes(modes, f": the extrapolation from {counts[next_deepest]} and {counts[deepest]} layers to "
+                                    f"{target} multiplies the slopes' error: capture deeper inputs to narrow it")
     return Prediction(kind="layers", model=first.run.model, gpu=first.run.gpu_name, layers=target,
                       bucket_list=list(first.run.buckets), modes=modes, basis=[str(r.path) for r in reports],
                       notes=notes)
@@ -261,7 +277,7 @@ def _full_depth(report: Report) -> int:
 def _mode(mode: str, rows: list[BucketPrediction], rms: float, misfit: float, upside: int = 0) -> ModePrediction:
     """Totals of a mode's predicted rows; the band is twice the noise over the rows plus the misfit, and
     ``upside`` widens only its top (a growth the model cannot rule out)."""
-    band = int(math.ceil(2.0 * rms * math.sqrt(len(rows)) + misfit))
+    band = math.ceil(2.0 * rms * math.sqrt(len(rows)) + misfit)
     used = sum(r.device_used_delta_bytes for r in rows)
     return ModePrediction(mode=mode, device_used_bytes=used, pool_bytes=rows[-1].pool_bytes if rows else 0,
                           non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used - band,
@@ -287,6 +303,8 @@ class BucketProfile:
     output: dict[int, int]  # bucket -> output bytes
     rows: dict[str, dict[int, BucketRecord]]  # mode -> bucket -> row
     replayer: Replayer
+    executables: dict[str, dict[int, int]] = field(default_factory=dict)  # mode -> later bucket -> bytes
+    bands: dict[str, ListBands] = field(default_factory=dict)  # mode -> the evidence of its list bands
 
 
 def bucket_profile(report: Report) -> BucketProfile:
@@ -302,7 +320,14 @@ def bucket_profile(report: Report) -> BucketProfile:
     top = max((rs[largest].retained_output_bytes for rs in rows.values() if largest in rs), default=0)
     output = {b: per_bucket[b].retained_output_bytes if b in per_bucket else top * b // largest
               for b in report.run.buckets}
-    return BucketProfile(largest, output, rows, replayer)
+    executables = {m: later_executables(_rows(report, m)) for m in rows}
+    bands = {m: ListBands(report.run, m, profile=_profile_name(report)) for m in rows}
+    return BucketProfile(largest, output, rows, replayer, executables, bands)
+
+
+def _profile_name(report: Report) -> str:
+    """The report as the calibration names profiles (``reports/NAME``)."""
+    return f"reports/{report.path.name}" if report.path else ""
 
 
 def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequence[str]] = None, *,
@@ -348,7 +373,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
             else:
                 src = rows[bucket]
                 outside = src.torch_reserved_delta_bytes - src.pool_delta_bytes
-                non_torch = src.non_torch_delta_bytes
+                non_torch = p.executables[mode][bucket]  # from the staircase, not the row's rounded delta
                 retained = p.output[bucket] if mode == Mode.PER_BUCKET else 0
             predicted.append(BucketPrediction(
                 mode=mode, bucket=bucket, order=order, segments=src.segments, graph_nodes=src.graph_nodes,
@@ -356,21 +381,33 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                 non_torch_delta_bytes=non_torch, device_used_delta_bytes=pool - before + outside + non_torch,
                 retained_output_bytes=retained))
             before = pool
-        band = list_band(p, mode, len(predicted))
-        result = _mode(mode, predicted, 0.0, band)
+        band = p.bands[mode].band(len(predicted))
+        result = _banded(_mode(mode, predicted, 0.0, 0.0), band)
         result.exact = replay.exact
-        result.band_source = (f"{POOL_REPLAYED}; graph executables: twice the spread of the profile's {mode} "
-                              f"non-torch deltas over {len(predicted)} bucket(s)")
+        result.band_source = f"{POOL_REPLAYED}; {band.source}"
         out.append(result)
     out.sort(key=lambda m: mode_index(m.mode))
+    notes += _too_wide_notes(out, ": the evidence does not pin this list down (see the band's source)")
     return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name, layers=int(report.run.layers),
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
 
 
 def list_band(p: BucketProfile, mode: str, rows: int) -> int:
-    """Half the band of a ``rows``-bucket list prediction in ``mode``: the pool is replayed exactly, so the band
-    is the executables' NVML spread alone (what :func:`predict_buckets` puts around its figure)."""
-    return math.ceil(2.0 * _nvml_noise(p.rows[mode]) * math.sqrt(rows))
+    """How far the band of a ``rows``-bucket list prediction in ``mode`` reaches above its point (what
+    :func:`predict_buckets` adds to its figure for ``high_bytes``): the pool is replayed exactly, so the band
+    is the executables' residuals on held-out lists (:mod:`bcgprof.bands`)."""
+    return p.bands[mode].band(rows).above
+
+
+def _banded(m: ModePrediction, band: Band) -> ModePrediction:
+    m.low_bytes, m.high_bytes = m.device_used_bytes - band.below, m.device_used_bytes + band.above
+    m.band_lists, m.band_max_abs_error_bytes = band.lists, band.max_abs_error_bytes
+    return m
+
+
+def _too_wide_notes(modes: Sequence[ModePrediction], why: str = "") -> list[str]:
+    return [f"{m.mode}: the band ({(m.high_bytes - m.low_bytes) / (1 << 20):.0f} MiB) is {TOO_WIDE}{why}"
+            for m in modes if m.band_too_wide]
 
 
 def _outside_first(mode: str, first: BucketRecord, p: BucketProfile, top: int) -> int:
@@ -382,15 +419,6 @@ def _outside_first(mode: str, first: BucketRecord, p: BucketProfile, top: int) -
     return measured
 
 
-def _nvml_noise(rows: dict[int, BucketRecord]) -> float:
-    """Spread of the non-torch deltas of a mode's later buckets (NVML's 2 MiB steps and driver noise)."""
-    later = [r.non_torch_delta_bytes for r in rows.values() if r.order > 0]
-    if len(later) < 2:
-        return float(SEGMENT_ROUND)
-    mean = sum(later) / len(later)
-    return (sum((v - mean) ** 2 for v in later) / (len(later) - 1)) ** 0.5
-
-
 def prediction_json(pred: Prediction) -> dict:
     """The JSON contract of `bcgprof predict -f json`."""
     return {
@@ -399,6 +427,8 @@ def prediction_json(pred: Prediction) -> dict:
         "modes": [{"mode": m.mode, "device_used_bytes": m.device_used_bytes, "pool_bytes": m.pool_bytes,
                    "non_torch_bytes": m.non_torch_bytes, "low_bytes": m.low_bytes, "high_bytes": m.high_bytes,
                    "exact": m.exact, "band_source": m.band_source,
+                   "band_low_bytes": m.low_bytes, "band_high_bytes": m.high_bytes, "band_lists": m.band_lists,
+                   "band_max_abs_error_bytes": m.band_max_abs_error_bytes, "band_too_wide": m.band_too_wide,
                    "rows": [{"bucket": r.bucket, "order": r.order, "segments": r.segments,
                              "graph_nodes": r.graph_nodes, "pool_bytes": r.pool_bytes,
                              "pool_delta_bytes": r.pool_delta_bytes,

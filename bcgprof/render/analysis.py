@@ -5,9 +5,10 @@ advise.py; this module only lays it out."""
 from __future__ import annotations
 
 from bcgprof.advise import Advice, advice_json
+from bcgprof.bands import TOO_WIDE
 from bcgprof.explain import CAUSES, Explanation, explanation_json
 from bcgprof.predict import Prediction, prediction_json
-from bcgprof.render.model import STRONG, WARNING, Column, Line, Sheet, View
+from bcgprof.render.model import PLAIN, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.render.views import run_line
 from bcgprof.report_format import fmt_bytes, fmt_pct
 
@@ -22,6 +23,10 @@ def _delta(n) -> str:
 
 def _count(n) -> str:
     return "-" if n is None else f"{n:,}"
+
+
+def _yes(v) -> str:
+    return "yes" if v else "no"
 
 
 # ---------------------------------------------------------------- explain
@@ -123,15 +128,22 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
                Column("high_bytes", "high", _bytes, key_column=True),
                Column("pool_bytes", "graph pool", _bytes, drop=2),
                Column("non_torch_bytes", "non-torch", _bytes, drop=2)]
+    if pred.kind == "buckets":  # layer predictions extrapolate: never exact
+        columns.append(Column("exact", "pool exact", _yes, numeric=False, drop=3))
     what = (f"at {pred.layers} layers" if pred.kind == "layers"
             else f"for {len(pred.bucket_list)} buckets {pred.bucket_list[0]}..{pred.bucket_list[-1]}")
     sheet = Sheet("predicted", f"{pred.model} on {pred.gpu or 'the profiled GPU'} {what}: {pred.label}", columns)
     for m in pred.modes:
         sheet.rows.append({"mode": m.mode, "device_used_bytes": m.device_used_bytes, "low_bytes": m.low_bytes,
                            "high_bytes": m.high_bytes, "pool_bytes": m.pool_bytes,
-                           "non_torch_bytes": m.non_torch_bytes})
+                           "non_torch_bytes": m.non_torch_bytes, "exact": m.exact})
     head = [Line(pred.label.upper(), STRONG), Line(f"from {', '.join(pred.basis)}")]
-    foot = [Line(n, bullet=True) for n in pred.notes]
+    foot = [Line(n, WARNING if TOO_WIDE in n else PLAIN, bullet=True) for n in pred.notes]
+    sources: dict[str, list[str]] = {}  # one line per distinct source, naming its modes
+    for m in pred.modes:
+        if m.band_source:
+            sources.setdefault(m.band_source, []).append(m.mode)
+    foot += [Line(f"band of {', '.join(modes)}: {source}", bullet=True) for source, modes in sources.items()]
     if pred.kind == "buckets":
         foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True))
     sheets = [sheet, prediction_rows_sheet(pred)] if rows else [sheet]
@@ -146,10 +158,25 @@ def advice_view(advice: Advice) -> View:
                Column("buckets", "buckets", key_column=True)]
     curve = Sheet("curve", "the trade-off: least expected padding for each budget (predicted)", columns,
                   [{"budget_bytes": b, "expected_padding_pct": p, "buckets": n} for b, p, n in advice.curve])
+    chosen = Sheet("advice", "the advised list: its band's top must fit the budget (predicted, not measured)",
+                   [Column("buckets", "buckets", key_column=True),
+                    Column("predicted_bytes", "device used", _bytes, key_column=True),
+                    Column("low_bytes", "low", _bytes, drop=2),
+                    Column("high_bytes", "band top", _bytes, key_column=True),
+                    Column("budget_bytes", "budget", _bytes, drop=2),
+                    Column("margin_bytes", "margin", _bytes, key_column=True),
+                    Column("expected_padding_pct", "expected padding", fmt_pct, key_column=True),
+                    Column("exact", "pool exact", _yes, numeric=False, drop=3)],
+                   [{"buckets": len(advice.buckets), "predicted_bytes": advice.predicted_bytes,
+                     "low_bytes": advice.low_bytes, "high_bytes": advice.high_bytes,
+                     "budget_bytes": advice.budget_bytes, "margin_bytes": advice.margin_bytes,
+                     "expected_padding_pct": advice.expected_padding_pct, "exact": advice.exact}])
     head = [Line(f"{advice.mode}, budget {fmt_bytes(advice.budget_bytes)}, lengths: {advice.lengths_source}"),
             Line(f": {advice.spec}", lead="--buckets"),
-            Line(f"{len(advice.buckets)} buckets, predicted {fmt_bytes(advice.predicted_bytes)} (at most "
-                 f"{fmt_bytes(advice.high_bytes)}; predicted, not measured), expected padding "
-                 f"{advice.expected_padding_pct:.2f}%", STRONG)]
-    return View(head=head, sheets=[curve], foot=[Line(n, bullet=True) for n in advice.notes],
-                data=advice_json(advice))
+            Line(f"{len(advice.buckets)} buckets, predicted {fmt_bytes(advice.predicted_bytes)} (band top "
+                 f"{fmt_bytes(advice.high_bytes)}, margin {fmt_bytes(advice.margin_bytes)} below the budget; "
+                 f"predicted, not measured), expected padding {advice.expected_padding_pct:.2f}%", STRONG)]
+    foot = [Line(n, WARNING, bullet=True) for n in advice.notes]
+    if advice.band_source:
+        foot.append(Line(f"band: {advice.band_source}", bullet=True))
+    return View(head=head, sheets=[chosen, curve], foot=foot, data=advice_json(advice))

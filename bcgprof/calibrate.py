@@ -1,0 +1,143 @@
+"""The evidence behind prediction bands, built from a directory of committed reports
+(``benchmarks/calibrate_bands.py`` writes it to ``bcgprof/bands.json``; :mod:`bcgprof.bands` reads it).
+
+* **Held-out lists.** For every traced profile (a complete single-GPU report, captured largest
+  first, with allocator traces), every other report of the same configuration
+  (:func:`bcgprof.bands.run_key`) whose bucket list differs from the profile's and is drawn from
+  it is predicted from the profile, mode by mode, and its measured device-used total kept beside
+  the prediction. A repeat capture of the profile's own list is not held out.
+* **Layer checks.** For every directory holding captures of one configuration at two or more
+  layer counts, the layer prediction at the full depth, mode by mode, against the first (by name)
+  full-depth capture of that configuration with the same bucket list.
+
+Reports that cannot serve (incomplete, failed buckets, tensor-parallel, another order, unreadable)
+are passed over; :func:`build` returns them with the reason. Deterministic: the same reports give
+the same file. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from bcgprof.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
+from bcgprof.errors import BcgprofError
+from bcgprof.predict import bucket_profile, predict_buckets, predict_layers
+from bcgprof.report import Report, RunInfo, read_report
+from bcgprof.traces import trace_name
+from bcgprof.vocab import BucketStatus, Order, RunStatus
+
+LAYER_KEY = ("config_hash", "gpu_name", "driver", "torch_version", "dtype", "phase", "graph", "weights", "order")
+
+
+def _name(report: Report, root: Path) -> str:
+    return Path(report.path).resolve().relative_to(root.resolve().parent).as_posix()
+
+
+def _usable(report: Report) -> str:
+    """Why ``report`` cannot serve as evidence ('' when it can)."""
+    run = report.run
+    if run.status != RunStatus.COMPLETE:
+        return f"status {run.status}"
+    if any(r.status != BucketStatus.OK for r in report.buckets):
+        return "failed buckets"
+    if run.tp != 1:
+        return "tensor-parallel"
+    if run.order != Order.LARGEST_FIRST:
+        return f"captured {run.order}"
+    return ""
+
+
+def _read_all(root: Path) -> tuple[list[Report], list[tuple[str, str]]]:
+    reports, skipped = [], []
+    for run_json in sorted(Path(root).rglob("run.json")):
+        try:
+            report = read_report(run_json.parent)
+        except BcgprofError as e:
+            skipped.append((run_json.parent.as_posix(), str(e)))
+            continue
+        why = _usable(report)
+        if why:
+            skipped.append((run_json.parent.as_posix(), why))
+        else:
+            reports.append(report)
+    return reports, skipped
+
+
+def _has_traces(report: Report) -> bool:
+    return any((Path(report.path) / trace_name(m)).exists() for m in report.modes())
+
+
+def _mode_rows(report: Report, mode: str) -> list:
+    return sorted((r for r in report.buckets if r.mode == mode and r.rank == 0), key=lambda r: r.order)
+
+
+def _total(report: Report, mode: str) -> int:
+    return next(s.device_used_bytes for s in report.summary if s.mode == mode and int(s.rank) == 0)
+
+
+def held_out(profile: Report, reports: Sequence[Report], root: Path) -> ListEvidence:
+    """The residuals of every held-out list of ``profile``'s configuration."""
+    key, p = run_key(profile.run), bucket_profile(profile)
+    profiled = set(profile.run.buckets)
+    residuals = []
+    for report in sorted(reports, key=lambda r: _name(r, root)):
+        if (report.path == profile.path or run_key(report.run) != key or report.run.buckets == profile.run.buckets
+                or not set(report.run.buckets) <= profiled):
+            continue
+        for mode in report.modes():
+            if mode not in p.rows:
+                continue
+            rows = _mode_rows(report, mode)
+            pred = predict_buckets(profile, [r.bucket for r in rows], [mode], profile=p).mode(mode)
+            if pred is None:
+                continue
+            residuals.append(Residual(_name(report, root), mode, len(rows), pred.device_used_bytes,
+                                      _total(report, mode)))
+    return ListEvidence(key, profile.run.model, profile.run.gpu_name, _name(profile, root), tuple(residuals))
+
+
+def _layer_key(run: RunInfo) -> tuple:
+    return tuple(str(getattr(run, f)) for f in LAYER_KEY) + (tuple(run.buckets),)
+
+
+def layer_checks(reports: Sequence[Report], root: Path) -> list[LayerCheck]:
+    """Each layer set's prediction at full depth against a full-depth capture of its configuration."""
+    sets: dict[tuple, list[Report]] = {}
+    for r in reports:
+        sets.setdefault((Path(r.path).parent.as_posix(), _layer_key(r.run)), []).append(r)
+    checks = []
+    for (_, key), members in sorted(sets.items(), key=lambda kv: kv[0][0]):
+        if len({int(m.run.layers) for m in members}) < 2:
+            continue
+        members = sorted(members, key=lambda m: int(m.run.layers))
+        deepest = max(int(m.run.layers) for m in members)
+        full = sorted((r for r in reports if _layer_key(r.run) == key and int(r.run.layers) > deepest),
+                      key=lambda r: _name(r, root))
+        if not full:
+            continue
+        target = full[0]
+        pred = predict_layers(members, int(target.run.layers))
+        for m in pred.modes:
+            if not any(s.mode == m.mode for s in target.summary):
+                continue
+            checks.append(LayerCheck(
+                model=target.run.model, gpu=target.run.gpu_name, config_hash=target.run.config_hash,
+                inputs=tuple(_name(r, root) for r in members), full=_name(target, root), mode=m.mode,
+                layers=int(target.run.layers), predicted_bytes=m.device_used_bytes,
+                measured_bytes=_total(target, m.mode), low_bytes=m.low_bytes, high_bytes=m.high_bytes))
+    return checks
+
+
+def build(root: Path) -> tuple[Calibration, list[tuple[str, str]]]:
+    """The calibration from every report under ``root``, and the reports passed over (path, why)."""
+    root = Path(root)
+    reports, skipped = _read_all(root)
+    profiles = [r for r in reports if _has_traces(r)]
+    lists = tuple(e for e in (held_out(p, reports, root) for p in sorted(profiles, key=lambda r: _name(r, root)))
+                  if e.residuals)
+    cal = Calibration(lists=lists, layers=tuple(layer_checks(reports, root)))
+    runs = {_name(p, root): p.run for p in profiles}
+    checks = leave_one_out(cal, runs)
+    loo = {"inside": sum(c.inside for c in checks), "of": len(checks)}
+    return Calibration(cal.lists, cal.layers, loo), skipped

@@ -1,0 +1,60 @@
+"""Regenerate ``bcgprof/bands.json``, the evidence behind prediction bands, from the committed reports.
+
+Every held-out list of a traced profile's configuration is predicted from the profile and its measured
+device-used total kept; every layer set is predicted at full depth and checked against the full-depth
+capture (:mod:`bcgprof.calibrate`). Prints each residual, the leave-one-out check (does the band the
+other held-out lists give contain each list?) and the layer checks.
+
+    python benchmarks/calibrate_bands.py            # writes bcgprof/bands.json
+    python benchmarks/calibrate_bands.py --check    # exit 1 if the shipped file is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+
+
+def main(argv: list[str]) -> int:
+    from bcgprof.bands import calibration_json, leave_one_out, write_calibration
+    from bcgprof.calibrate import build
+    from bcgprof.report import read_report
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=Path, default=ROOT / "reports")
+    parser.add_argument("--out", type=Path, default=ROOT / "bcgprof" / "bands.json")
+    parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
+    args = parser.parse_args(argv)
+    cal, skipped = build(args.reports)
+    for path, why in skipped:
+        print(f"passed over {path}: {why}", file=sys.stderr)
+    runs = {e.profile: read_report(args.reports.parent / e.profile).run for e in cal.lists}
+    for c in leave_one_out(cal, runs):
+        r = c.residual
+        print(f"{r.report:50} {r.mode:15} {r.buckets:3d} buckets  error {r.error_bytes / MIB:+6.1f} MiB "
+              f"({100 * r.error_bytes / r.measured_bytes:+.2f}%)  band of the others {-c.band.below / MIB:+.1f} to "
+              f"{c.band.above / MIB:+.1f} MiB  {'inside' if c.inside else 'OUTSIDE'}")
+    print(f"leave-one-out: {cal.leave_one_out.get('inside')} of {cal.leave_one_out.get('of')} inside")
+    for lc in cal.layers:
+        err = lc.predicted_bytes - lc.measured_bytes
+        print(f"layers {lc.model:15} {lc.mode:15} {lc.layers:3d} layers  error {err / MIB:+6.1f} MiB "
+              f"({100 * err / lc.measured_bytes:+.2f}%)  band {(lc.low_bytes - lc.predicted_bytes) / MIB:+.1f} to "
+              f"{(lc.high_bytes - lc.predicted_bytes) / MIB:+.1f} MiB  {'inside' if lc.inside else 'OUTSIDE'}")
+    if args.check:
+        shipped = json.loads(args.out.read_text()) if args.out.exists() else None
+        if shipped != calibration_json(cal):
+            print(f"{args.out} is stale; run python benchmarks/calibrate_bands.py", file=sys.stderr)
+            return 1
+        print(f"{args.out} is up to date")
+        return 0
+    print(f"wrote {write_calibration(cal, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
