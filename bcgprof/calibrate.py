@@ -73,7 +73,7 @@ def _mode_rows(report: Report, mode: str) -> list:
 
 
 def _total(report: Report, mode: str) -> int:
-    return next(s.device_used_bytes for s in report.summary if s.mode == mode and int(s.rank) == 0)
+    return next(s.device_used_bytes for s in report.summary if s.mode == mode and str(s.rank) == "0")  # summary ranks are text ("max", "sum")
 
 
 def held_out(profile: Report, reports: Sequence[Report], root: Path) -> ListEvidence:
