@@ -9,4 +9,8 @@ def __getattr__(name):
         from bcgprof import capture
 
         return getattr(capture, name)
+    if name == "read_report":  # a report's tables as typed pandas DataFrames (bcgprof.report.frames)
+        from bcgprof.report.frames import read_report_tables
+
+        return read_report_tables
     raise AttributeError(f"module 'bcgprof' has no attribute {name!r}")

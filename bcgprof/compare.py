@@ -142,8 +142,15 @@ def _cause_changes(old: SummaryRecord, new: SummaryRecord) -> dict[str, Change]:
     return {name: Change(name, a[name], b[name]) for name in a}
 
 
-def _graph_total(report: Report, key: tuple[str, str], name: str) -> Optional[int]:
-    rows = [r for r in report.buckets if (r.mode, str(r.rank)) == key]
+def _by_mode_rank(report: Report) -> dict[tuple[str, str], list[BucketRecord]]:
+    groups: dict[tuple[str, str], list[BucketRecord]] = {}
+    for r in report.buckets:
+        groups.setdefault((r.mode, str(r.rank)), []).append(r)
+    return groups
+
+
+def _graph_total(groups: dict[tuple[str, str], list[BucketRecord]], key: tuple[str, str], name: str) -> Optional[int]:
+    rows = groups.get(key, [])
     values = [getattr(r, name) for r in rows]
     return None if not rows or None in values else sum(values)
 
@@ -153,13 +160,14 @@ def compare_reports(old: Report, new: Report) -> Comparison:
     old_totals = {(s.mode, s.rank): s for s in old.summary}
     new_totals = {(s.mode, s.rank): s for s in new.summary}
     totals = []
+    old_groups, new_groups = _by_mode_rank(old), _by_mode_rank(new)  # grouped once, not once per total
     for key in sorted(set(old_totals) | set(new_totals), key=lambda k: (mode_index(k[0]), _rank_sort(k[1]))):
         a, b = old_totals.get(key), new_totals.get(key)
         presence = BOTH if a and b else (OLD_ONLY if a else NEW_ONLY)
         total = TotalComparison(key[0], key[1], presence, a, b, _changes(a, b, TOTAL_METRICS) if presence == BOTH else {})
         if presence == BOTH:
             total.causes = _cause_changes(a, b)
-            total.graphs = {name: Change(name, _graph_total(old, key, name), _graph_total(new, key, name))
+            total.graphs = {name: Change(name, _graph_total(old_groups, key, name), _graph_total(new_groups, key, name))
                             for name in ("segments", "graph_nodes")}
         totals.append(total)
 

@@ -13,9 +13,20 @@ import pytest
 
 from bcgprof.errors import ReportError
 from bcgprof.report import (
-    SCHEMA_VERSION, BucketRecord, ReportWriter, RunInfo, SummaryRecord, atomic_write_text, read_csv_records,
-    read_report, summarize,
+    SCHEMA_VERSION,
+    BucketRecord,
+    ReportWriter,
+    RunInfo,
+    SummaryRecord,
+    atomic_write_text,
+    read_csv_records,
+    read_report,
+    summarize,
 )
+
+# run.json fields that agree with the rows of the `rows` fixture (tests/data/baseline's shape)
+BASELINE_RUN = dict(config_hash="5d1b7c0e2a9f4e61", buckets=[256, 512, 1024, 2048, 4096],
+                    modes=["per-bucket", "shared", "floor"])
 
 REQUIRED_BUCKET_COLUMNS = [
     "mode", "bucket", "order", "status", "segments", "graph_nodes", "pool_bytes", "pool_delta_bytes",
@@ -42,10 +53,11 @@ def test_round_trip_is_identical(tmp_path, rows):
     # Values that are easy to lose: None, negative deltas, floats that are not short decimals.
     records[0].graph_nodes = None
     records[1].device_used_delta_bytes = -2 * 1024 ** 2
-    records[2].replay_max_abs_diff = 0.1 + 0.2
+    records[2].replay_max_abs_diff = 0.1 + 0.2  # a failed replay check: the capture marks the bucket error
+    records[2].status, records[2].detail = "error", "replay differs from eager by 0.3 (allowed 0)"
     records[3].status, records[3].detail = "oom", "CUDA out of memory, tried to allocate 2.00 GiB"
     records[4].capture_ms = 1 / 3
-    run = RunInfo(model="gpt-oss-20b", buckets=[256, 512], modes=["per-bucket"], extra={"k": [1, 2]}, tp=1)
+    run = RunInfo(model="gpt-oss-20b", extra={"k": [1, 2]}, tp=1, **BASELINE_RUN)
     ReportWriter(tmp_path / "r", run, records)
 
     back = read_report(tmp_path / "r")
@@ -90,7 +102,7 @@ def test_summary_leaves_comparisons_empty_without_the_other_mode(rows):
 
 def test_writer_leaves_a_valid_report_after_every_row(tmp_path, rows):
     records = rows().all()
-    writer = ReportWriter(tmp_path / "r", RunInfo(model="m", status="running"))
+    writer = ReportWriter(tmp_path / "r", RunInfo(model="m", status="running", **BASELINE_RUN))
     assert read_report(tmp_path / "r").buckets == []
     for i, record in enumerate(records, start=1):
         writer.append(record)
@@ -103,7 +115,7 @@ def test_writer_leaves_a_valid_report_after_every_row(tmp_path, rows):
 
 def test_reopen_continues_a_report(tmp_path, rows):
     grouped = rows()
-    ReportWriter(tmp_path / "r", RunInfo(model="m"), list(grouped["per-bucket"].values()))
+    ReportWriter(tmp_path / "r", RunInfo(model="m", **BASELINE_RUN), list(grouped["per-bucket"].values()))
     writer = ReportWriter.reopen(tmp_path / "r")
     for r in grouped["shared"].values():
         writer.append(r)
@@ -128,8 +140,9 @@ WRITER_LOOP = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from bcgprof.report import BucketRecord, ReportWriter, RunInfo
-    writer = ReportWriter({path!r}, RunInfo(model="m", buckets=[1, 2, 3]))
-    for i in range(1, 100001):
+    writer = ReportWriter({path!r}, RunInfo(model="m", config_hash="0123456789abcdef", buckets=list(range(1, 4097)),
+                                            modes=["per-bucket"], order="smallest-first"))
+    for i in range(1, 4097):
         writer.append(BucketRecord(mode="per-bucket", bucket=i, order=i - 1, status="ok", pool_bytes=i * 4096,
                                    pool_delta_bytes=4096, detail="x" * 200))
 """)
@@ -163,7 +176,7 @@ def test_missing_directory_and_files(tmp_path, report_copy):
         read_report(tmp_path / "nowhere")
     path = report_copy("baseline")
     (path / "buckets.csv").unlink()
-    with pytest.raises(ReportError, match="buckets.csv is missing"):
+    with pytest.raises(ReportError, match=r"buckets\.csv is missing"):
         read_report(path)
 
 
@@ -198,7 +211,7 @@ def test_run_json_that_is_not_an_object(report_copy):
     with pytest.raises(ReportError, match="not a JSON object"):
         read_report(path)
     (path / "run.json").write_text("{not json")
-    with pytest.raises(ReportError, match="run.json is corrupt"):
+    with pytest.raises(ReportError, match=r"run\.json is corrupt"):
         read_report(path)
 
 
@@ -219,8 +232,9 @@ def test_partial_fixture_says_so(data_dir):
 
 def test_flush_writes_records_changed_in_place(tmp_path, rows):
     records = rows().all()
-    writer = ReportWriter(tmp_path / "r", RunInfo(model="m"), records)
+    writer = ReportWriter(tmp_path / "r", RunInfo(model="m", **BASELINE_RUN), records)
     writer.records[0].replay_max_abs_diff = 0.25  # a replay check fills this in after the capture
+    writer.records[0].status = "error"
     assert read_report(tmp_path / "r").buckets[0].replay_max_abs_diff == 0.0
     writer.flush()
     assert read_report(tmp_path / "r").buckets[0].replay_max_abs_diff == 0.25
@@ -233,7 +247,7 @@ def test_report_frames_keep_bytes_as_integers(data_dir):
     frames = report_frames(report)
     buckets, summary = frames["buckets"], frames["summary"]
     assert list(buckets.columns) == [f.name for f in dataclasses.fields(BucketRecord)]
-    assert str(buckets["pool_bytes"].dtype) == "Int64" and str(buckets["graph_nodes"].dtype) == "Int64"
+    assert str(buckets["pool_bytes"].dtype) == "int64" and str(buckets["graph_nodes"].dtype) == "Int64"
     assert buckets["pool_delta_bytes"].tolist() == [r.pool_delta_bytes for r in report.buckets]
     assert buckets["replay_max_abs_diff"].isna().sum() == sum(r.replay_max_abs_diff is None for r in report.buckets)
     shared = summary.set_index("mode").loc["shared"]

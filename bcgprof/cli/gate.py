@@ -69,7 +69,7 @@ def gate(
         same_report,
     )
     from bcgprof.render import gate_error_markdown, gate_markdown, gate_view, render
-    from bcgprof.report import read_report
+    from bcgprof.report import cyclic_gc_paused, read_report
 
     default = Tolerance(rel=parse_rel(rel_tol, what="--rel-tol"), abs_bytes=parse_abs_mib(abs_tol_mib))
     per_metric = dict(parse_tolerance(t, default) for t in tol or [])
@@ -87,7 +87,8 @@ def gate(
         if same_report(baseline, current):
             raise GateInputError(f"--baseline and --current are the same report ({baseline}); a gate compares a "
                                  "new capture against a baseline: pass the new report as --current")
-        result = gate_reports(read_report(baseline), read_report(current), options)
+        with cyclic_gc_paused():  # 100,000 rows a report, no cycles: twice as fast
+            result = gate_reports(read_report(baseline), read_report(current), options)
     except BcgprofError as e:
         if summary is not None:
             _append_or_warn(summary, gate_error_markdown(str(e)))
@@ -99,7 +100,8 @@ def gate(
         raise BcgprofError(summary_error)
 
     try:
-        render(gate_view(result), format.value, stdout_console())
+        with cyclic_gc_paused():
+            render(gate_view(result), format.value, stdout_console())
         flush_stdout()
     except OutputClosed:
         quiet_stdout()  # the verdict is the exit code, whether or not anyone read the tables

@@ -34,9 +34,10 @@ def show(
     -f csv prints the report's own files (their columns, order and values).
     """
     from bcgprof.render import show_report
-    from bcgprof.report import read_report
+    from bcgprof.report import cyclic_gc_paused, read_report
 
-    show_report(read_report(report), stdout_console(), format.value, section.value, wide=wide)
+    with cyclic_gc_paused():  # 100,000 rows, no cycles: twice as fast
+        show_report(read_report(report), stdout_console(), format.value, section.value, wide=wide)
     flush_stdout()
 
 
@@ -57,10 +58,11 @@ def compare(
     """
     from bcgprof.compare import compare_reports
     from bcgprof.render import show_comparison
-    from bcgprof.report import read_report
+    from bcgprof.report import cyclic_gc_paused, read_report
 
-    show_comparison(compare_reports(read_report(old), read_report(new)), stdout_console(), format.value,
-                    section.value, wide=wide)
+    with cyclic_gc_paused():  # 100,000 rows a report, no cycles: twice as fast
+        show_comparison(compare_reports(read_report(old), read_report(new)), stdout_console(), format.value,
+                        section.value, wide=wide)
     flush_stdout()
 
 

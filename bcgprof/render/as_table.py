@@ -96,10 +96,29 @@ def print_line(console: Console, line: Line) -> None:
     console.print(line_markup(line), highlight=False)
 
 
-def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str = "") -> bool:
-    """One sheet: all its columns with ``wide``, else the default ones that fit the console.
+# A terminal table is for reading: a view draws at most this many rows in all, each sheet its share
+# (at least MIN_SHEET_ROWS); a note says what was left out. markdown, json and csv hold every row.
+MAX_TABLE_ROWS = 1000
+MIN_SHEET_ROWS = 25
+
+
+def row_limit(sheets: list[Sheet]) -> int | None:
+    """Rows each sheet may draw, or None when every row fits :data:`MAX_TABLE_ROWS`."""
+    if sum(len(s.rows) for s in sheets) <= MAX_TABLE_ROWS:
+        return None
+    return max(MIN_SHEET_ROWS, MAX_TABLE_ROWS // max(len(sheets), 1))
+
+
+def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str = "",
+                max_rows: int | None = None) -> bool:
+    """One sheet: all its columns with ``wide``, else the default ones that fit the console;
+    its first ``max_rows`` rows (all by default).
 
     Returns whether a note said which columns were left out."""
+    left_out = 0
+    if max_rows is not None and len(sheet.rows) > max_rows:
+        left_out = len(sheet.rows) - max_rows
+        sheet = Sheet(sheet.name, sheet.title, sheet.columns, sheet.rows[:max_rows], sheet.notes[:max_rows])
     columns = [c for c in sheet.columns if wide or not c.wide]
     limit = console.width
     kept, widths, hidden = fit_columns(sheet, columns, limit, drop=not wide)
@@ -119,6 +138,9 @@ def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str
         names = ", ".join(c.header for c in hidden)
         console.print(f"  [dim]left out at {limit} columns: {escape(names)}"
                       + (f"; {escape(hint)}" if hint else "") + "[/]", highlight=False)
+    if left_out:
+        console.print(f"  [dim]{left_out} more rows not drawn; -f csv, -f markdown or -f json gives every row[/]",
+                      highlight=False)
     for note in sheet.notes:
         console.print(f"  {escape(note)}", highlight=False)
     return bool(hidden)
@@ -129,8 +151,9 @@ def render_table(view: View, console: Console, *, wide: bool = False) -> None:
     for line in view.head:
         print_line(console, line)
     told = False
+    limit = row_limit(view.sheets)
     for sheet in view.sheets:
-        told = print_sheet(console, sheet, wide=wide, hint=view.hint) or told
+        told = print_sheet(console, sheet, wide=wide, hint=view.hint, max_rows=limit) or told
     if not told and not wide and any(c.wide for s in view.sheets for c in s.columns) and view.hint:
         console.print(f"[dim]{escape(view.hint)}[/]", highlight=False)
     for line in view.foot:

@@ -1,22 +1,40 @@
-"""The report format: one record type per file, read (validated) and written atomically.
+"""The report format: one record type per file, read (validated, once) and written atomically.
 
-A report is a directory holding ``buckets.csv`` (one :class:`BucketRecord` per mode and
-bucket), ``summary.csv`` (one :class:`SummaryRecord` per mode, derived from the bucket
-rows) and ``run.json`` (one :class:`RunInfo`). The dataclass fields are the columns;
-every reader and writer goes through this package:
+A report is a directory holding ``buckets.csv`` (one :class:`BucketRecord` per mode, rank and
+bucket), ``summary.csv`` (one :class:`SummaryRecord` per mode and rank, derived from the bucket
+rows), ``run.json`` (one :class:`RunInfo`) and, from the floor mode, ``sites.csv``. The
+dataclass fields are the columns; every reader and writer goes through this package:
 
 * :mod:`~bcgprof.report.schema`: the records and what each column may hold;
-* :mod:`~bcgprof.report.codec`: one CSV field to and from its value;
-* :mod:`~bcgprof.report.read`: :func:`read_report`, every file checked;
+* :mod:`~bcgprof.report.limits`: the caps (buckets, modes, ranks, rows, file sizes, text length);
+* :mod:`~bcgprof.report.codec`: one CSV field (or a whole column) to and from its value;
+* :mod:`~bcgprof.report.files`: regular files within their caps, read as a stream of checked lines;
+* :mod:`~bcgprof.report.table`: one CSV file into records; :mod:`~bcgprof.report.runinfo`: run.json;
+* :mod:`~bcgprof.report.consistency`: the rows against run.json, the summary against the rows;
+* :mod:`~bcgprof.report.read`: :func:`read_report`, all of the above;
 * :mod:`~bcgprof.report.write`: atomic files and :class:`ReportWriter`;
 * :mod:`~bcgprof.report.summaries`: :func:`summarize`, summary.csv from the bucket rows;
-* :mod:`~bcgprof.report.frames`: the tables as pandas DataFrames (pandas loaded only there).
+* :mod:`~bcgprof.report.frames`: the tables as typed pandas DataFrames (pandas loaded only there).
+
+Nothing here imports torch, numpy, pandas (outside :mod:`~bcgprof.report.frames`' functions)
+or the model code.
 """
 
-from bcgprof.report.codec import records_to_csv
-from bcgprof.report.frames import report_frames
-from bcgprof.report.limits import MAX_BYTES, MAX_FILE_BYTES, MAX_MS, MAX_TP
-from bcgprof.report.read import read_csv_records, read_report, read_report_text, read_run_info
+from bcgprof.report.codec import clean_text, records_to_csv
+from bcgprof.report.consistency import REPLAY_ATOL, capture_sequence
+from bcgprof.report.files import open_report_file
+from bcgprof.report.frames import ReportTables, read_report_tables, report_frames
+from bcgprof.report.limits import (
+    MAX_BUCKET_ROWS,
+    MAX_BYTES,
+    MAX_FILE_BYTES,
+    MAX_MODES,
+    MAX_MS,
+    MAX_TEXT_CHARS,
+    MAX_TP,
+)
+from bcgprof.report.read import cyclic_gc_paused, read_csv_records, read_report, read_report_text
+from bcgprof.report.runinfo import read_run_info
 from bcgprof.report.schema import (
     BUCKET_REQUIRED,
     LEDGER_FIELDS,
@@ -38,10 +56,14 @@ from bcgprof.report.write import ReportWriter, atomic_write_bytes, atomic_write_
 __all__ = [
     "BUCKET_REQUIRED",
     "LEDGER_FIELDS",
+    "MAX_BUCKET_ROWS",
     "MAX_BYTES",
     "MAX_FILE_BYTES",
+    "MAX_MODES",
     "MAX_MS",
+    "MAX_TEXT_CHARS",
     "MAX_TP",
+    "REPLAY_ATOL",
     "SCHEMA_VERSION",
     "SITES_FILE",
     "SITE_KINDS",
@@ -50,14 +72,20 @@ __all__ = [
     "SUMMARY_REQUIRED",
     "BucketRecord",
     "Report",
+    "ReportTables",
     "ReportWriter",
     "RunInfo",
     "SiteRecord",
     "SummaryRecord",
     "atomic_write_bytes",
     "atomic_write_text",
+    "capture_sequence",
+    "clean_text",
+    "cyclic_gc_paused",
+    "open_report_file",
     "read_csv_records",
     "read_report",
+    "read_report_tables",
     "read_report_text",
     "read_run_info",
     "records_to_csv",

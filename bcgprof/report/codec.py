@@ -1,7 +1,13 @@
 """One CSV field to and from its value, by the column's :class:`~bcgprof.report.schema.Rule`.
 
 Integers stay integers (bytes never pass through a float); a float is written with ``repr`` so
-it reads back to the same value; an empty field is ``None``.
+it reads back to the same value; an empty field is ``None``. Text is cleaned both ways by
+:func:`clean_text` (control characters replaced, cut to :data:`MAX_TEXT_CHARS`), so what is
+written reads back unchanged and nothing read can drive a terminal.
+
+:func:`decode_field` checks one field and names it in its error; :func:`decode_column`
+decodes a whole column at C speed and answers ``None`` when any field needs that closer look,
+so the reader checks a column at once and a row only when something is wrong with it.
 """
 
 from __future__ import annotations
@@ -13,33 +19,65 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
+from operator import attrgetter
 from typing import Any, Optional
 
 from bcgprof.errors import ReportError
-from bcgprof.report.limits import INT64
+from bcgprof.report.limits import INT64, MAX_TEXT_CHARS
 from bcgprof.report.schema import Rule
+from bcgprof.text import printable
 
 FIX = "restore the file or re-run the capture that wrote it"
 
+# C0 controls (CR, LF, TAB, ESC, BEL, ...), DEL and the C1 controls (CSI, OSC, ...)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` without control characters, at most :data:`MAX_TEXT_CHARS` long (an ellipsis marks a cut).
+
+    Tabs and newlines become spaces, other control characters U+FFFD (see
+    :func:`bcgprof.text.printable`, the sanitiser for any text read from a file).
+    """
+    if len(text) <= MAX_TEXT_CHARS and not CONTROL.search(text):
+        return text
+    return printable(text, MAX_TEXT_CHARS)
+
+
+def clean_json(value: Any) -> Any:
+    """A JSON value with every string (keys too) passed through :func:`clean_text`, and NaN and
+    infinities, which no strict JSON parser reads, as None (null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_json(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    return value
+
 
 def shorten(raw: str, limit: int = 40) -> str:
-    """``raw`` quoted for a message, cut to ``limit`` characters."""
-    text = repr(raw)
+    """``raw`` quoted for a message (``repr``: control characters escaped), cut to ``limit`` characters."""
+    text = repr(raw[: 4 * limit])
     return text if len(text) <= limit else f"{text[:limit - 4]}...' ({len(raw)} characters)"
 
 
 def json_shown(value: Any, limit: int = 40) -> str:
-    """A JSON value for a message, cut to ``limit`` characters."""
+    """A JSON value for a message (non-ASCII and control characters escaped), cut to ``limit`` characters."""
     text = json.dumps(value)
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 def encode_value(value: Any) -> str:
-    """A field's CSV text: empty for None, ``repr`` for floats (exact round trip), else ``str``."""
+    """A field's CSV text: empty for None, ``repr`` for floats (exact round trip), text cleaned, else ``str``."""
     if value is None:
         return ""
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, str):
+        return clean_text(str(value))
     return str(value)
 
 
@@ -58,7 +96,7 @@ def decode_field(raw: str, rule: Rule, where: str) -> Any:
         if rule.choices and raw not in rule.choices:
             raise ReportError(f"{where}: unknown value {shorten(raw)}; expected one of {', '.join(rule.choices)}; "
                               f"{FIX}")
-        return raw
+        return clean_text(raw)
     if raw == "":
         if rule.optional:
             return None
@@ -87,12 +125,77 @@ def decode_field(raw: str, rule: Rule, where: str) -> Any:
     return value
 
 
-def records_to_csv(records: Iterable[Any], cls: type, columns: Optional[Sequence[str]] = None) -> str:
-    """CSV text of ``records``: every field of ``cls`` as a column, or only ``columns``."""
+# A whole column's non-empty fields joined by commas (no field of a number column can hold one):
+# plain integers of at most 19 digits, plain decimal floats of at most 63 characters.
+_INT = r"[+-]?[0-9]{1,19}"
+_FLOAT = r"[+-]?(?:[0-9]{1,28}\.?[0-9]{0,28}|\.[0-9]{1,28})(?:[eE][+-]?[0-9]{1,3})?"
+_COLUMN = {
+    (int, False): re.compile(f"{_INT}(?:,{_INT})*"),
+    (float, False): re.compile(f"{_FLOAT}(?:,{_FLOAT})*"),
+    (float, True): re.compile(f"(?:{_FLOAT}|inf)(?:,(?:{_FLOAT}|inf))*"),  # inf: a replay that gave NaN
+}
+
+
+def decode_column(raw: Sequence[str], rule: Rule) -> Optional[list]:
+    """Every field of a column, decoded as :func:`decode_field` would; None when any field needs
+    :func:`decode_field` to say what is wrong with it (or to decide: this never accepts more)."""
+    if not raw:
+        return []
+    if rule.kind is str:
+        if rule.choices:
+            return list(raw) if set(raw) <= set(rule.choices) else None
+        if max(map(len, raw)) <= MAX_TEXT_CHARS and not CONTROL.search("".join(raw)):
+            return list(raw)
+        return [clean_text(s) for s in raw]
+    filled = list(filter(None, raw))
+    if len(filled) < len(raw) and not rule.optional:
+        return None
+    if not filled:
+        return [None] * len(raw)
+    if not _COLUMN[(rule.kind, rule.inf)].fullmatch(",".join(filled)):
+        return None
+    convert = int if rule.kind is int else float
+    present: list = list(map(convert, filled))
+    low, high = min(present), max(present)
+    if (rule.lo is not None and low < rule.lo) or (rule.hi is not None and high > rule.hi):
+        return None
+    if rule.kind is float and not rule.inf and (math.isinf(low) or math.isinf(high)):
+        return None  # 1e400 reads as inf
+    if len(filled) == len(raw):
+        return present
+    values = iter(present)
+    return [next(values) if s else None for s in raw]
+
+
+def records_to_csv(records: Iterable[Any], cls: Any, columns: Optional[Sequence[str]] = None) -> str:
+    """CSV text of ``records``: every field of ``cls`` as a column, or only ``columns``.
+
+    Each field as :func:`encode_value` writes it; the csv module's own conversion gives the same
+    text (None empty, a float its ``repr``, an int its digits), so only text columns are looked at.
+    """
+    records = list(records)
     names = [f.name for f in fields(cls) if columns is None or f.name in columns]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(names)
-    for r in records:
-        writer.writerow([encode_value(getattr(r, n)) for n in names])
+    if not names:
+        writer.writerows([] for _ in records)
+        return buf.getvalue()
+    texts = [i for i, f in enumerate(f for f in fields(cls) if f.name in names) if f.type in (str, "str")]
+    get = attrgetter(*names)
+    rows: Iterable[Any] = map(get, records) if len(names) > 1 else ((get(r),) for r in records)
+    if texts and not _clean_already(records, [names[i] for i in texts]):
+        rows = ([encode_value(v) for v in row] for row in rows)
+    writer.writerows(rows)
     return buf.getvalue()
+
+
+def _clean_already(records: list, names: list[str]) -> bool:
+    """Whether every value of these text fields is a str that :func:`clean_text` leaves as it is."""
+    for name in names:
+        values = [getattr(r, name) for r in records]
+        if not all(isinstance(v, str) for v in values):
+            return False
+        if values and (max(map(len, values)) > MAX_TEXT_CHARS or CONTROL.search("".join(values))):
+            return False
+    return True

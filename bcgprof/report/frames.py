@@ -1,37 +1,100 @@
-"""A report's tables as pandas DataFrames. pandas is imported inside the functions only, so
-reading a report for a command never loads it.
+"""A report's tables as typed pandas DataFrames: :func:`read_report_tables` (``bcgprof.read_report``).
+
+pandas is imported inside the functions only, so reading a report for a command never loads it.
+
+The columns are those of the CSV files, in the schema's order (a column a report predates is
+there, empty). Their dtypes follow the schema:
+
+=============================  ==========================================================
+integer column (bytes, counts)  ``int64``; ``Int64`` (pandas' nullable integer) where the
+                                schema allows a blank (``graph_nodes``, the ledger, ...)
+float column (times, ratios)    ``float64``; ``Float64`` (nullable) where a blank is allowed
+                                (``replay_max_abs_diff`` may hold ``inf``: a replay gave NaN)
+text column                     ``string`` (mode, status, detail, summary ``rank``, ...)
+=============================  ==========================================================
+
+Bytes are never floats, so sums and equalities are exact.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import fields
-from typing import TYPE_CHECKING, Any, get_type_hints
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union, get_args, get_type_hints
 
-from bcgprof.report.schema import BucketRecord, Report, SummaryRecord
+from bcgprof.report.read import read_report
+from bcgprof.report.schema import BucketRecord, Report, RunInfo, SiteRecord, SummaryRecord
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-def _frame(records: list, cls: Any) -> pd.DataFrame:
+def column_dtypes(cls: Any) -> dict[str, str]:
+    """Each field of a record type and the pandas dtype of its column (see the module docstring)."""
+    out = {}
+    for name, hint in get_type_hints(cls).items():
+        args = get_args(hint)
+        optional = type(None) in args
+        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        if base is int:
+            out[name] = "Int64" if optional else "int64"
+        elif base is float:
+            out[name] = "Float64" if optional else "float64"
+        else:
+            out[name] = "string"
+    return out
+
+
+def records_frame(records: list, cls: Any) -> pd.DataFrame:
+    """A DataFrame of ``records`` (of dataclass ``cls``), one column per field, typed by :func:`column_dtypes`."""
     import pandas as pd
 
-    hints = get_type_hints(cls)
-    df = pd.DataFrame([dataclasses.asdict(r) for r in records], columns=[f.name for f in fields(cls)])
-    for name, hint in hints.items():
-        base = next((a for a in getattr(hint, "__args__", ()) if a is not type(None)), hint)
-        if base is int:
-            df[name] = df[name].astype("Int64")
-        elif base is float:
-            df[name] = df[name].astype("Float64")
-    return df
+    names = [f.name for f in fields(cls)]
+    dtypes = column_dtypes(cls)
+    # a column at a time, typed as it is built: a list holding None never passes through float64
+    columns = {name: pd.Series([getattr(r, name) for r in records], dtype=dtypes[name], name=name) for name in names}
+    return pd.DataFrame(columns, columns=names)
+
+
+@dataclass
+class ReportTables:
+    """A validated report: run.json's :class:`RunInfo` and the three tables as DataFrames.
+
+    ``summary`` holds summary.csv's rows (recomputed from buckets.csv in a report that did not
+    complete; ``summary_source`` says which); ``sites`` is empty (with its columns) when the
+    report has no sites.csv. ``report`` holds the same rows as records.
+    """
+
+    path: Path
+    run: RunInfo
+    buckets: pd.DataFrame
+    summary: pd.DataFrame
+    sites: pd.DataFrame
+    summary_source: str
+    report: Report
+
+
+def tables(report: Report) -> ReportTables:
+    """:class:`ReportTables` of a report already read."""
+    return ReportTables(report.path, report.run, records_frame(report.buckets, BucketRecord),
+                        records_frame(report.summary, SummaryRecord), records_frame(report.sites, SiteRecord),
+                        report.summary_source, report)
+
+
+def read_report_tables(path: Union[str, Path]) -> ReportTables:
+    """Read and check the report at ``path`` as every command does (a bad report is a
+    :class:`~bcgprof.errors.ReportError` naming file, row and column) and return its tables.
+
+    Exported as ``bcgprof.read_report``::
+
+        report = bcgprof.read_report("reports/gpt-oss-20b-h200")
+        report.summary.set_index("mode")["device_used_bytes"]   # int64
+    """
+    return tables(read_report(path))
 
 
 def report_frames(report: Report) -> dict:
-    """``{"buckets": DataFrame, "summary": DataFrame}`` of a report, columns as in the CSV files.
+    """``{"buckets": DataFrame, "summary": DataFrame}`` of a report read already (see :func:`tables`)."""
+    t = tables(report)
+    return {"buckets": t.buckets, "summary": t.summary}
 
-    Integer columns that may be empty (``graph_nodes``, ...) use pandas' nullable ``Int64``,
-    so bytes stay integers.
-    """
-    return {"buckets": _frame(report.buckets, BucketRecord), "summary": _frame(report.summary, SummaryRecord)}

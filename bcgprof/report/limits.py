@@ -1,12 +1,50 @@
-"""The bounds of a valid report: value ranges of its figures.
+"""The bounds of a report bcgprof accepts: how many rows, how large its files, how long its text.
 
-Every figure read from a report is checked against these before anything uses it.
+Each cap follows from what a capture can write, with room to spare; a file beyond a cap is
+refused (the message names the cap) before more of it than the cap is read, and every file is
+read as a stream, so a malformed file fails at its first bad line.
+
+=====================  ==============================================================================
+buckets per list       :data:`MAX_BUCKETS` = 4096 (``bcgprof.buckets``: the most a bucket spec expands to)
+modes                  :data:`MAX_MODES` = 4 (per-bucket, shared, shared-largest, floor)
+tensor-parallel ranks  :data:`MAX_TP` = 8: a capture runs one process per GPU of one host, and hosts hold
+                       at most 8 GPUs on one NVLink switch (HGX/DGX)
+bucket rows            modes x ranks x buckets of run.json, at most :data:`MAX_BUCKET_ROWS` = 131,072
+summary rows           modes x (ranks + 2): one per rank, plus ``max`` and ``sum`` across ranks
+run.json               :data:`MAX_RUN_BYTES` = 1 MiB, nested at most :data:`MAX_JSON_DEPTH` = 16 deep
+buckets.csv            :data:`MAX_BUCKETS_BYTES` = 64 MiB: 131,072 rows of 512 bytes on average (a row of
+                       figures takes about 170 bytes, the rest is room for failure messages)
+summary.csv            :data:`MAX_SUMMARY_BYTES` = 1 MiB
+sites.csv              :data:`MAX_SITES_BYTES` = 16 MiB
+one CSV line           :data:`MAX_LINE_BYTES` = 8 KiB (a row of figures takes at most ~700 bytes, and its
+                       one text field at most :data:`MAX_TEXT_CHARS` characters)
+one text field         :data:`MAX_TEXT_CHARS` = 1000 characters: a longer one (run.json or CSV) is cut, with
+                       an ellipsis, when read and when written, so what is written reads back the same
+=====================  ==============================================================================
+
+Figures: bytes within +-:data:`MAX_BYTES` (1 PiB), times within :data:`MAX_MS` (about 11 days).
 """
 
 from __future__ import annotations
 
-MAX_FILE_BYTES = 256 * 1024 ** 2  # larger than any report file; refused before it is read
+from bcgprof.buckets import MAX_BUCKETS
+from bcgprof.options import MODES
+
+MAX_MODES = len(MODES)
+MAX_TP = 8  # tensor-parallel ranks: the GPUs of one host
+MAX_BUCKET_ROWS = MAX_MODES * MAX_TP * MAX_BUCKETS
+MAX_SUMMARY_ROWS = MAX_MODES * (MAX_TP + 2)
+
+MIB = 1024 ** 2
+MAX_RUN_BYTES = 1 * MIB
+MAX_BUCKETS_BYTES = 64 * MIB
+MAX_SUMMARY_BYTES = 1 * MIB
+MAX_SITES_BYTES = 16 * MIB
+MAX_FILE_BYTES = MAX_BUCKETS_BYTES  # the largest file of a report
+MAX_LINE_BYTES = 8192
+MAX_TEXT_CHARS = 1000
+MAX_JSON_DEPTH = 16
+
 MAX_BYTES = 2 ** 50  # 1 PiB: no byte figure of one GPU can be larger
 MAX_MS = 1e9  # about 11 days, in milliseconds
-MAX_TP = 4096  # tensor-parallel ranks
 INT64 = 2 ** 63

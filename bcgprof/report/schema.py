@@ -224,23 +224,28 @@ BUCKET_RULES: dict[str, Rule] = {
     **{name: byte_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
 }
 
+def total_rule(optional: bool = False, signed: bool = False) -> Rule:
+    """A sum of bucket figures over a mode (and, in a ``sum`` row, over its ranks): any 64-bit integer."""
+    return Rule(int, optional, -(INT64 - 1) if signed else 0, INT64 - 1)
+
+
 SUMMARY_RULES: dict[str, Rule] = {
     "mode": Rule(str, choices=MODES),
     "buckets": Rule(int, lo=0, hi=MAX_BUCKETS * MAX_TP),
     "segments": Rule(int, lo=0, hi=INT64 - 1),
-    "pool_bytes": byte_rule(),
-    "torch_reserved_bytes": byte_rule(signed=True),
-    "device_used_bytes": byte_rule(signed=True),
-    "non_torch_bytes": byte_rule(signed=True),
-    "retained_output_bytes": byte_rule(),
-    "peak_transient_bytes": byte_rule(),
-    "capture_s": Rule(float, lo=0, hi=MAX_MS * MAX_TP),
-    "saved_vs_per_bucket_bytes": byte_rule(optional=True, signed=True),
+    "pool_bytes": total_rule(),  # a sum in a ``sum`` row
+    "torch_reserved_bytes": total_rule(signed=True),
+    "device_used_bytes": total_rule(signed=True),
+    "non_torch_bytes": total_rule(signed=True),
+    "retained_output_bytes": total_rule(),
+    "peak_transient_bytes": total_rule(),
+    "capture_s": Rule(float, lo=0, hi=MAX_MS * MAX_BUCKETS * MAX_TP),
+    "saved_vs_per_bucket_bytes": total_rule(optional=True, signed=True),
     "saved_vs_per_bucket_pct": Rule(float, optional=True),
     "ratio_to_floor": Rule(float, optional=True),
     "rank": Rule(str),  # a rank number, or max / sum (checked with the row)
     "failed": Rule(int, lo=0, hi=MAX_BUCKETS * MAX_TP),
-    **{name: byte_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
+    **{name: total_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
 }
 
 SITE_RULES: dict[str, Rule] = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Optional
 
 from bcgprof.options import MODES
@@ -22,23 +23,7 @@ def summarize(records: list[BucketRecord]) -> list[SummaryRecord]:
     groups: dict[tuple[str, int], list[BucketRecord]] = {}
     for r in records:
         groups.setdefault((r.mode, r.rank), []).append(r)
-    out: list[SummaryRecord] = []
-    for (mode, rank), rows in groups.items():
-        rows = sorted(rows, key=lambda r: r.order)
-        ok = [r for r in rows if r.status == BucketStatus.OK]
-        retained = sum(r.retained_output_bytes for r in rows)
-        out.append(SummaryRecord(
-            mode=mode, rank=str(rank), buckets=len(ok), failed=len(rows) - len(ok),
-            segments=sum(r.segments for r in rows),
-            pool_bytes=rows[-1].pool_bytes if rows else 0,
-            torch_reserved_bytes=sum(r.torch_reserved_delta_bytes for r in rows),
-            device_used_bytes=sum(r.device_used_delta_bytes for r in rows),
-            non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows),
-            retained_output_bytes=retained,
-            peak_transient_bytes=max((r.peak_transient_bytes for r in rows), default=0),
-            capture_s=round(sum(r.warmup_ms + r.capture_ms for r in rows) / 1000.0, 3),
-            **{name: sum_or_none(getattr(r, name) for r in rows) for name in LEDGER_FIELDS},
-        ))
+    out = [_totals(mode, rank, rows) for (mode, rank), rows in groups.items()]
     ranks = sorted({r.rank for r in records})
     if len(ranks) > 1:
         out.extend(across_ranks(out))
@@ -48,12 +33,31 @@ def summarize(records: list[BucketRecord]) -> list[SummaryRecord]:
     return out
 
 
+def _totals(mode: str, rank: int, rows: list[BucketRecord]) -> SummaryRecord:
+    """One (mode, rank)'s row (sums through attrgetter: a report may hold 100,000 rows)."""
+    rows = sorted(rows, key=attrgetter("order"))  # capture order: the pool after the last, times summed in order
+
+    def total(name: str) -> int:
+        return sum(map(attrgetter(name), rows))
+
+    ok = sum(1 for r in rows if r.status == BucketStatus.OK)
+    ms = sum(r.warmup_ms + r.capture_ms for r in rows)
+    return SummaryRecord(
+        mode=mode, rank=str(rank), buckets=ok, failed=len(rows) - ok, segments=total("segments"),
+        pool_bytes=rows[-1].pool_bytes, torch_reserved_bytes=total("torch_reserved_delta_bytes"),
+        device_used_bytes=total("device_used_delta_bytes"), non_torch_bytes=total("non_torch_delta_bytes"),
+        retained_output_bytes=total("retained_output_bytes"),
+        peak_transient_bytes=max(map(attrgetter("peak_transient_bytes"), rows)),
+        capture_s=round(ms / 1000.0, 3),
+        **{name: sum_or_none(map(attrgetter(name), rows)) for name in LEDGER_FIELDS})
+
+
 def sum_or_none(values: Iterable[Optional[int]]) -> Optional[int]:
     """The sum, or None when there is nothing to sum or any value is unknown."""
     items = list(values)
-    if not items or any(v is None for v in items):
+    if not items or None in items:
         return None
-    return sum(v for v in items if v is not None)
+    return sum(items)  # type: ignore[arg-type]  # None is not among them
 
 
 def rank_key(rank: str) -> tuple:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bcgprof.report.codec import records_to_csv
+from bcgprof.report.codec import clean_json, records_to_csv
 from bcgprof.report.read import read_csv_records, read_report
 from bcgprof.report.schema import (
     BUCKETS_FILE,
@@ -52,8 +52,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def run_info_to_json(run: RunInfo) -> str:
-    """run.json's text."""
-    return json.dumps(dataclasses.asdict(run), indent=2) + "\n"
+    """run.json's text: strings cleaned as the reader cleans them (so a reopened report keeps them)."""
+    return json.dumps(clean_json(dataclasses.asdict(run)), indent=2, allow_nan=False) + "\n"
 
 
 class ReportWriter:

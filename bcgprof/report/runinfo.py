@@ -1,0 +1,137 @@
+"""run.json, read and checked: :func:`read_run_info`.
+
+Every field is checked for its type and range (lists of distinct buckets and modes within
+their caps, tp within :data:`~bcgprof.report.limits.MAX_TP`, choice fields from
+:mod:`bcgprof.vocab`, a ``config_hash`` (a token of at most 64 letters, digits, ``.``, ``_`` or ``-``: capture writes 16
+hexadecimal digits), a model name); every string,
+``extra``'s included, is cleaned (:func:`~bcgprof.report.codec.clean_text`). Nesting deeper
+than :data:`~bcgprof.report.limits.MAX_JSON_DEPTH` is refused before the JSON is parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
+from bcgprof.errors import ReportError
+from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, PHASES, RUN_STATUSES, WEIGHTS
+from bcgprof.report.codec import FIX, clean_json, clean_text, json_shown
+from bcgprof.report.files import read_small_text
+from bcgprof.report.limits import MAX_JSON_DEPTH, MAX_RUN_BYTES, MAX_TP
+from bcgprof.report.schema import SCHEMA_VERSION, RunInfo
+
+# run.json fields a report must have (the others take RunInfo's defaults)
+RUN_REQUIRED = ("schema_version", "model", "phase", "buckets", "modes", "tp", "status")
+# bcgprof.models.config.config_hash writes 16 hexadecimal digits; any short token without spaces is taken
+CONFIG_HASH = re.compile(r"[0-9A-Za-z._-]{1,64}")
+_CHOICES = {"phase": PHASES, "status": RUN_STATUSES, "graph": GRAPH_KINDS, "order": ORDERS, "weights": WEIGHTS}
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not allowed in a report")
+
+
+def check_depth(path: Path, text: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``limit`` (counted outside strings), before it is parsed."""
+    depth = 0
+    for m in _BRACKETS.finditer(_STRINGS.sub('""', text)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > limit:
+            raise ReportError(f"{path} is corrupt: nested more than {limit} deep (run.json is 3 deep); {FIX}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_run(path: Path, data: dict) -> RunInfo:
+    """The :class:`RunInfo` of run.json's parsed ``data``, every field checked."""
+    missing = [k for k in RUN_REQUIRED if k not in data]
+    if missing:
+        raise ReportError(f"{path} is corrupt: missing field(s) {', '.join(missing)}; {FIX}")
+
+    def bad(name: str, what: str) -> ReportError:
+        return ReportError(f"{path}: field {name} must be {what}, got {json_shown(data[name])}; {FIX}")
+
+    values: dict[str, Any] = {}
+    for f in fields(RunInfo):
+        name = f.name
+        if name not in data:
+            continue
+        value = data[name]
+        if name == "schema_version":
+            pass  # checked by read_run_info
+        elif name == "buckets":
+            if not isinstance(value, list) or not all(_is_int(b) and 1 <= b <= MAX_BUCKET_SIZE for b in value):
+                raise bad(name, f"a list of bucket sizes (integers from 1 to {MAX_BUCKET_SIZE})")
+            if len(value) > MAX_BUCKETS:
+                raise bad(name, f"a list of at most {MAX_BUCKETS} buckets")
+            if len(set(value)) != len(value):
+                raise bad(name, "a list of distinct bucket sizes")
+        elif name == "modes":
+            if not isinstance(value, list) or not all(isinstance(m, str) and m in MODES for m in value):
+                raise bad(name, f"a list of modes ({', '.join(MODES)})")
+            if len(set(value)) != len(value):
+                raise bad(name, "a list of distinct modes")
+        elif name == "tp":
+            if not _is_int(value) or not 1 <= value <= MAX_TP:
+                raise bad(name, f"a positive integer (tensor-parallel ranks, at most {MAX_TP})")
+        elif name in ("layers", "hidden_size"):
+            if not _is_int(value) or not 0 <= value < 2 ** 31:
+                raise bad(name, "a non-negative integer")
+        elif name in _CHOICES:
+            if value not in _CHOICES[name]:
+                raise bad(name, f"one of {', '.join(_CHOICES[name])}")
+        elif name == "in_process":
+            if not isinstance(value, bool):
+                raise bad(name, "true or false")
+        elif name == "extra":
+            if not isinstance(value, dict):
+                raise bad(name, "a JSON object")
+            value = clean_json(value)  # nesting bounded by check_depth
+        elif not isinstance(value, str):
+            raise bad(name, "a string")
+        else:
+            value = clean_text(value)
+        values[name] = value
+    if not values["model"].strip():
+        raise bad("model", "the name of the model captured (not empty)")
+    if not CONFIG_HASH.fullmatch(values.get("config_hash", "")):
+        data.setdefault("config_hash", "")
+        raise bad("config_hash", "the model config's hash (16 hexadecimal digits, as `bcgprof capture` records it; "
+                  "compare and gate tell models apart by it)")
+    values["schema_version"] = data["schema_version"]
+    return RunInfo(**values)
+
+
+def parse_run_json(path: Path, text: str) -> RunInfo:
+    """:func:`read_run_info` for text already read."""
+    check_depth(path, text)
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path} is corrupt (line {e.lineno}: {e.msg}); {FIX}") from None
+    except (ValueError, RecursionError) as e:
+        raise ReportError(f"{path} is corrupt ({str(e).splitlines()[0][:120]}); {FIX}") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"{path} is corrupt: not a JSON object; {FIX}")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        shown = json_shown(version) if version is not None else "none"
+        raise ReportError(
+            f"{path} has report schema version {shown}; this bcgprof reads version {SCHEMA_VERSION}: "
+            "read it with the bcgprof that wrote it"
+        )
+    return check_run(path, data)
+
+
+def read_run_info(path: Path) -> RunInfo:
+    """run.json of a report (at most :data:`~bcgprof.report.limits.MAX_RUN_BYTES`), checked."""
+    path = Path(path)
+    return parse_run_json(path, read_small_text(path, MAX_RUN_BYTES))
