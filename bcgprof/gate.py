@@ -31,9 +31,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
-from bcgprof.compare import BOTH, OLD_ONLY, BucketComparison, Comparison, compare_reports
+from bcgprof.compare import BOTH, OLD_ONLY, BucketComparison, Change, Comparison, compare_reports
 from bcgprof.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import Report
@@ -195,8 +195,13 @@ class GateResult:
     def worst(self) -> Optional[GateCheck]:
         """The regression with the largest growth over its limit (the worst rank of a TP run)."""
         sized = [c for c in self.regressions if c.delta is not None and c.limit is not None]
+
+        def over(c: GateCheck) -> float:
+            assert c.delta is not None and c.limit is not None  # sized holds only checks with both
+            return c.delta - c.limit
+
         if sized:
-            return max(sized, key=lambda c: c.delta - c.limit)
+            return max(sized, key=over)
         return self.regressions[0] if self.regressions else None
 
 
@@ -339,6 +344,13 @@ def causes_grown(total) -> str:
     return ", ".join(parts)
 
 
+def _byte_pair(change: Change) -> tuple[int, int]:
+    """Both sides of a checked figure of rows in both reports: byte counts, so whole and never missing
+    (``Change`` types every figure as an optional float)."""
+    assert change.old is not None and change.new is not None, change.metric
+    return cast(int, change.old), cast(int, change.new)
+
+
 def _status_check(mode, rank, bucket, verdict, detail, base_status, cur_status) -> GateCheck:
     return GateCheck(mode, rank, bucket, "status", None, None, verdict, detail=detail,
                      baseline_status=base_status, current_status=cur_status)
@@ -396,6 +408,7 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
         common = [p for p in pairs if p.presence == BOTH]
         for p in pairs:
             if p.presence == OLD_ONLY:
+                assert p.old is not None  # old-only: the baseline's row
                 if p.bucket in intended and p.old.status == "ok":
                     checks.append(_status_check(mode, rank_label, p.bucket, REGRESSION,
                                                 "no row in the current report although its run lists this bucket",
@@ -417,12 +430,12 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
             notes.append(f"{where} totals are sums of per-bucket deltas over the {len(common)} common buckets")
         for metric in TOTAL_METRICS:
             if complete and total is not None and total.presence == BOTH:
-                change = total.changes[metric]
-                base, cur = change.old, change.new
+                base, cur = _byte_pair(total.changes[metric])
             else:
                 part = _TOTAL_FROM_BUCKETS[metric]
-                base = sum(p.changes[part].old for p in common)
-                cur = sum(p.changes[part].new for p in common)
+                pairs_of_part = [_byte_pair(p.changes[part]) for p in common]
+                base = sum(old for old, _ in pairs_of_part)
+                cur = sum(new for _, new in pairs_of_part)
             check = _metric_check(mode, rank_label, None, metric, base, cur, options)
             if check.verdict == REGRESSION and complete and total is not None:
                 grown = causes_grown(total)
@@ -432,6 +445,7 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
 
         for p in common:
             b, c = p.old, p.new
+            assert b is not None and c is not None  # common: rows in both reports
             if b.status == "ok" and c.status != "ok":
                 checks.append(_status_check(mode, rank_label, p.bucket, REGRESSION,
                                             f"{c.status} in the current report (baseline ok)"
@@ -444,14 +458,14 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
                 notes.append(f"{where} bucket {p.bucket} failed in both reports ({b.status}, {c.status})")
             if options.per_bucket and b.status == "ok" and c.status == "ok":
                 for metric in BUCKET_METRICS:
-                    change = p.changes[metric]
-                    checks.append(_metric_check(mode, rank_label, p.bucket, metric, change.old, change.new, options))
+                    base, cur = _byte_pair(p.changes[metric])
+                    checks.append(_metric_check(mode, rank_label, p.bucket, metric, base, cur, options))
     if not any(c.metric != "status" for c in checks) and not any(c.verdict == REGRESSION for c in checks):
         raise GateInputError(
             f"baseline {baseline.path} and current {current.path} have no figures in common to compare "
             f"({'no bucket rows' if not cmp.buckets else 'no bucket in both reports'}): the gate cannot pass "
             "what it did not see; capture both with the same options")
     if any(rank != 0 for _, rank in groups):
-        for c in checks:  # tensor-parallel: every check names its rank, rank 0 included
-            c.tensor_parallel = True
+        for check in checks:  # tensor-parallel: every check names its rank, rank 0 included
+            check.tensor_parallel = True
     return GateResult(baseline, current, options, checks, notes)

@@ -17,7 +17,13 @@ from bcgprof.render.as_markdown import render_markdown
 from bcgprof.render.as_table import render_table
 from bcgprof.render.model import Column, Line, Sheet, View
 from bcgprof.render.views import (
-    capture_view, compare_view, estimate_view, gate_headline, gate_view, run_line, show_view,
+    capture_view,
+    compare_view,
+    estimate_view,
+    gate_headline,
+    gate_view,
+    run_line,
+    show_view,
     verdict_line,
 )
 
@@ -25,10 +31,27 @@ FORMATS = ("table", "markdown", "json", "csv")
 SECTIONS = ("all", "buckets", "summary")
 
 __all__ = [
-    "FORMATS", "SECTIONS", "Column", "Line", "Sheet", "View", "render", "render_csv", "render_json",
-    "render_markdown", "render_table", "show_report", "show_comparison", "print_gate", "gate_markdown",
-    "gate_error_markdown", "gate_headline", "print_estimate", "print_capture_result",
-    "verdict_line", "run_line",
+    "FORMATS",
+    "SECTIONS",
+    "Column",
+    "Line",
+    "Sheet",
+    "View",
+    "gate_error_markdown",
+    "gate_headline",
+    "gate_markdown",
+    "print_capture_result",
+    "print_estimate",
+    "print_gate",
+    "render",
+    "render_csv",
+    "render_json",
+    "render_markdown",
+    "render_table",
+    "run_line",
+    "show_comparison",
+    "show_report",
+    "verdict_line",
 ]
 
 

@@ -10,8 +10,9 @@ how to show them; the renderers (:mod:`~bcgprof.render.as_table`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 
 @dataclass

@@ -19,7 +19,7 @@ class CaptureProgress:
         self.task = None
         self.warned_source = False
 
-    def __enter__(self) -> "CaptureProgress":
+    def __enter__(self) -> CaptureProgress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -14,9 +14,9 @@ from bcgprof.compare import BOTH, NEW_ONLY, OLD_ONLY, Comparison
 from bcgprof.estimate import Estimate
 from bcgprof.explain import CAUSES
 from bcgprof.gate import IMPROVEMENT, PASS, REGRESSION, GateCheck, GateResult
+from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
-from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 
 WIDE_HINT = "--wide shows every column; -f csv or -f json gives every figure"
 GATE_HINT = "a wider terminal, or --summary-md, shows every column"

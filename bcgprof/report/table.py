@@ -61,7 +61,9 @@ def read_table(path: Path, cls: Any, cap: int, max_rows: Optional[int] = None, r
                 raise ReportError(f"{path}:{chunk_lines[bad]} is corrupt: {len(chunk[bad])} values for {width} "
                                   f"columns; {FIX}")
             if max_rows is not None and len(records) + len(chunk) > max_rows:
-                line = chunk_lines[max_rows - len(records)]
+                allowed = max_rows - len(records)
+                _decode_chunk(path, cls, index, chunk[:allowed], chunk_lines[:allowed])  # an earlier bad value first
+                line = chunk_lines[allowed]
                 raise ReportError(f"{path}: row {line} is one row more than {rows_hint or max_rows}; {FIX}")
             records.extend(_decode_chunk(path, cls, index, chunk, chunk_lines))
             lines.extend(chunk_lines)
@@ -94,6 +96,9 @@ def _chunks(path: Path, reader: Any) -> Iterator[tuple[list[list[str]], list[int
             line = reader.line_num
             if "unexpected end of data" in str(e):
                 raise ReportError(f"{path}:{line} is corrupt: a quoted field is never closed; {FIX}") from None
+            if "new-line character seen in unquoted field" in str(e):
+                raise ReportError(f"{path}:{line} is corrupt: a carriage return inside a field that is not quoted; "
+                                  f"{FIX}") from None
             raise ReportError(f"{path}:{line} is corrupt: {e}; {FIX}") from None
         if not chunk:
             return

@@ -364,6 +364,8 @@ CLASSES: dict[str, list[Variant]] = {
                 "smallest-first put it at 4"),
         Variant("the floor on a bucket other than the largest", set_cell("buckets.csv", 11, "bucket", "256"),
                 "the floor mode captures the largest bucket alone (4096), not bucket 256"),
+        Variant("a bare carriage return in a field", set_cell("buckets.csv", 5, "detail", "a\rb"),
+                "buckets.csv:6 is corrupt: a carriage return inside a field that is not quoted"),
         Variant("a status in capitals", set_cell("buckets.csv", 1, "status", "OK"),
                 "column status: unknown value 'OK'; expected one of ok, oom, error"),
         Variant("an inf replay diff on an ok bucket", set_cell("buckets.csv", 1, "replay_max_abs_diff", "inf"),
@@ -419,6 +421,7 @@ CLASSES: dict[str, list[Variant]] = {
 # Variants that must be read, their text made safe: every control character (ESC, BEL, CR, C1 ...) of a
 # text field replaced, and a text field cut to 1000 characters (bcgprof.report.limits.MAX_TEXT_CHARS).
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\r\x9b1m\x7f"
+CSV_ESCAPES = ESCAPES.replace("\r", "")  # a bare CR in an unquoted CSV field is malformed CSV (refused, below)
 SANITISED: dict[str, list[Variant]] = {
     "escape sequences and long text": [
         Variant("escapes in the model name", run_field("model", f"gpt{ESCAPES}-oss"), ""),
@@ -428,7 +431,7 @@ SANITISED: dict[str, list[Variant]] = {
                                                          run_field("extra", {f"k{ESCAPES}": [f"v{ESCAPES}"]})), ""),
         Variant("escapes in a failed bucket's detail", both(
             run_field("status", "partial"), set_cell("buckets.csv", 5, "status", "oom"),
-            set_cell("buckets.csv", 5, "detail", f"out of memory{ESCAPES}")), ""),
+            set_cell("buckets.csv", 5, "detail", f"out of memory{CSV_ESCAPES}")), ""),
         Variant("a 900,000-character message", both(run_field("status", "failed"),
                                                     run_field("message", "m" * 900_000)), ""),
         Variant("a 5,000-character detail", both(
