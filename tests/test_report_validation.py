@@ -367,7 +367,7 @@ def test_read_report_gives_typed_frames_equal_to_the_files(tmp_path, rows):
             for key, text in row.items():
                 value = frame[key].iloc[i]
                 if text == "":
-                    assert value is None or str(value) in ("<NA>", "") , (name, key, value)
+                    assert value is None or str(value) in ("<NA>", ""), (name, key, value)
                 elif frame[key].dtype.kind in "iuf" or str(frame[key].dtype) in ("Int64", "Float64"):
                     assert value == as_number(text), (name, i, key, value, text)
                 else:

@@ -9,8 +9,9 @@ buckets per list       :data:`MAX_BUCKETS` = 4096 (``bcgprof.buckets``: the most
 modes                  :data:`MAX_MODES` = 4 (per-bucket, shared, shared-largest, floor)
 tensor-parallel ranks  :data:`MAX_TP` = 8: a capture runs one process per GPU of one host, and hosts hold
                        at most 8 GPUs on one NVLink switch (HGX/DGX)
-bucket rows            modes x ranks x buckets of run.json, at most :data:`MAX_BUCKET_ROWS` = 131,072
-summary rows           modes x (ranks + 2): one per rank, plus ``max`` and ``sum`` across ranks
+bucket rows            4 modes x run.json's ranks x its buckets, at most :data:`MAX_BUCKET_ROWS` = 131,072
+                       (a capture writes 3 x buckets + 1 a rank: the floor holds one; 98,312 at the caps)
+summary rows           :data:`MAX_SUMMARY_ROWS` = 40: 4 modes x (8 ranks + ``max`` and ``sum`` across ranks)
 run.json               :data:`MAX_RUN_BYTES` = 1 MiB, nested at most :data:`MAX_JSON_DEPTH` = 16 deep
 buckets.csv            :data:`MAX_BUCKETS_BYTES` = 64 MiB: 131,072 rows of 512 bytes on average (a row of
                        figures takes about 170 bytes, the rest is room for failure messages)

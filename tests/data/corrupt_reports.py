@@ -318,6 +318,8 @@ CLASSES: dict[str, list[Variant]] = {
     "unterminated quote": [
         Variant("buckets.csv", unterminated_quote("buckets.csv", 4, "status"), "a quoted field is never closed"),
         Variant("summary.csv", unterminated_quote("summary.csv", 1, "mode"), "a quoted field is never closed"),
+        Variant("a bare carriage return in a field", set_cell("buckets.csv", 5, "detail", "a\rb"),
+                "buckets.csv:6 is corrupt: a carriage return inside a field that is not quoted"),
     ],
     "impossible value": [
         Variant("negative pool_bytes", set_cell("buckets.csv", 1, "pool_bytes", "-5"), "is negative"),
@@ -364,8 +366,6 @@ CLASSES: dict[str, list[Variant]] = {
                 "smallest-first put it at 4"),
         Variant("the floor on a bucket other than the largest", set_cell("buckets.csv", 11, "bucket", "256"),
                 "the floor mode captures the largest bucket alone (4096), not bucket 256"),
-        Variant("a bare carriage return in a field", set_cell("buckets.csv", 5, "detail", "a\rb"),
-                "buckets.csv:6 is corrupt: a carriage return inside a field that is not quoted"),
         Variant("a status in capitals", set_cell("buckets.csv", 1, "status", "OK"),
                 "column status: unknown value 'OK'; expected one of ok, oom, error"),
         Variant("an inf replay diff on an ok bucket", set_cell("buckets.csv", 1, "replay_max_abs_diff", "inf"),
@@ -421,7 +421,7 @@ CLASSES: dict[str, list[Variant]] = {
 # Variants that must be read, their text made safe: every control character (ESC, BEL, CR, C1 ...) of a
 # text field replaced, and a text field cut to 1000 characters (bcgprof.report.limits.MAX_TEXT_CHARS).
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\r\x9b1m\x7f"
-CSV_ESCAPES = ESCAPES.replace("\r", "")  # a bare CR in an unquoted CSV field is malformed CSV (refused, below)
+CSV_ESCAPES = ESCAPES.replace("\r", "")  # a bare CR in an unquoted CSV field is malformed CSV (refused: CLASSES)
 SANITISED: dict[str, list[Variant]] = {
     "escape sequences and long text": [
         Variant("escapes in the model name", run_field("model", f"gpt{ESCAPES}-oss"), ""),
