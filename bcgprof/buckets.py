@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Optional
 
 from bcgprof.errors import BucketSpecError
 
@@ -131,7 +132,7 @@ def _expand(entry: str, spec: str, max_tokens: int, max_bs: int) -> list[int]:
     return [_positive_int(entry, entry, spec)]
 
 
-def parse_buckets(spec: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, max_bs: int = DEFAULT_MAX_BS) -> list[int]:
+def parse_buckets(spec: Optional[str], *, max_tokens: int = DEFAULT_MAX_TOKENS, max_bs: int = DEFAULT_MAX_BS) -> list[int]:
     """A bucket spec -> the sorted list of buckets; :class:`BucketSpecError` names a bad entry.
 
     ``max_tokens`` and ``max_bs`` cap the presets only; explicit sizes are taken as given, up to

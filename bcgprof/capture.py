@@ -313,6 +313,7 @@ class Capturer:
             record.device_peak_delta_bytes = device_peak - before.device_used
         record.free_bytes = after.free
         if graph is not None and record.status == "ok":
+            assert out is not None  # captured together with the graph
             record.segments = graph.segments
             record.graph_nodes = graph.graph_nodes
             record.retained_output_bytes, in_pool = self._retained(order, out)
@@ -328,6 +329,7 @@ class Capturer:
             shared = self.result.shared_output
             if order > 0:
                 return 0, False
+            assert shared is not None  # made by the first bucket's capture (or passed in)
             return shared.untyped_storage().nbytes(), storage_in_pool(shared, self.pool)
         in_pool = storage_in_pool(out, self.pool)
         return (out.untyped_storage().nbytes() if in_pool else 0), in_pool

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -40,7 +41,7 @@ def tp_environment() -> dict[str, str]:
     return dict(MULTICAST_OFF)
 
 
-def apply_tp_environment(env: Optional[dict] = None) -> dict:
+def apply_tp_environment(env: Optional[MutableMapping[str, str]] = None) -> MutableMapping[str, str]:
     """Set :func:`tp_environment` in ``env`` (default ``os.environ``), before NCCL starts."""
     env = os.environ if env is None else env
     env.update(tp_environment())
@@ -58,7 +59,7 @@ def rank_environment(rank: int, world: int, port: int, base: Optional[dict] = No
     return env
 
 
-def under_torchrun(env: Optional[dict] = None) -> bool:
+def under_torchrun(env: Optional[Mapping[str, str]] = None) -> bool:
     """True when this process is one rank of a torchrun (or any env:// launcher) job."""
     env = os.environ if env is None else env
     return "RANK" in env and "WORLD_SIZE" in env

@@ -60,8 +60,11 @@ class DeviceMemory:
         return pynvml.nvmlDeviceGetHandleByIndex(self.device.index or 0)
 
     def _probe_v2(self) -> bool:
+        nvml = self._nvml
+        if nvml is None:  # not started: no v2 either (the call below would fail the same way)
+            return False
         try:
-            self._nvml.nvmlDeviceGetMemoryInfo(self._handle, version=self._nvml.nvmlMemory_v2)
+            nvml.nvmlDeviceGetMemoryInfo(self._handle, version=nvml.nvmlMemory_v2)
             return True
         except Exception:
             return False

@@ -153,6 +153,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         emit({"event": "error", "mode": mode, "message": "; ".join(lines)})
         return code
 
+    assert workload is not None  # built here, or this rank returned above with every rank's failure
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
     capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup, device=group.device,
                         memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank,

@@ -44,7 +44,7 @@ class CaptureOptions:
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
     warmup: int = 2
     device: str = "cuda:0"
-    out: Optional[Path] = None  # None: reports/<model>-<timestamp>
+    out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
     verify: str = "smallest-largest"  # one of VERIFY_CHOICES
     in_process: bool = False
     sample_interval_ms: float = 2.0

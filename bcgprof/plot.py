@@ -215,8 +215,8 @@ def build_figure(report: Report, *, rank: int = 0):
     width = 0.8 / max(len(curves), 1)
     for i, mode in enumerate(curves):
         rows = [r for r in _rows(report, mode, rank) if r.bucket in x_of]
-        xs = [x_of[r.bucket] + (i - (len(curves) - 1) / 2) * width for r in rows]
-        bottom.bar(xs, [r.pool_delta_bytes / MIB for r in rows], width=width, color=COLOURS.get(mode), label=mode)
+        bar_xs = [x_of[r.bucket] + (i - (len(curves) - 1) / 2) * width for r in rows]
+        bottom.bar(bar_xs, [r.pool_delta_bytes / MIB for r in rows], width=width, color=COLOURS.get(mode), label=mode)
     bottom.set_yscale("symlog", linthresh=1.0)
     bottom.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     bottom.set_ylabel("graph-pool delta per bucket (MiB, symlog)")

@@ -30,10 +30,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
 from bcgprof.options import CaptureOptions
+
+if TYPE_CHECKING:
+    from bcgprof.models.layers.attention import Attention
 
 Emit = Callable[[dict], None]
 # Once one rank process has exited with an error, how long the others get to finish.
@@ -107,7 +110,7 @@ def kv_figures(opts: CaptureOptions, spec, buckets: list[int]) -> dict:
     from bcgprof.spec import kv
 
     meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp)
-    attn = meta.layers[0].self_attn
+    attn = cast("Attention", meta.layers[0].self_attn)  # every family's decoder layer holds one
     width = dtypes.dtype_bytes(spec.dtype)
     layers = len(meta.layers)
     figures = {
@@ -185,6 +188,7 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> Captur
     """Run every mode and write the report; :class:`BcgprofError` for input refused before any work."""
     emit = on_event or (lambda event: None)
     opts, spec, buckets = _prepare(opts)
+    launcher: Optional[ModeLauncher]
     if opts.tp > 1:
         from bcgprof import dist
 
@@ -303,12 +307,14 @@ class _ModeProcesses:
 
     def go(self) -> None:
         for p in self.procs:
+            assert p.stdin is not None  # Popen(stdin=PIPE)
             p.stdin.write("go\n")
             p.stdin.close()
 
     def cancel(self) -> None:
         """Let processes that never started work exit (EOF on stdin), then make sure they did."""
         for p in self.procs:
+            assert p.stdin is not None  # Popen(stdin=PIPE)
             with contextlib.suppress(OSError):
                 p.stdin.close()
         for p in self.procs:
@@ -324,7 +330,9 @@ class _ModeProcesses:
         watcher = threading.Thread(target=_watch, args=(self.procs, done, grace_s), daemon=True)
         watcher.start()
         try:
-            for line in self.procs[0].stdout:
+            stdout = self.procs[0].stdout
+            assert stdout is not None  # rank 0: Popen(stdout=PIPE)
+            for line in stdout:
                 line = line.strip()
                 if line.startswith("{"):
                     with contextlib.suppress(json.JSONDecodeError):
@@ -407,6 +415,7 @@ class ModeLauncher:
             self.prestart()
             for i, mode in enumerate(modes):
                 current, self._next = self._next, None
+                assert current is not None  # started by prestart() or the previous turn of this loop
                 current.go()
                 if i + 1 < len(modes):
                     self._next = _ModeProcesses(self.opts, modes[i + 1], self.out)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import linecache
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -143,7 +144,7 @@ def _renamed(name: str, forward):
         return forward(*args, **kwargs)
 
     code = call.__code__.replace(co_name=name)
-    if hasattr(code, "co_qualname"):
+    if sys.version_info >= (3, 11):  # co_qualname is new in 3.11
         code = code.replace(co_qualname=name)
     call.__code__ = code
     return call
