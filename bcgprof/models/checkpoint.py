@@ -15,6 +15,7 @@ class CheckpointTarget(NamedTuple):
 
     name: str  # checkpoint name, e.g. model.layers.0.self_attn.q_proj.weight
     param: str  # our parameter, e.g. layers.0.self_attn.qkv_proj.weight
-    index: tuple  # index into the parameter; () for all of it
+    # index into the parameter; () for all of it. The name hides tuple.index, which nothing calls.
+    index: tuple  # type: ignore[assignment]  # a field named like a tuple method; renaming it changes every loader
     shape: tuple  # the checkpoint tensor's shape (dequantised layout), unsharded
     source: tuple = ()  # index into the checkpoint tensor: this rank's shard; () for all of it

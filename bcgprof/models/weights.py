@@ -19,12 +19,16 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from bcgprof.errors import ModelConfigError
 from bcgprof.models import mxfp4
+
+if TYPE_CHECKING:
+    from bcgprof.models.stack import DecoderModel
 
 INDEX_FILE = "model.safetensors.index.json"
 BLOCKS, SCALES = "_blocks", "_scales"
@@ -181,7 +185,7 @@ def _quote(names: list[str]) -> str:
     return shown + (f" and {len(names) - SHOW} more" if len(names) > SHOW else "")
 
 
-def _plan(module: nn.Module, files: list[Path]) -> tuple[list[_Entry], _Problems]:
+def _plan(module: DecoderModel, files: list[Path]) -> tuple[list[_Entry], _Problems]:
     """Read only the headers: what to load from where, and everything that does not fit."""
     expected = {name: tuple(shape) for name, shape in module.checkpoint_shapes().items()}
     problems = _Problems()
@@ -236,7 +240,7 @@ def _module_target(module: nn.Module) -> tuple[torch.device, torch.dtype]:
 
 
 @torch.no_grad()
-def load_safetensors(module: nn.Module, checkpoint_dir: Path) -> None:
+def load_safetensors(module: DecoderModel, checkpoint_dir: Path) -> None:
     """Load a Hugging Face safetensors checkpoint into ``module``, one tensor at a time.
 
     Files come from ``model.safetensors.index.json`` when present, else every

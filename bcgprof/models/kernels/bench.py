@@ -13,10 +13,11 @@ the peak memory the call allocated above what was allocated before it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 from collections.abc import Callable
-from typing import Optional
+from typing import Optional, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +26,23 @@ from bcgprof.models.kernels import clamped_swiglu, fused_experts, moe_workspace_
 
 MIB = float(1 << 20)
 
-MODELS = {  # experts of this rank at tp=1
-    "gpt-oss-20b": dict(E=32, k=4, H=2880, I=2880, activation="clamped_swiglu", bias=True, transposed=False),
-    "Qwen3-30B-A3B": dict(E=128, k=8, H=2048, I=768, activation="silu", bias=False, transposed=True),
+
+class Experts(TypedDict):
+    """One model's routed experts: count, top-k, hidden and intermediate sizes, activation, biases,
+    and whether the weights are stored transposed ([E, out, in])."""
+
+    E: int
+    k: int
+    H: int
+    I: int
+    activation: str
+    bias: bool
+    transposed: bool
+
+
+MODELS: dict[str, Experts] = {  # experts of this rank at tp=1
+    "gpt-oss-20b": Experts(E=32, k=4, H=2880, I=2880, activation="clamped_swiglu", bias=True, transposed=False),
+    "Qwen3-30B-A3B": Experts(E=128, k=8, H=2048, I=768, activation="silu", bias=False, transposed=True),
 }
 
 
@@ -35,10 +50,10 @@ def _old_moe() -> Optional[Callable]:
     """The stacks' unfused MoE from before these kernels, where this tree still has it (run the
     bench from an older checkout to time both); None otherwise."""
     try:
-        from bcgprof.models.layers.moe import fused_moe
+        moe = importlib.import_module("bcgprof.models.layers.moe")
     except ImportError:
         return None
-    return fused_moe
+    return getattr(moe, "fused_moe", None)
 
 
 def _old_clamped(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:

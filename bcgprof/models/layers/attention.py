@@ -283,6 +283,8 @@ class Attention(nn.Module):
         self.window = args.window(layer_idx)
         self.qkv_proj = nn.Linear(args.hidden_size, self.q_size + 2 * self.kv_size, bias=args.attention_bias)
         self.o_proj = nn.Linear(self.q_size, args.hidden_size, bias=args.attention_bias)
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
         if args.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps, norm_fp32_weight)
             self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps, norm_fp32_weight)
@@ -298,6 +300,7 @@ class Attention(nn.Module):
         token t of the batch is sequence t's new token at ``positions[t]``; it is written to
         the cache and attends over the sequence's cached tokens."""
         if self.kv_cache is not None:
+            assert positions is not None  # decode: the model passes every token's position
             return self._decode(x, cos, sin, positions)
         T = x.shape[0]
         qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]  (this rank's heads)
@@ -305,7 +308,7 @@ class Attention(nn.Module):
         q = q.view(T, self.num_heads, self.head_dim)  # [T, Hq, D]
         k = k.view(T, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         v = v.view(T, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # both or neither (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         o = attention(q, k, v.contiguous(), scale=self.scale, window=self.window, sinks=self.sinks)  # [T, Hq, D]
@@ -318,9 +321,10 @@ class Attention(nn.Module):
         q = q.view(B, self.num_heads, self.head_dim)  # [B, Hq, D]
         k = k.view(B, self.num_kv_heads, self.head_dim)  # [B, Hkv, D]
         v = v.view(B, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # both or neither (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        assert self.kv_cache is not None  # forward decodes only with a cache attached
         k_cache, v_cache = self.kv_cache
         write_kv(k_cache, v_cache, k, v, positions)  # inside the graph: static shapes, no sync
         o = decode_attention(q, k_cache, v_cache, positions, scale=self.scale, window=self.window,
@@ -335,12 +339,12 @@ class Attention(nn.Module):
         bias = self.qkv_proj.bias is not None
         for name, lo, n, full, src in (("q_proj", 0, q, full_q, q_src), ("k_proj", q, kv, full_kv, kv_src),
                                        ("v_proj", q + kv, kv, full_kv, kv_src)):
-            src = src if self.tp_size > 1 else ()
+            shard = src if self.tp_size > 1 else ()
             yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.qkv_proj.weight", (slice(lo, lo + n),),
-                                   (full, H), src and (src,))
+                                   (full, H), shard and (shard,))
             if bias:
                 yield CheckpointTarget(f"{ckpt}.{name}.bias", f"{param}.qkv_proj.bias", (slice(lo, lo + n),),
-                                       (full,), src and (src,))
+                                       (full,), shard and (shard,))
         cols = (slice(None), q_src) if self.tp_size > 1 else ()
         yield CheckpointTarget(f"{ckpt}.o_proj.weight", f"{param}.o_proj.weight", (), (H, full_q), cols)
         if self.o_proj.bias is not None:

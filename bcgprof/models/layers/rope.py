@@ -74,11 +74,11 @@ def rope_inv_freq(params: dict, head_dim: int, max_position_embeddings: int) -> 
         medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
         return torch.where(medium, smoothed, scaled), 1.0
     if rope_type == "yarn":
-        factor = params.get("factor")
+        given = params.get("factor")
         orig = float(params["original_max_position_embeddings"])
-        if factor is None:
-            factor = max_position_embeddings / orig
-        factor = float(factor)
+        if given is None:
+            given = max_position_embeddings / orig
+        factor = float(given)
 
         def get_mscale(scale: float, mscale: float = 1.0) -> float:
             return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
@@ -119,6 +119,8 @@ class RotaryEmbedding(nn.Module):
     bf16 would round it), so it is always exact float32 on the module's device.
     """
 
+    inv_freq: torch.Tensor  # the buffer registered in __init__
+
     def __init__(self, params: dict, head_dim: int, max_position_embeddings: int):
         super().__init__()
         self.params = dict(params)
@@ -138,7 +140,7 @@ class RotaryEmbedding(nn.Module):
             inv_freq = torch.empty_like(inv_freq, device="meta")
         self.inv_freq = inv_freq  # re-registers the buffer (float32)
 
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
+    def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
         self.reset_buffers()
         return self
