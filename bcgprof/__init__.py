@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # The capture API pulls in torch; keep `import bcgprof` (and the CLI start) light.
     if name in ("capture_buckets", "CaptureResult"):
-        from bcgprof import capture
+        from bcgprof.measure import capture
 
         return getattr(capture, name)
     if name == "read_report":  # a report's tables as typed pandas DataFrames (bcgprof.report.frames)

@@ -1,11 +1,11 @@
-"""Regenerate ``bcgprof/bands.json``, the evidence behind prediction bands, from the committed reports.
+"""Regenerate ``bcgprof/analysis/bands.json``, the evidence behind prediction bands, from the committed reports.
 
 Every held-out list of a traced profile's configuration is predicted from the profile and its measured
 device-used total kept; every layer set is predicted at full depth and checked against the full-depth
-capture (:mod:`bcgprof.calibrate`). Prints each residual, the leave-one-out check (does the band the
+capture (:mod:`bcgprof.analysis.calibrate`). Prints each residual, the leave-one-out check (does the band the
 other held-out lists give contain each list?) and the layer checks.
 
-    python benchmarks/calibrate_bands.py            # writes bcgprof/bands.json
+    python benchmarks/calibrate_bands.py            # writes bcgprof/analysis/bands.json
     python benchmarks/calibrate_bands.py --check    # exit 1 if the shipped file is stale
 """
 
@@ -21,13 +21,13 @@ MIB = 1 << 20
 
 
 def main(argv: list[str]) -> int:
-    from bcgprof.bands import calibration_json, leave_one_out, write_calibration
-    from bcgprof.calibrate import build
+    from bcgprof.analysis.bands import calibration_json, leave_one_out, write_calibration
+    from bcgprof.analysis.calibrate import build
     from bcgprof.report import read_report
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
-    parser.add_argument("--out", type=Path, default=ROOT / "bcgprof" / "bands.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bcgprof" / "analysis" / "bands.json")
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
     args = parser.parse_args(argv)
     cal, skipped = build(args.reports)

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-import bcgprof.advise as advise_module
-from bcgprof.advise import padding_pct, read_lengths
+import bcgprof.analysis.advise as advise_module
+from bcgprof.analysis.advise import padding_pct, read_lengths
 from bcgprof.errors import BcgprofError
 
 

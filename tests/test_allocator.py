@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bcgprof.allocator import (
+from bcgprof.analysis.allocator import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
     AllocatorError,

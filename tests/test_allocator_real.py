@@ -1,7 +1,7 @@
 """The allocator model against a real capture: the floor of gpt-oss-20b at 16384 tokens on an H200
 (torch 2.11.0+cu130), whose allocator history ``--snapshot`` kept in the committed report.
 
-Turned into a trace (:class:`bcgprof.trace_events.TraceBuilder`) and replayed, every one of the
+Turned into a trace (:class:`bcgprof.measure.trace_events.TraceBuilder`) and replayed, every one of the
 pool's 1,815 allocations lands at the address the real allocator gave it, every segment opens
 where it opened, and the pool ends at the bytes the report measured. Nothing here was fitted to
 that capture: the rules are the allocator's source.
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.replay import Replayer
+from bcgprof.analysis.replay import Replayer
+from bcgprof.measure.trace_events import TraceBuilder
 from bcgprof.report import read_report
-from bcgprof.trace_events import TraceBuilder
-from bcgprof.traces import Action, Trace, TracePool, read_trace, write_trace
+from bcgprof.report.traces import Action, Trace, TracePool, read_trace, write_trace
 
 REPORT = Path("reports/gpt-oss-20b-h200-snapshot")
 

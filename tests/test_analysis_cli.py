@@ -138,7 +138,7 @@ def test_advise_refuses_a_mode_the_profile_lacks():
 
 
 def test_plot_draws_the_causes_panel_for_a_report_with_the_ledger(tmp_path):
-    from bcgprof.plot import build_figure
+    from bcgprof.render.plot import build_figure
 
     report = _report(tmp_path)
     fig = build_figure(report)

@@ -198,15 +198,15 @@ def test_a_late_summary_md_failure_never_changes_the_verdict(data_dir, report_co
 
 @pytest.fixture
 def captured(monkeypatch):
-    import bcgprof.runner
+    import bcgprof.measure.runner
 
     calls = []
 
     def fake(opts, on_event=None):
         calls.append(opts)
-        return bcgprof.runner.CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
+        return bcgprof.measure.runner.CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
 
-    monkeypatch.setattr(bcgprof.runner, "run_capture", fake)
+    monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake)
     return calls
 
 
@@ -301,12 +301,12 @@ def test_an_internal_error_is_one_line_and_exit_2(data_dir, monkeypatch):
 
 
 def test_a_gate_that_crashes_is_never_a_pass_or_a_regression(data_dir, report_copy, monkeypatch):
-    import bcgprof.gate
+    import bcgprof.analysis.gate
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(bcgprof.gate, "gate_reports", broken)
+    monkeypatch.setattr(bcgprof.analysis.gate, "gate_reports", broken)
     assert "internal error: ZeroDivisionError" in refused(gate(data_dir / "baseline", report_copy("baseline")))
 
 

@@ -1,4 +1,4 @@
-"""Prediction bands from measured residuals (bcgprof/bands.py, bcgprof/calibrate.py, bcgprof/executables.py):
+"""Prediction bands from measured residuals (bcgprof/analysis/bands.py, bcgprof/analysis/calibrate.py, bcgprof/analysis/executables.py):
 the shipped evidence is what the committed reports give, every held-out list lies inside the band the
 others give it, a list prediction's band is stated with its evidence (or the lack of it), and advise keeps
 the band's top within the budget and prints the margin. No GPU: the reports are committed."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bcgprof import bands
-from bcgprof.advise import advice_json, advise
-from bcgprof.bands import (
+from bcgprof.analysis import bands
+from bcgprof.analysis.advise import advice_json, advise
+from bcgprof.analysis.bands import (
     QUANTUM,
     Calibration,
     CalibrationError,
@@ -28,10 +28,10 @@ from bcgprof.bands import (
     run_key,
     shipped_calibration,
 )
-from bcgprof.calibrate import build
+from bcgprof.analysis.calibrate import build
+from bcgprof.analysis.executables import later_executables
+from bcgprof.analysis.predict import bucket_profile, predict_buckets, predict_layers, prediction_json
 from bcgprof.cli import app
-from bcgprof.executables import later_executables
-from bcgprof.predict import bucket_profile, predict_buckets, predict_layers, prediction_json
 from bcgprof.report import BucketRecord, RunInfo, read_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,8 +57,8 @@ def synthetic(tmp_path_factory):
 
 def test_the_shipped_calibration_is_what_the_committed_reports_give(built):
     cal, _ = built
-    shipped = json.loads((ROOT / "bcgprof" / "bands.json").read_text())
-    assert calibration_json(cal) == shipped, "bcgprof/bands.json is stale: run python benchmarks/calibrate_bands.py"
+    shipped = json.loads((ROOT / "bcgprof" / "analysis" / "bands.json").read_text())
+    assert calibration_json(cal) == shipped, "bcgprof/analysis/bands.json is stale: run python benchmarks/calibrate_bands.py"
 
 
 def test_held_out_lists_are_the_other_lists_of_the_traced_profiles_configuration(built):

@@ -298,7 +298,7 @@ def test_estimate_bad_input(args, message):
 @pytest.fixture
 def captured(monkeypatch):
     """Replace run_capture; the list receives the CaptureOptions it was called with."""
-    import bcgprof.runner
+    import bcgprof.measure.runner
 
     class Calls(list):
         code = 0  # what the fake run_capture returns
@@ -306,12 +306,12 @@ def captured(monkeypatch):
     calls = Calls()
 
     def fake_run_capture(opts, on_event=None):
-        from bcgprof.runner import CaptureOutcome
+        from bcgprof.measure.runner import CaptureOutcome
 
         calls.append(opts)
         return CaptureOutcome(out=None, status="complete", exit_code=calls.code, reporter=False)
 
-    monkeypatch.setattr(bcgprof.runner, "run_capture", fake_run_capture)
+    monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake_run_capture)
     return calls
 
 
@@ -366,12 +366,12 @@ def test_capture_rejects_bad_input_before_any_gpu_work(captured, args, message):
 
 
 def test_capture_user_errors_from_the_runner_are_one_line(monkeypatch):
-    import bcgprof.runner
+    import bcgprof.measure.runner
 
     def no_gpu(opts, on_event=None):
         raise NoGPUError("no CUDA device found: `bcgprof capture` needs a GPU")
 
-    monkeypatch.setattr(bcgprof.runner, "run_capture", no_gpu)
+    monkeypatch.setattr(bcgprof.measure.runner, "run_capture", no_gpu)
     assert "no CUDA device found" in one_line_error(run("capture", "--buckets", "4"))
 
 

@@ -75,8 +75,8 @@ def test_results_on_stdout_notes_on_stderr(tmp_path):
 
 
 def test_capture_progress_goes_to_stderr(monkeypatch):
-    import bcgprof.runner
-    from bcgprof.runner import CaptureOutcome
+    import bcgprof.measure.runner
+    from bcgprof.measure.runner import CaptureOutcome
 
     def fake_run_capture(opts, on_event=None):
         on_event({"event": "begin", "model": "m", "layers": 2, "dtype": "bfloat16", "buckets": [4, 2],
@@ -85,7 +85,7 @@ def test_capture_progress_goes_to_stderr(monkeypatch):
                   "detail": "out of memory [at 4]"})
         return CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
 
-    monkeypatch.setattr(bcgprof.runner, "run_capture", fake_run_capture)
+    monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake_run_capture)
     result = run("capture")
     assert result.exit_code == 0
     assert result.stdout == ""
@@ -284,7 +284,7 @@ def test_only_rank_0_prints_errors_under_torchrun():
 
 
 def test_the_benchmark_without_a_gpu_is_one_line():
-    result = subprocess.run([sys.executable, "-m", "bcgprof.benchmark", "--no-sampler-check"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "bcgprof.measure.benchmark", "--no-sampler-check"], capture_output=True,
                             text=True, cwd=REPO, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")

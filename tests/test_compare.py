@@ -1,4 +1,4 @@
-from bcgprof.compare import BOTH, NEW_ONLY, OLD_ONLY, compare_reports, run_differences
+from bcgprof.analysis.compare import BOTH, NEW_ONLY, OLD_ONLY, compare_reports, run_differences
 from bcgprof.report import read_report
 
 MIB = 1024 ** 2
@@ -66,8 +66,8 @@ def test_run_differences_name_both_values(data_dir):
 def test_a_different_graph_kind_or_order_is_a_mismatch_the_gate_refuses_unless_allowed(report_copy):
     import json
 
-    from bcgprof.compare import run_differences
-    from bcgprof.gate import GateMismatchError, GateOptions, gate_reports
+    from bcgprof.analysis.compare import run_differences
+    from bcgprof.analysis.gate import GateMismatchError, GateOptions, gate_reports
     from bcgprof.report import read_report
 
     base = report_copy("baseline")

@@ -113,7 +113,7 @@ def test_sequences_at_different_positions_decode_independently():
                                            ("llama-3.1-8b-h200-decode", "Llama-3.1-8B")])
 def test_estimate_matches_the_retained_outputs_measured_in_decode(report, model):
     """The committed H200 decode captures: each bucket keeps batch x hidden x dtype bytes, as estimate says."""
-    from bcgprof.estimate import estimate_output_buffers
+    from bcgprof.analysis.estimate import estimate_output_buffers
     from bcgprof.models.config import resolve_model
     from bcgprof.report import read_report
 
@@ -127,7 +127,7 @@ def test_estimate_matches_the_retained_outputs_measured_in_decode(report, model)
 
 def test_a_kv_cache_that_does_not_fit_is_one_line_with_both_figures():
     from bcgprof.errors import CaptureError
-    from bcgprof.workload import check_cache_fits
+    from bcgprof.measure.workload import check_cache_fits
 
     with pytest.raises(CaptureError) as info:
         check_cache_fits(128 << 30, 120 << 30, 256, 4096)

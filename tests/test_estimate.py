@@ -2,9 +2,9 @@ import json
 
 import pytest
 
+from bcgprof.analysis.estimate import LABEL, estimate_output_buffers
 from bcgprof.buckets import parse_buckets
 from bcgprof.errors import ModelConfigError
-from bcgprof.estimate import LABEL, estimate_output_buffers
 from bcgprof.models.config import resolve_model
 
 

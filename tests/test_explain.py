@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bcgprof.explain import CAUSES, causes_of, explain_report, explanation_json, fit_executables
+from bcgprof.analysis.explain import CAUSES, causes_of, explain_report, explanation_json, fit_executables
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, SiteRecord, read_report
 
 MIB = 1 << 20

@@ -1,10 +1,9 @@
-"""Every gate outcome, decided by bcgprof.gate on reports written to disk and read back."""
+"""Every gate outcome, decided by bcgprof.analysis.gate on reports written to disk and read back."""
 
 
 import pytest
 
-from bcgprof.errors import BcgprofError, ReportError
-from bcgprof.gate import (
+from bcgprof.analysis.gate import (
     DEFAULT_ABS_TOL_BYTES,
     IMPROVEMENT,
     PASS,
@@ -17,6 +16,7 @@ from bcgprof.gate import (
     parse_rel,
     parse_tolerance,
 )
+from bcgprof.errors import BcgprofError, ReportError
 from bcgprof.report import read_report
 
 MIB = 1024 ** 2

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bcgprof.errors import BcgprofError
-from bcgprof.plot import COLOURS, plot_report
+from bcgprof.render.plot import COLOURS, plot_report
 from bcgprof.report import read_report
 
 
@@ -46,7 +46,7 @@ def test_top_panel_spans_the_figures_not_zero():
     """The committed H200 report: its modes differ between 3.35 and 4.49 GiB; that range fills the panel."""
     import matplotlib.pyplot as plt
 
-    from bcgprof.plot import build_figure
+    from bcgprof.render.plot import build_figure
 
     report = read_report(Path(__file__).resolve().parent.parent / "reports" / "gpt-oss-20b-h200-unfused")
     fig = build_figure(report)
@@ -67,7 +67,7 @@ def test_top_panel_spans_the_figures_not_zero():
 
 
 def test_output_names(tmp_path, data_dir):
-    from bcgprof.plot import image_path
+    from bcgprof.render.plot import image_path
 
     assert image_path(tmp_path / "x") == tmp_path / "x.png"
     assert image_path("cost.SVG") == Path("cost.SVG")

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bcgprof.advise import AdviceError, advise, brute_force, optimise, padding_of, read_lengths
-from bcgprof.predict import PredictionError, predict_buckets, predict_layers
+from bcgprof.analysis.advise import AdviceError, advise, brute_force, optimise, padding_of, read_lengths
+from bcgprof.analysis.predict import PredictionError, predict_buckets, predict_layers
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
 
 MIB = 1 << 20
@@ -206,7 +206,7 @@ def test_the_committed_gpt_oss_120b_prediction_is_what_predict_says_now():
 def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
     """Each bucket adds c bytes; NVML shows the running total in 2 MiB steps. The staircase's slope
     recovers c to well under a percent where the total over the buckets is off by up to a step."""
-    from bcgprof.predict import _staircase
+    from bcgprof.analysis.predict import _staircase
 
     for c in (0.61 * MIB, 1.47 * MIB, 7.93 * MIB):
         seen, rows = 0, []

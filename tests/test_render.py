@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from bcgprof.analysis.compare import BOTH, compare_reports
+from bcgprof.analysis.estimate import estimate_output_buffers
+from bcgprof.analysis.gate import GateOptions, gate_reports
 from bcgprof.cli import app
-from bcgprof.compare import BOTH, compare_reports
-from bcgprof.estimate import estimate_output_buffers
-from bcgprof.gate import GateOptions, gate_reports
 from bcgprof.models.config import resolve_model
 from bcgprof.render import (
     print_capture_result,

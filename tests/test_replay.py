@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.predict import PredictionError, bucket_profile, predict_buckets, prediction_json
-from bcgprof.replay import Replayer
+from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, prediction_json
+from bcgprof.analysis.replay import Replayer
 
 from traced_profile import BUCKETS, MODES, capture, forward, write_profile
 
@@ -91,13 +91,13 @@ def test_the_largest_bucket_of_a_list_keeps_its_output_in_shared_largest_mode(pr
 
 def test_skipping_repeated_layers_changes_no_result(tmp_path, monkeypatch):
     """A deeper stack (12 layers), replayed with and without skipping the periods whose state repeats."""
-    import bcgprof.replay
+    import bcgprof.analysis.replay
 
     import traced_profile
 
     jumps = []
-    rename = bcgprof.replay.rename
-    monkeypatch.setattr(bcgprof.replay, "rename", lambda *a: jumps.append(rename(*a)) or jumps[-1])
+    rename = bcgprof.analysis.replay.rename
+    monkeypatch.setattr(bcgprof.analysis.replay, "rename", lambda *a: jumps.append(rename(*a)) or jumps[-1])
 
     def deep(tokens):
         layers, traced_profile.LAYERS = traced_profile.LAYERS, 12
@@ -156,15 +156,15 @@ def test_committed_reports_predate_traces_and_refuse_list_predictions(name):
 
 
 def test_the_read_side_of_the_replay_does_not_import_torch():
-    code = ("import sys; import bcgprof.replay, bcgprof.allocator, bcgprof.traces, bcgprof.trace_events, "
-            "bcgprof.predict, bcgprof.advise; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    code = ("import sys; import bcgprof.analysis.replay, bcgprof.analysis.allocator, bcgprof.report.traces, bcgprof.measure.trace_events, "
+            "bcgprof.analysis.predict, bcgprof.analysis.advise; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_a_bucket_whose_trace_lost_events_is_refused(profile):
-    from bcgprof.replay import ReplayError
-    from bcgprof.traces import read_trace, trace_name
+    from bcgprof.analysis.replay import ReplayError
+    from bcgprof.report.traces import read_trace, trace_name
 
     trace = read_trace(profile.path / trace_name("shared"))
     trace.incomplete = [1024]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from bcgprof.predict import bucket_profile, predict_buckets
+from bcgprof.analysis.predict import bucket_profile, predict_buckets
 from bcgprof.report import read_report
 
 PROFILE = "reports/gpt-oss-20b-h200-traced"

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from bcgprof.measure.runner import ModeLauncher, _finish
 from bcgprof.options import CaptureOptions
 from bcgprof.report import ReportWriter, RunInfo, read_report
-from bcgprof.runner import ModeLauncher, _finish
 from bcgprof.vocab import Mode, RunStatus
 
 
@@ -54,7 +54,7 @@ def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(tmp
 def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(write_report):
     out = _started(write_report, modes=[Mode.SHARED])
     opts = CaptureOptions(buckets="4,8", modes=["shared"])
-    proc = subprocess.run([sys.executable, "-m", "bcgprof.mode", str(out), "shared", opts.to_json()],
+    proc = subprocess.run([sys.executable, "-m", "bcgprof.measure.mode", str(out), "shared", opts.to_json()],
                           input="", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     assert read_report(out).buckets == []  # it did nothing
@@ -62,7 +62,7 @@ def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(write_report)
 
 def test_the_next_mode_starts_only_after_the_previous_one_exited(tmp_path, monkeypatch):
     """Every mode runs; a pre-started process is released only once the one before it is gone."""
-    import bcgprof.runner as runner
+    import bcgprof.measure.runner as runner
 
     out = tmp_path / "report"
     ReportWriter(out, RunInfo(model="gpt-oss-20b"))
@@ -124,7 +124,7 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
     leaves no directory behind."""
     import pytest
 
-    import bcgprof.runner as runner
+    import bcgprof.measure.runner as runner
     from bcgprof.errors import NoGPUError
 
     started, cancelled = [], []

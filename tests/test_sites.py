@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bcgprof import sites
-from bcgprof.sites import MODULE_FRAME, NO_SITE, pool_peak
+from bcgprof.measure import sites
+from bcgprof.measure.sites import MODULE_FRAME, NO_SITE, pool_peak
 
 POOL = (0, 1)
 OTHER = (0, 0)

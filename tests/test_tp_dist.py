@@ -16,14 +16,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from bcgprof import dist as tpdist
-from bcgprof import mode as mode_loop
 from bcgprof.errors import CaptureError, ModelConfigError, NoGPUError
+from bcgprof.measure import dist as tpdist
+from bcgprof.measure import mode as mode_loop
+from bcgprof.measure.runner import run_capture
+from bcgprof.measure.sites import PoolPeak, SiteBytes
 from bcgprof.models.config import resolve_model
 from bcgprof.options import CaptureOptions
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
-from bcgprof.runner import run_capture
-from bcgprof.sites import PoolPeak, SiteBytes
 
 WORLD = 2
 BUCKETS = [4, 2, 1]
@@ -154,14 +154,14 @@ def _fake_workload(spec, *, tp_rank, **kwargs):
 
 
 def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) -> None:
-    import bcgprof.capture
-    import bcgprof.memory
-    import bcgprof.workload
+    import bcgprof.measure.capture
+    import bcgprof.measure.memory
+    import bcgprof.measure.workload
 
     torch.set_num_threads(1)
-    bcgprof.capture.Capturer = FakeCapturer
-    bcgprof.workload.build_workload = _fake_workload
-    bcgprof.memory.DeviceMemory = lambda device: SimpleNamespace(source="fake", reason=None)
+    bcgprof.measure.capture.Capturer = FakeCapturer
+    bcgprof.measure.workload.build_workload = _fake_workload
+    bcgprof.measure.memory.DeviceMemory = lambda device: SimpleNamespace(source="fake", reason=None)
     FakeCapturer.FAIL = {(1, 2)}  # rank 1 runs out of memory on bucket 2 of the shared mode
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     group = tpdist.RankGroup(rank, world, torch.device("cpu"), dist.new_group(backend="gloo"))

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from bcgprof.trace_events import TraceBuilder
-from bcgprof.traces import Trace, TraceError, TracePool, TraceRow, read_trace, trace_bytes, write_trace
+from bcgprof.measure.trace_events import TraceBuilder
+from bcgprof.report.traces import Trace, TraceError, TracePool, TraceRow, read_trace, trace_bytes, write_trace
 
 POOL = (0, 7)
 MIB = 1 << 20
@@ -102,7 +102,7 @@ def test_files_that_are_not_traces_are_refused(tmp_path, monkeypatch):
     plain.write_bytes(gzip.compress(b"no header\n"))
     with pytest.raises(TraceError, match="first line is not the trace header"):
         read_trace(plain)
-    import bcgprof.traces as traces
+    import bcgprof.report.traces as traces
 
     good = _file(tmp_path, [SEG])
     monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 10)

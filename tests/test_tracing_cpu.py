@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bcgprof.traces import read_trace
-from bcgprof.tracing import AllocatorRecorder
+from bcgprof.measure.tracing import AllocatorRecorder
+from bcgprof.report.traces import read_trace
 
 POOL = (0, 3)
 MIB = 1 << 20

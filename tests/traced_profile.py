@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from bcgprof.allocator import Pool
+from bcgprof.analysis.allocator import Pool
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
-from bcgprof.traces import Action, Trace, TracePhase, TracePool, TraceRow, write_trace
+from bcgprof.report.traces import Action, Trace, TracePhase, TracePool, TraceRow, write_trace
 
 MIB = 1 << 20
 HIDDEN, INTER, LAYERS = 1024, 1536, 3

@@ -154,7 +154,7 @@ def capture(
     if len(layer_counts) == 1:
         raise typer.Exit(_run_capture(opts))
     # one report per layer count, each in its own directory under --out
-    from bcgprof.runner import default_out
+    from bcgprof.measure.runner import default_out
 
     parent = Path(out) if out is not None else default_out(spec.name)
     codes = []
@@ -183,7 +183,7 @@ def _layer_counts(text: Optional[str], depth: int) -> list[Optional[int]]:
 
 def _run_capture(opts) -> int:
     """Run the capture under a progress bar, then show the report; return the exit code."""
-    from bcgprof import runner
+    from bcgprof.measure import runner
     from bcgprof.render import print_capture_result
     from bcgprof.render.progress import CaptureProgress
     from bcgprof.report import read_report

@@ -58,7 +58,7 @@ def gate(
     files, wrong schema version, a baseline that is not complete, the same report twice, reports of
     different models, GPUs or bucket lists, nothing in common to compare, an unusable --summary-md).
     """
-    from bcgprof.gate import (
+    from bcgprof.analysis.gate import (
         GateInputError,
         GateOptions,
         Tolerance,

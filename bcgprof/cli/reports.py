@@ -56,7 +56,7 @@ def compare(
     Per-mode totals, then per-bucket deltas, largest device-used growth first; buckets present in
     only one report are listed as such. Exits 0 on readable reports: use gate to fail on growth.
     """
-    from bcgprof.compare import compare_reports
+    from bcgprof.analysis.compare import compare_reports
     from bcgprof.render import show_comparison
     from bcgprof.report import cyclic_gc_paused, read_report
 
@@ -83,7 +83,7 @@ def plot(
     graph-pool delta.
     """
     from bcgprof.outputs import resolved_output
-    from bcgprof.plot import check_dpi, image_path, plot_report
+    from bcgprof.render.plot import check_dpi, image_path, plot_report
     from bcgprof.report import read_report
 
     out = image_path(out)

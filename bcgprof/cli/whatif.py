@@ -41,7 +41,7 @@ def estimate(
     difference is not the saving of sharing: the graph pool reuses memory, and intermediates and
     graph executables are not included; capture measures them.
     """
-    from bcgprof.estimate import estimate_output_buffers
+    from bcgprof.analysis.estimate import estimate_output_buffers
     from bcgprof.render import render
     from bcgprof.render.views import estimate_view
     from bcgprof.spec import resolve_model
@@ -68,7 +68,7 @@ def explain(
     tokens of KV cache; and plain sentences built from those numbers. A report written before the
     ledger columns explains what it can and says what it cannot.
     """
-    from bcgprof.explain import explain_report
+    from bcgprof.analysis.explain import explain_report
     from bcgprof.render import render
     from bcgprof.render.analysis import explain_view
     from bcgprof.report import read_report
@@ -99,8 +99,8 @@ def predict(
     at --layers, with an error band. With one report and --buckets: each mode's cost for that bucket
     list (see the docs for how it is modelled and how well it holds).
     """
+    from bcgprof.analysis.predict import PredictionError, predict_buckets, predict_layers
     from bcgprof.buckets import parse_buckets
-    from bcgprof.predict import PredictionError, predict_buckets, predict_layers
     from bcgprof.render import render
     from bcgprof.render.analysis import prediction_view
     from bcgprof.report import read_report
@@ -164,8 +164,8 @@ def advise(
     Prints the list as a --buckets spec, its predicted cost and expected padding (tokens computed for
     nothing when a batch is padded to the next bucket), and the trade-off curve.
     """
-    from bcgprof.advise import advise as choose
-    from bcgprof.advise import read_lengths
+    from bcgprof.analysis.advise import advise as choose
+    from bcgprof.analysis.advise import read_lengths
     from bcgprof.render import render
     from bcgprof.render.analysis import advice_view
     from bcgprof.report import read_report
@@ -175,7 +175,7 @@ def advise(
                            "or shared-largest")
     if out is not None:
         from bcgprof.outputs import resolved_output
-        from bcgprof.plot import image_path
+        from bcgprof.render.plot import image_path
 
         out = image_path(out)
         resolved_output(out, "--out", create_parents=True)
@@ -185,6 +185,6 @@ def advise(
     render(advice_view(advice), format.value, stdout_console())
     flush_stdout()
     if out is not None:
-        from bcgprof.plot import plot_advice
+        from bcgprof.render.plot import plot_advice
 
         note(f"wrote {plot_advice(advice, out)}")

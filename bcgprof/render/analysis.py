@@ -4,10 +4,10 @@ advise.py; this module only lays it out."""
 
 from __future__ import annotations
 
-from bcgprof.advise import Advice, advice_json
-from bcgprof.bands import TOO_WIDE
-from bcgprof.explain import CAUSES, Explanation, explanation_json
-from bcgprof.predict import Prediction, prediction_json
+from bcgprof.analysis.advise import Advice, advice_json
+from bcgprof.analysis.bands import TOO_WIDE
+from bcgprof.analysis.explain import CAUSES, Explanation, explanation_json
+from bcgprof.analysis.predict import Prediction, prediction_json
 from bcgprof.render.model import PLAIN, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.render.views import run_line
 from bcgprof.report_format import fmt_bytes, fmt_pct

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from bcgprof.compare import BOTH, NEW_ONLY, OLD_ONLY, Comparison
-from bcgprof.estimate import Estimate
-from bcgprof.explain import CAUSES
-from bcgprof.gate import IMPROVEMENT, PASS, REGRESSION, GateCheck, GateResult
+from bcgprof.analysis.compare import BOTH, NEW_ONLY, OLD_ONLY, Comparison
+from bcgprof.analysis.estimate import Estimate
+from bcgprof.analysis.explain import CAUSES
+from bcgprof.analysis.gate import IMPROVEMENT, PASS, REGRESSION, GateCheck, GateResult
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds

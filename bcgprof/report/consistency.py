@@ -32,15 +32,15 @@ from bcgprof.report.codec import FIX, encode_value, shorten
 from bcgprof.report.schema import BucketRecord, RunInfo, SiteRecord, SummaryRecord
 from bcgprof.vocab import BucketStatus, Mode, Order, RunStatus
 
-# The replay tolerance of every capture: bcgprof.capture.Capturer.verify marks a bucket ``error``
+# The replay tolerance of every capture: bcgprof.measure.capture.Capturer.verify marks a bucket ``error``
 # when its replay differs from the eager forward by more than its ``atol``, which the mode loop
-# (bcgprof.mode) leaves at 0.0: a replay must equal the eager forward bit for bit. run.json does
+# (bcgprof.measure.mode) leaves at 0.0: a replay must equal the eager forward bit for bit. run.json does
 # not record it because no capture option changes it.
 REPLAY_ATOL = 0.0
 
 
 def capture_sequence(run: RunInfo, mode: str) -> list[int]:
-    """The buckets ``mode`` captures, in order (bcgprof.capture.Capturer's rule)."""
+    """The buckets ``mode`` captures, in order (bcgprof.measure.capture.Capturer's rule)."""
     largest_first = sorted(set(run.buckets), reverse=True)
     if mode == Mode.FLOOR:
         return largest_first[:1]

@@ -8,7 +8,7 @@
 #   kernels  python -m bcgprof.models.kernels.bench from $OLD (a checkout whose stacks still had the
 #            unfused MoE, so old and new paths are timed side by side) or this tree
 #   forward  eager forward at 16384 tokens of gpt-oss-20b, this tree and $OLD
-#   build    python -m bcgprof.benchmark --build-profile
+#   build    python -m bcgprof.measure.benchmark --build-profile
 #   proof    the default capture (three modes) from $OLD, gated with zero tolerance against
 #            reports/gpt-oss-20b-h200
 #   sites    floor captures (16384 tokens) of gpt-oss-20b and Qwen3-30B-A3B: sites.csv, the pool's peak
@@ -66,7 +66,7 @@ if stage forward; then
 fi
 
 if stage build; then
-  PYTHONPATH=$HERE timeout 120 python3 -m bcgprof.benchmark --build-profile >"$R/build_profile.log" 2>&1
+  PYTHONPATH=$HERE timeout 120 python3 -m bcgprof.measure.benchmark --build-profile >"$R/build_profile.log" 2>&1
   cat "$R/build_profile.log" | tee -a "$SUMMARY"
 fi
 

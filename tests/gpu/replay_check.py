@@ -22,9 +22,9 @@ def _rows(report, mode):
 
 
 def main(argv: list[str]) -> int:
-    from bcgprof.predict import bucket_profile, predict_buckets
+    from bcgprof.analysis.predict import bucket_profile, predict_buckets
     from bcgprof.report import read_report
-    from bcgprof.traces import trace_name
+    from bcgprof.report.traces import trace_name
 
     profile = read_report(argv[0])
     held_out = [read_report(p) for p in argv[1:]]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bcgprof.capture import Capturer, capture_buckets
+from bcgprof.measure.capture import Capturer, capture_buckets
 from bcgprof.report import read_report
 
 from .toy import ToyBreakModel
@@ -143,8 +143,8 @@ def test_cli_capture_oom_leaves_a_readable_partial_report(tmp_path, monkeypatch)
     """run_capture in-process on a tiny gpt-oss, with the allocator capped below what it needs."""
     import json
 
+    from bcgprof.measure.runner import run_capture
     from bcgprof.options import CaptureOptions
-    from bcgprof.runner import run_capture
 
     config = json.loads(Path("configs/models/gpt-oss-20b.json").read_text())
     config.update(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,

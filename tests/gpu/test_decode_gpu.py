@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bcgprof.capture import Capturer, capture_buckets
+from bcgprof.measure.capture import Capturer, capture_buckets
+from bcgprof.measure.workload import build_workload
 from bcgprof.models.config import resolve_model
-from bcgprof.workload import build_workload
 
 pytestmark = pytest.mark.gpu
 
@@ -72,7 +72,7 @@ def test_the_cache_is_outside_the_pool_and_charged_to_no_bucket(tmp_path):
     assert w.kv_cache_bytes == 2 * 2 * max(BUCKETS) * 2 * 64 * 64 * 2  # layers x K,V x seqs x Hkv x ctx x D x bf16
     result = capture_buckets(w.fn, w.inputs, BUCKETS, mode="floor", verify="none")
     assert result.records[0].pool_bytes < (64 << 20)  # a tiny decode step; the cache is not in it
-    from bcgprof.memory import storage_in_pool
+    from bcgprof.measure.memory import storage_in_pool
 
     k, _ = w.fn.layers[0].self_attn.kv_cache
     assert not storage_in_pool(k, result.pool)

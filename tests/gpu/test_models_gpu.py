@@ -110,7 +110,7 @@ def test_gpt_oss_20b_two_layers_single_graph_replays_bit_exact():
 def test_gpt_oss_20b_breakable_capture_through_the_engine(mode):
     # the BCG engine runs the attention core eagerly between graph segments: one
     # segment per layer plus one, replays equal to eager runs bit for bit
-    from bcgprof.capture import capture_buckets
+    from bcgprof.measure.capture import capture_buckets
 
     model = load("gpt-oss-20b", device="cuda", num_layers=2)
     ids, pos = _inputs(model.args.vocab_size, 4096)

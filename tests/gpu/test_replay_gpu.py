@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from bcgprof.analysis.predict import bucket_profile, predict_buckets
+from bcgprof.measure.runner import run_capture
 from bcgprof.options import CaptureOptions
-from bcgprof.predict import bucket_profile, predict_buckets
 from bcgprof.report import read_report
-from bcgprof.runner import run_capture
-from bcgprof.traces import read_trace, trace_name
+from bcgprof.report.traces import read_trace, trace_name
 
 pytestmark = pytest.mark.gpu
 

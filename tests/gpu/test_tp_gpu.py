@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bcgprof.measure.runner import run_capture
 from bcgprof.options import CaptureOptions
 from bcgprof.report import read_report
-from bcgprof.runner import run_capture
 
 pytestmark = [
     pytest.mark.gpu,

@@ -4,7 +4,7 @@ small models. Needs CUDA."""
 import pytest
 import torch
 
-from bcgprof.capture import Capturer, capture_buckets
+from bcgprof.measure.capture import Capturer, capture_buckets
 from bcgprof.report import LEDGER_FIELDS
 
 from .toy import ToyBreakModel
@@ -92,7 +92,7 @@ def test_a_full_graph_has_one_segment_and_replays_exactly():
 
 
 def test_floor_records_the_pool_peak_by_site():
-    from bcgprof.sites import NO_SITE
+    from bcgprof.measure.sites import NO_SITE
 
     model, inputs = _toy()
     capturer = Capturer(model, inputs, BUCKETS, mode="floor", record_sites=True)

@@ -20,7 +20,7 @@ the result says so. So are a baseline that is not complete, the same report give
 twice, and reports that leave nothing to compare (:class:`GateInputError`, exit 2):
 a gate never passes on figures it did not see.
 
-The gate judges the pairs that :func:`bcgprof.compare.compare_reports` makes: summary
+The gate judges the pairs that :func:`bcgprof.analysis.compare.compare_reports` makes: summary
 rows paired by (mode, rank), bucket rows by (mode, rank, bucket).
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, cast
 
-from bcgprof.compare import BOTH, OLD_ONLY, BucketComparison, Change, Comparison, compare_reports
+from bcgprof.analysis.compare import BOTH, OLD_ONLY, BucketComparison, Change, Comparison, compare_reports
 from bcgprof.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import Report
@@ -328,7 +328,7 @@ def _metric_check(mode, rank, bucket, metric, base: int, cur: int, options: Gate
 def causes_grown(total) -> str:
     """The causes (explain's ledger) that grew between the two reports' totals of one mode, largest first,
     with the graph and node counts beside graph executables: '' when the reports lack the ledger."""
-    from bcgprof.explain import CAUSES
+    from bcgprof.analysis.explain import CAUSES
 
     parts = []
     for name, change in sorted(total.causes.items(), key=lambda kv: -(kv[1].delta or 0)):

@@ -5,7 +5,7 @@ computes ``b - t`` tokens for nothing; a batch longer than the largest bucket is
 chunks of the largest bucket, and only its remainder pads. Given the distribution of
 prefill sizes (observed token counts, or uniform over the profiled range), the advisor
 picks, among the profiled buckets, the list with the least expected padding whose
-predicted cost (:func:`bcgprof.predict.predict_buckets`) fits the budget even at the top of
+predicted cost (:func:`bcgprof.analysis.predict.predict_buckets`) fits the budget even at the top of
 its error band. The largest profiled bucket is always kept: it is the chunk size.
 
 **Expected padding**, wherever bcgprof prints it, is padded tokens over requested tokens:
@@ -29,7 +29,7 @@ which later buckets cannot shrink, plus every other bucket's costs outside it an
 at most its prediction, so a list whose bound is above the budget is never replayed. The
 trade-off curve is drawn from the same exact predictions. On the 74-bucket default profile
 (``reports/gpt-oss-20b-h200-traced``) that is about 100 predictions and 350-550 bucket replays,
-sharing their replayed prefixes (:mod:`bcgprof.replay`): a few seconds. A last step tries
+sharing their replayed prefixes (:mod:`bcgprof.analysis.replay`): a few seconds. A last step tries
 local moves from the advice (one bucket added, or moved to a neighbouring candidate) while one
 pads less and fits.
 """
@@ -45,10 +45,10 @@ from typing import Optional
 
 import numpy as np
 
-from bcgprof.bands import TOO_WIDE
+from bcgprof.analysis.bands import TOO_WIDE
+from bcgprof.analysis.predict import PredictionError, bucket_profile, list_band, predict_buckets
 from bcgprof.errors import BcgprofError
 from bcgprof.inputs import open_regular_text
-from bcgprof.predict import PredictionError, bucket_profile, list_band, predict_buckets
 from bcgprof.report import Report
 from bcgprof.text import printable
 
@@ -73,7 +73,7 @@ class Advice:
     notes: list[str] = field(default_factory=list)
     low_bytes: int = 0  # the bottom of the prediction's band
     exact: bool = False  # the list's pool replayed from every event of its buckets
-    band_source: str = ""  # what the band was derived from (bcgprof.bands)
+    band_source: str = ""  # what the band was derived from (bcgprof.analysis.bands)
 
     @property
     def spec(self) -> str:

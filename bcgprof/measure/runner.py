@@ -1,7 +1,7 @@
 """A capture run: `bcgprof capture` from checked options to a finished report.
 
 The runner writes the report's ``run.json``, then runs each mode in fresh processes (one
-per mode, or one per rank and mode for ``--tp N``: :mod:`bcgprof.mode`), relays their
+per mode, or one per rank and mode for ``--tp N``: :mod:`bcgprof.measure.mode`), relays their
 progress events to the caller, and settles the report's status. It prints nothing:
 whoever calls it passes ``on_event`` (the CLI draws a progress bar from the events) and
 reads the report afterwards.
@@ -13,7 +13,7 @@ memory.
 
 Events (dicts with an ``event`` key): ``begin`` (the run: out, model, layers, dtype,
 buckets, modes, tp, total), ``memory_source``, ``start``, ``bucket``, ``verify``,
-``error``, ``done`` (from the modes, see :mod:`bcgprof.mode`).
+``error``, ``done`` (from the modes, see :mod:`bcgprof.measure.mode`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
     import torch
 
     from bcgprof import __version__
-    from bcgprof.memory import DeviceMemory
+    from bcgprof.measure.memory import DeviceMemory
     from bcgprof.report import RunInfo
 
     torch.cuda.set_device(dev)
@@ -131,8 +131,8 @@ def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> N
     import torch
 
     from bcgprof import dtypes
+    from bcgprof.measure.workload import check_cache_fits
     from bcgprof.models import build_meta
-    from bcgprof.workload import check_cache_fits
 
     meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp)
     weights = sum(p.numel() for p in meta.parameters()) * dtypes.dtype_bytes(spec.dtype)
@@ -190,7 +190,7 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> Captur
     opts, spec, buckets = _prepare(opts)
     launcher: Optional[ModeLauncher]
     if opts.tp > 1:
-        from bcgprof import dist
+        from bcgprof.measure import dist
 
         dist.apply_tp_environment()
         if opts.device not in ("cuda", "cuda:0"):
@@ -251,7 +251,7 @@ def _run_modes_in_process(opts: CaptureOptions, out: Path, emit: Emit) -> tuple[
 
     import torch
 
-    from bcgprof.mode import SingleGroup, run_mode_reporting_errors
+    from bcgprof.measure.mode import SingleGroup, run_mode_reporting_errors
 
     codes: dict[str, int] = {}
     for mode in opts.modes:
@@ -290,7 +290,7 @@ class _ModeProcesses:
     their turn; they import and wait for ``go``."""
 
     def __init__(self, opts: CaptureOptions, mode: str, out: Path):
-        from bcgprof import dist
+        from bcgprof.measure import dist
 
         self.mode = mode
         self.logs, self.procs = [], []
@@ -301,7 +301,7 @@ class _ModeProcesses:
             self.logs.append(log)
             env = dist.rank_environment(rank, opts.tp, port) if opts.tp > 1 else _single_environment()
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "bcgprof.mode", str(out), mode, opts.to_json()],
+                [sys.executable, "-m", "bcgprof.measure.mode", str(out), mode, opts.to_json()],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True, env=env,
             ))
 
@@ -451,8 +451,8 @@ def _run_under_torchrun(opts: CaptureOptions, spec, buckets: list[int], emit: Em
 
     import torch
 
-    from bcgprof import dist
-    from bcgprof.mode import run_mode_reporting_errors
+    from bcgprof.measure import dist
+    from bcgprof.measure.mode import run_mode_reporting_errors
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if world != opts.tp:

@@ -7,7 +7,7 @@ differ fills the panel. The floor (largest bucket alone) is two horizontal refer
 drawn under the modes' lines: dash-dot for its device used, dotted for its pool.
 Middle panel: each bucket's graph-pool delta, per mode, on a symmetric log scale.
 Bottom panel (reports with the ledger columns): one stacked bar per mode, its device used
-split into the causes :mod:`bcgprof.explain` names.
+split into the causes :mod:`bcgprof.analysis.explain` names.
 
 Images are .png, .svg, .pdf or .jpg (:data:`SUFFIXES`); a name without a suffix gets
 .png; any other suffix is refused before the report is read.
@@ -108,7 +108,7 @@ def plot_advice(advice, out: str | Path, *, dpi: int = 120) -> Path:
 
 def _causes_panel(ax, report: Report, rank: int) -> None:
     """One stacked bar per mode: device used split into its causes (positive up, negative down)."""
-    from bcgprof.explain import CAUSES, causes_of
+    from bcgprof.analysis.explain import CAUSES, causes_of
 
     modes = [m for m in report.modes() if _rows(report, m, rank)]
     for i, mode in enumerate(modes):

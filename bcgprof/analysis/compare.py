@@ -3,7 +3,7 @@
 Everything here is a pure function of two :class:`~bcgprof.report.Report` objects:
 summary rows are paired by (mode, rank) and bucket rows by (mode, rank, bucket).
 `bcgprof compare` prints the pairs (bcgprof.render) and `bcgprof gate` judges them
-(:func:`bcgprof.gate.gate_comparison`).
+(:func:`bcgprof.analysis.gate.gate_comparison`).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _changes(old, new, metrics) -> dict[str, Change]:
 
 
 def _cause_changes(old: SummaryRecord, new: SummaryRecord) -> dict[str, Change]:
-    from bcgprof.explain import summary_causes
+    from bcgprof.analysis.explain import summary_causes
 
     a, b = summary_causes(old), summary_causes(new)
     if a is None or b is None:

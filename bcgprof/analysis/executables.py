@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bcgprof.fit import least_squares
+from bcgprof.analysis.fit import least_squares
 from bcgprof.report import BucketRecord
 
 

@@ -1,4 +1,4 @@
-"""From the allocator's history to trace rows (:mod:`bcgprof.traces`): one window at a time.
+"""From the allocator's history to trace rows (:mod:`bcgprof.report.traces`): one window at a time.
 
 The capture takes the allocator's history twice per bucket (after the warm-up, after the
 capture) and clears it each time; :class:`TraceBuilder` turns each window's entries into
@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from bcgprof.allocator import round_size
-from bcgprof.traces import Action, TracePool, TraceRow
+from bcgprof.analysis.allocator import round_size
+from bcgprof.report.traces import Action, TracePool, TraceRow
 
 
 @dataclass

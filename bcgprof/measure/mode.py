@@ -3,18 +3,18 @@
 A single GPU and the N ranks of a tensor-parallel capture run this same loop; they differ
 only in their :class:`Group`. A one-GPU run has a :class:`SingleGroup` (rank 0 of 1,
 whose exchanges are plain Python); a tensor-parallel rank has a
-:class:`bcgprof.dist.RankGroup`, whose exchanges go over a gloo group on the host, outside
+:class:`bcgprof.measure.dist.RankGroup`, whose exchanges go over a gloo group on the host, outside
 every measured window. Rank 0 writes every rank's rows; every decision to stop is taken
 from the same gathered records on every rank, so no rank waits in a collective that the
 others never enter.
 
-Normally each mode runs in a fresh process (``python -m bcgprof.mode``), so no mode
+Normally each mode runs in a fresh process (``python -m bcgprof.measure.mode``), so no mode
 inherits another's allocations, graphs or cached blocks. The process imports everything
 it needs, then waits for a ``go`` line on stdin before it touches the GPU: the runner
 starts the next mode's process while the current one works, and releases it only once
 the current one has exited. Progress goes to the parent as JSON lines on stdout.
 
-    python -m bcgprof.mode REPORT_DIR MODE OPTIONS_JSON       (RANK, WORLD_SIZE set for a TP rank)
+    python -m bcgprof.measure.mode REPORT_DIR MODE OPTIONS_JSON       (RANK, WORLD_SIZE set for a TP rank)
 """
 
 from __future__ import annotations
@@ -123,11 +123,11 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     import torch
 
     from bcgprof.buckets import parse_buckets
-    from bcgprof.capture import Capturer
-    from bcgprof.memory import DeviceMemory
+    from bcgprof.measure.capture import Capturer
+    from bcgprof.measure.memory import DeviceMemory
+    from bcgprof.measure.workload import build_workload
     from bcgprof.report import ReportWriter
     from bcgprof.spec import resolve_model
-    from bcgprof.workload import build_workload
 
     started = time.perf_counter()
     if group.device.type == "cuda":
@@ -161,7 +161,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
                         history_on=opts.snapshot)
     recorder = None
     if group.world == 1 or opts.snapshot:  # the allocator trace (single GPU), and --snapshot's history
-        from bcgprof.tracing import AllocatorRecorder
+        from bcgprof.measure.tracing import AllocatorRecorder
 
         recorder = AllocatorRecorder(report_dir if group.world == 1 and writer is not None else None, mode,
                                      capturer.pool, device=group.device.index or 0,
@@ -296,9 +296,6 @@ def _preload() -> None:
     """
     import torch  # noqa: F401
 
-    import bcgprof.capture
-    import bcgprof.models
-    import bcgprof.workload  # noqa: F401
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -316,7 +313,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         import torch
 
         return run_mode_reporting_errors(opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device)))
-    from bcgprof import dist
+    from bcgprof.measure import dist
 
     group = None
     try:

@@ -1,7 +1,7 @@
 """Tensor-parallel primitives: the ranks' environment, set-up checks, and the process group.
 
 A tensor-parallel capture (`bcgprof capture --tp N`) runs the same mode loop as a single
-GPU (:mod:`bcgprof.mode`) on N ranks, one GPU each. What differs lives here:
+GPU (:mod:`bcgprof.measure.mode`) on N ranks, one GPU each. What differs lives here:
 
 * the environment every rank runs with: NVLink multicast (NVLS) off for NCCL, torch
   symmetric memory and NVSHMEM (on shared multi-GPU hosts it can take the GPUs out of
@@ -11,7 +11,7 @@ GPU (:mod:`bcgprof.mode`) on N ranks, one GPU each. What differs lives here:
   graph segments) plus a gloo group on the host through which the ranks exchange
   records, so the exchanges take no GPU memory and sit outside every measured window.
 
-Ranks are started by :mod:`bcgprof.runner` (fresh processes per mode), or by torchrun.
+Ranks are started by :mod:`bcgprof.measure.runner` (fresh processes per mode), or by torchrun.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def check_tp_setup(spec, tp: int, device_count: int, nccl_available: bool) -> No
 
 @dataclass
 class RankGroup:
-    """This process's place in a tensor-parallel group (see :class:`bcgprof.mode.Group`)."""
+    """This process's place in a tensor-parallel group (see :class:`bcgprof.measure.mode.Group`)."""
 
     rank: int
     world: int

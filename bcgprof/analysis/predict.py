@@ -17,10 +17,10 @@ does the driver memory of the graph executables, which NVML sees and the allocat
   the deepest input is shallower than the steady depth.
 * :func:`predict_buckets` predicts another bucket list drawn from one profile: the graph pool
   by replaying the profile's allocator traces through a model of PyTorch's caching allocator
-  (:mod:`bcgprof.replay`), exact for every list of profiled buckets; each bucket's torch memory
+  (:mod:`bcgprof.analysis.replay`), exact for every list of profiled buckets; each bucket's torch memory
   outside the pool and graphs as its measured row; each later bucket's executables read from
-  the mode's NVML staircase (:mod:`bcgprof.executables`), the first's as the profile's first
-  row. The band comes from measured residuals of held-out lists (:mod:`bcgprof.bands`). A report
+  the mode's NVML staircase (:mod:`bcgprof.analysis.executables`), the first's as the profile's first
+  row. The band comes from measured residuals of held-out lists (:mod:`bcgprof.analysis.bands`). A report
   captured before traces were recorded is refused (its layer extrapolation still works).
   Buckets that were not profiled are refused, not interpolated.
 """
@@ -32,12 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bcgprof.bands import TOO_WIDE, Band, ListBands, layer_band_source, too_wide
+from bcgprof.analysis.bands import TOO_WIDE, Band, ListBands, layer_band_source, too_wide
+from bcgprof.analysis.executables import later_executables
+from bcgprof.analysis.fit import Fit, least_squares
+from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.errors import BcgprofError
-from bcgprof.executables import later_executables
-from bcgprof.fit import Fit, least_squares
 from bcgprof.options import mode_index
-from bcgprof.replay import Replayer, ReplayError
 from bcgprof.report import BucketRecord, Report
 from bcgprof.vocab import Mode, Order
 
@@ -81,7 +81,7 @@ class ModePrediction:
 
     @property
     def band_too_wide(self) -> bool:
-        """A band wider than :data:`bcgprof.bands.MAX_WIDTH` of its value: not a result."""
+        """A band wider than :data:`bcgprof.analysis.bands.MAX_WIDTH` of its value: not a result."""
         return too_wide(self.low_bytes, self.high_bytes, self.device_used_bytes)
 
 
@@ -333,7 +333,7 @@ def _profile_name(report: Report) -> str:
 def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequence[str]] = None, *,
                     profile: Optional[BucketProfile] = None) -> Prediction:
     """Each mode's cost for another bucket list drawn from the profiled buckets: the pool replayed from the
-    allocator traces (:mod:`bcgprof.replay`), torch memory outside the pool and graph executables from each
+    allocator traces (:mod:`bcgprof.analysis.replay`), torch memory outside the pool and graph executables from each
     bucket's measured row. ``profile``: the report's :func:`bucket_profile`, when the caller predicts many
     lists from one report."""
     p = profile or bucket_profile(report)
@@ -395,7 +395,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
 def list_band(p: BucketProfile, mode: str, rows: int) -> int:
     """How far the band of a ``rows``-bucket list prediction in ``mode`` reaches above its point (what
     :func:`predict_buckets` adds to its figure for ``high_bytes``): the pool is replayed exactly, so the band
-    is the executables' residuals on held-out lists (:mod:`bcgprof.bands`)."""
+    is the executables' residuals on held-out lists (:mod:`bcgprof.analysis.bands`)."""
     return p.bands[mode].band(rows).above
 
 

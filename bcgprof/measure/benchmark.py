@@ -1,8 +1,8 @@
 """Wall time of `bcgprof capture` split into its parts, and the NVML sampler's overhead.
 
-    python -m bcgprof.benchmark [--model gpt-oss-20b] [--num-layers N] [--buckets SPEC] [--out DIR]
+    python -m bcgprof.measure.benchmark [--model gpt-oss-20b] [--num-layers N] [--buckets SPEC] [--out DIR]
                                 [--modes M,M] [--no-sampler-check]
-    python -m bcgprof.benchmark --build-profile [--model gpt-oss-20b]
+    python -m bcgprof.measure.benchmark --build-profile [--model gpt-oss-20b]
 
 Runs the capture command (every mode, each in its own process) and prints, per mode,
 model build, pre-warm, warm-up, capture, measurement and replay-check times from the
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from bcgprof.errors import CaptureError
+from bcgprof.measure.runner import run_capture
 from bcgprof.options import CaptureOptions
 from bcgprof.report import read_report
-from bcgprof.runner import run_capture
 
 PARTS = ("build_s", "prewarm_s", "warmup_s", "capture_s", "measure_s", "verify_s", "wall_s")
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
 
     root = args.out or Path(tempfile.mkdtemp(prefix="bcgprof-bench-"))
     base = CaptureOptions(model=args.model, num_layers=args.num_layers, buckets=args.buckets,
-                          sample_interval_ms=args.sample_interval_ms, command="python -m bcgprof.benchmark")
+                          sample_interval_ms=args.sample_interval_ms, command="python -m bcgprof.measure.benchmark")
     if args.modes:
         base.modes = args.modes.split(",")
     total_wall, modes = _capture(base, root / "default")

@@ -1,10 +1,10 @@
 """The graph pool of another bucket list, by replaying a profile's allocator traces.
 
 A profile's report holds, per mode, the graph pool's events of every bucket's capture
-(:mod:`bcgprof.traces`). A bucket's requests do not depend on what was captured before it
+(:mod:`bcgprof.report.traces`). A bucket's requests do not depend on what was captured before it
 (the model code asks for the same sizes in the same order), so the pool of any list drawn
 from the profiled buckets follows from replaying their events, in the list's capture order
-(largest first), through the allocator model (:mod:`bcgprof.allocator`): every segment the
+(largest first), through the allocator model (:mod:`bcgprof.analysis.allocator`): every segment the
 pool opens, hence its bytes after each bucket, is the allocator's own decision.
 
 Where each bucket's events come from (the retention rules are in the events themselves: a
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from bcgprof.allocator import AllocatorError, Pool, Settings, check_settings
-from bcgprof.replay_fold import ALLOC, FREE, boundaries, find_period, free_index, rename, signature
-from bcgprof.traces import Action, Trace, TraceError, TracePhase, TracePool, read_trace, trace_name
+from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings
+from bcgprof.analysis.replay_fold import ALLOC, FREE, boundaries, find_period, free_index, rename, signature
+from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool, read_trace, trace_name
 from bcgprof.vocab import Mode
 
 CACHE_STATES = 1024
@@ -67,7 +67,7 @@ class BucketOps:
     unknown: int = 0
     complete: bool = True
     frees: dict = field(default_factory=dict)  # key -> index of the op that frees it
-    fold: Optional[tuple[int, int, int]] = None  # a repeating region (bcgprof.replay_fold.find_period)
+    fold: Optional[tuple[int, int, int]] = None  # a repeating region (bcgprof.analysis.replay_fold.find_period)
 
 
 def _bucket_ops(trace: Trace, number: int) -> tuple[dict[int, BucketOps], list[int]]:
@@ -281,7 +281,7 @@ class Replayer:
 
     def _run_folded(self, state: _State, bops: BucketOps) -> None:
         """:meth:`_run` over the whole bucket, jumping over repeated periods where the state repeats
-        (:mod:`bcgprof.replay_fold`): the same result, in a fraction of the steps."""
+        (:mod:`bcgprof.analysis.replay_fold`): the same result, in a fraction of the steps."""
         ops, frees = bops.ops, bops.frees
         assert bops.fold is not None
         starts, end = boundaries(bops.fold)

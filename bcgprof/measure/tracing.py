@@ -1,9 +1,9 @@
-"""Recording the allocator's trace during a capture (the GPU side of :mod:`bcgprof.traces`).
+"""Recording the allocator's trace during a capture (the GPU side of :mod:`bcgprof.report.traces`).
 
 :class:`AllocatorRecorder` keeps ``torch.cuda.memory._record_memory_history`` on for the
 whole mode with no stacks (``context=None``), and the capture calls :meth:`take` at the
 two edges of every bucket's capture: each call reads ``torch.cuda.memory._snapshot()``,
-turns the window's entries into rows (:class:`bcgprof.trace_events.TraceBuilder`) and
+turns the window's entries into rows (:class:`bcgprof.measure.trace_events.TraceBuilder`) and
 clears the history, so host memory stays bounded by one window's events. Everything here
 runs on the host between the capture's own steps; it allocates no GPU memory and moves no
 sampling point, so no measured figure changes.
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from bcgprof.trace_events import TraceBuilder
-from bcgprof.traces import Trace, TracePhase, write_trace
+from bcgprof.measure.trace_events import TraceBuilder
+from bcgprof.report.traces import Trace, TracePhase, write_trace
 
 MAX_WINDOW_ENTRIES = 2_000_000  # far more than one bucket's events (about 60,000 for gpt-oss-20b at 16k)
 

@@ -37,14 +37,14 @@ from typing import Any, Optional
 
 import torch
 
-from bcgprof import sites
 from bcgprof.bcg.graph import BreakableGraph
 from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
-from bcgprof.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
+from bcgprof.measure import sites
+from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
+from bcgprof.measure.tracing import AllocatorRecorder
 from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES
 from bcgprof.report import BucketRecord
-from bcgprof.traces import TracePhase
-from bcgprof.tracing import AllocatorRecorder
+from bcgprof.report.traces import TracePhase
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """The evidence behind prediction bands, built from a directory of committed reports
-(``benchmarks/calibrate_bands.py`` writes it to ``bcgprof/bands.json``; :mod:`bcgprof.bands` reads it).
+(``benchmarks/calibrate_bands.py`` writes it to ``bcgprof/analysis/bands.json``; :mod:`bcgprof.analysis.bands` reads it).
 
 * **Held-out lists.** For every traced profile (a complete single-GPU report, captured largest
   first, with allocator traces), every other report of the same configuration
-  (:func:`bcgprof.bands.run_key`) whose bucket list differs from the profile's and is drawn from
+  (:func:`bcgprof.analysis.bands.run_key`) whose bucket list differs from the profile's and is drawn from
   it is predicted from the profile, mode by mode, and its measured device-used total kept beside
   the prediction. A repeat capture of the profile's own list is not held out.
 * **Layer checks.** For every directory holding captures of one configuration at two or more
@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from bcgprof.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
+from bcgprof.analysis.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
+from bcgprof.analysis.predict import bucket_profile, predict_buckets, predict_layers
 from bcgprof.errors import BcgprofError
-from bcgprof.predict import bucket_profile, predict_buckets, predict_layers
 from bcgprof.report import Report, RunInfo, read_report
-from bcgprof.traces import trace_name
+from bcgprof.report.traces import trace_name
 from bcgprof.vocab import BucketStatus, Order, RunStatus
 
 LAYER_KEY = ("config_hash", "gpu_name", "driver", "torch_version", "dtype", "phase", "graph", "weights", "order")
