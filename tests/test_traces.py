@@ -9,7 +9,16 @@ import json
 import pytest
 
 from bcgprof.measure.trace_events import TraceBuilder
-from bcgprof.report.traces import Trace, TraceError, TracePool, TraceRow, read_trace, trace_bytes, write_trace
+from bcgprof.report.traces import (
+    Trace,
+    TraceError,
+    TraceFileWriter,
+    TracePool,
+    TraceRow,
+    read_trace,
+    trace_bytes,
+    write_trace,
+)
 
 POOL = (0, 7)
 MIB = 1 << 20
@@ -57,6 +66,25 @@ def test_a_trace_round_trips_through_its_file(tmp_path):
     assert path.name == "traces-shared.csv.gz" and trace_bytes(trace) == path.read_bytes()  # no timestamp inside
     back = read_trace(path)
     assert back.rows == rows and back.buckets == [8, 4] and back.pool == POOL and back.mode == "shared"
+
+
+def test_a_trace_written_bucket_after_bucket_is_the_one_shot_file_each_time(tmp_path):
+    # The capture rewrites the file after every bucket through one writer that compresses each row
+    # once; each of those files must be the file a one-shot write of the same rows gives, read back whole.
+    trace = Trace(mode="per-bucket", torch_version="2.11.0", pool=POOL)
+    writer = TraceFileWriter(trace)
+    trace.rows.append(TraceRow(64, "capture", "graph", "segment_alloc", 1, 1 << 30, 0, address=1 << 40))
+    for n, bucket in enumerate([64, 32, 16], start=1):
+        trace.buckets.append(bucket)
+        trace.rows += [TraceRow(bucket, "capture", "graph", "alloc", 1000 * n + k, 512 * k + bucket, 0, 1, 512 * k)
+                       for k in range(1, 400)]
+        path = writer.write(tmp_path)
+        assert path.read_bytes() == trace_bytes(trace)
+        back = read_trace(path)
+        assert back.rows == trace.rows and back.buckets == trace.buckets
+    trace.rows.pop()
+    with pytest.raises(ValueError, match="removed"):
+        writer.file_bytes()
 
 
 def _file(tmp_path, lines: list[str], header: dict | None = None) -> object:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bcgprof.measure.trace_events import TraceBuilder
-from bcgprof.report.traces import Trace, TracePhase, write_trace
+from bcgprof.report.traces import Trace, TraceFileWriter, TracePhase
 
 MAX_WINDOW_ENTRIES = 2_000_000  # far more than one bucket's events (about 60,000 for gpt-oss-20b at 16k)
 
@@ -43,6 +43,7 @@ class AllocatorRecorder:
         self.builder = TraceBuilder(pool)
         self.trace = Trace(mode=mode, torch_version=str(torch.__version__), device=device,
                            pool=(int(pool[0]), int(pool[1])))
+        self.file = TraceFileWriter(self.trace)
         self.started = False
 
     def _enable(self) -> None:
@@ -105,7 +106,7 @@ class AllocatorRecorder:
 
     def write(self) -> None:
         if self.report_dir is not None:
-            write_trace(self.report_dir, self.trace)
+            self.file.write(self.report_dir)
 
     def viewer_snapshot(self) -> dict:
         """A snapshot for PyTorch's memory viewer: the current segments and every kept entry."""
