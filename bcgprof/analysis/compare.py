@@ -163,23 +163,25 @@ def compare_reports(old: Report, new: Report) -> Comparison:
     old_groups, new_groups = _by_mode_rank(old), _by_mode_rank(new)  # grouped once, not once per total
     for key in sorted(set(old_totals) | set(new_totals), key=lambda k: (mode_index(k[0]), _rank_sort(k[1]))):
         a, b = old_totals.get(key), new_totals.get(key)
-        presence = BOTH if a and b else (OLD_ONLY if a else NEW_ONLY)
-        total = TotalComparison(key[0], key[1], presence, a, b, _changes(a, b, TOTAL_METRICS) if presence == BOTH else {})
-        if presence == BOTH:
+        if a is not None and b is not None:
+            total = TotalComparison(key[0], key[1], BOTH, a, b, _changes(a, b, TOTAL_METRICS))
             total.causes = _cause_changes(a, b)
             total.graphs = {name: Change(name, _graph_total(old_groups, key, name), _graph_total(new_groups, key, name))
                             for name in ("segments", "graph_nodes")}
+        else:
+            total = TotalComparison(key[0], key[1], OLD_ONLY if a is not None else NEW_ONLY, a, b)
         totals.append(total)
 
     old_rows = {(r.mode, r.rank, r.bucket): r for r in old.buckets}
     new_rows = {(r.mode, r.rank, r.bucket): r for r in new.buckets}
-    paired, one_sided = [], []
-    for key in set(old_rows) | set(new_rows):
-        a, b = old_rows.get(key), new_rows.get(key)
-        if a and b:
-            paired.append(BucketComparison(*key, BOTH, a, b, _changes(a, b, BUCKET_METRICS)))
+    paired: list[BucketComparison] = []
+    one_sided: list[BucketComparison] = []
+    for mode, rank, bucket in set(old_rows) | set(new_rows):
+        ra, rb = old_rows.get((mode, rank, bucket)), new_rows.get((mode, rank, bucket))
+        if ra is not None and rb is not None:
+            paired.append(BucketComparison(mode, rank, bucket, BOTH, ra, rb, _changes(ra, rb, BUCKET_METRICS)))
         else:
-            one_sided.append(BucketComparison(*key, OLD_ONLY if a else NEW_ONLY, a, b))
+            one_sided.append(BucketComparison(mode, rank, bucket, OLD_ONLY if ra is not None else NEW_ONLY, ra, rb))
 
     def pool_growth(c: BucketComparison) -> int:
         return int(c.changes["pool_delta_bytes"].delta or 0)

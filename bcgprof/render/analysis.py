@@ -51,6 +51,8 @@ def causes_sheet(exp: Explanation) -> Sheet:
 
 def fit_sheet(exp: Explanation) -> Sheet:
     f = exp.fit
+    if f is None:
+        raise ValueError(f"no graph-executable fit in the explanation of {exp.report.path}: nothing to lay out")
     columns = [Column("figure", "graph executables", numeric=False, key_column=True),
                Column("value", "value", numeric=False, key_column=True)]
     rows = [
@@ -67,6 +69,8 @@ def fit_sheet(exp: Explanation) -> Sheet:
 
 def floor_sheet(exp: Explanation, top: int = 12) -> Sheet:
     fl = exp.floor
+    if fl is None:
+        raise ValueError(f"no floor sites in the explanation of {exp.report.path}: nothing to lay out")
     columns = [Column("site", "site (model code, layers folded into N)", numeric=False, key_column=True),
                Column("bytes", "live at the peak", _bytes, key_column=True),
                Column("share", "of the pool", fmt_pct, drop=2)]

@@ -36,7 +36,8 @@ def sheet_markdown(sheet: Sheet, *, heading: str = "###") -> str:
 
 def _block(lines: list[Line]) -> str:
     """Consecutive bullets form one list; other lines are paragraphs."""
-    out, previous_bullet = [], False
+    out: list[str] = []
+    previous_bullet = False
     for line in lines:
         text = line_markdown(line)
         if out and not (line.bullet and previous_bullet):

@@ -8,7 +8,7 @@ anything: compare.py and gate.py do.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, TypedDict
 
 from bcgprof.analysis.compare import BOTH, NEW_ONLY, OLD_ONLY, Comparison
 from bcgprof.analysis.estimate import Estimate
@@ -170,6 +170,9 @@ def verdict_line(report: Report) -> str:
             continue
         pct = f" ({abs(s.saved_vs_per_bucket_pct):.1f}%)" if s.saved_vs_per_bucket_pct is not None else ""
         saved = s.saved_vs_per_bucket_bytes
+        if per_bucket is None:  # summarize sets a saving only against a per-bucket row of the same rank
+            raise ValueError(f"mode {mode} rank {rank} has a saving against per-bucket outputs, "
+                             "but the summary has no per-bucket row for that rank")
         text = (f"{name} saves {fmt_bytes(saved)}{pct} against per-bucket outputs" if saved >= 0 else
                 f"{name} costs {fmt_bytes(-saved)}{pct} more than per-bucket outputs")
         if s.failed or per_bucket.failed or s.buckets != per_bucket.buckets:
@@ -336,6 +339,9 @@ def compare_bucket_sheet(cmp: Comparison) -> Sheet:
     for c in cmp.buckets:
         old, new = c.old, c.new
         if c.presence == BOTH:
+            if old is None or new is None:
+                raise ValueError(f"{c.mode} rank {c.rank} bucket {c.bucket} is marked as in both reports, "
+                                 "but a side has no row")
             status = old.status if old.status == new.status else f"{old.status} -> {new.status}"
             pool, dev = c.changes["pool_delta_bytes"], c.changes["device_used_delta_bytes"]
             row = {"pool_change_bytes": pool.delta, "device_used_change_bytes": dev.delta,
@@ -355,26 +361,42 @@ def compare_bucket_sheet(cmp: Comparison) -> Sheet:
     return sheet
 
 
+class DeltaJSON(TypedDict):
+    """One figure of both reports in compare's JSON (a cause of a total, a bucket's figure)."""
+
+    old: Optional[float]
+    new: Optional[float]
+    delta: Optional[float]
+
+
+class ChangeJSON(DeltaJSON):
+    """One total of both reports in compare's JSON: the change in percent too."""
+
+    pct: Optional[float]
+
+
 def comparison_json(cmp: Comparison, section: str = "all") -> dict:
     totals = []
     for t in cmp.totals:
-        item = {"mode": t.mode, "rank": _rank_text(t.rank), "presence": t.presence}
+        item: dict[str, str | ChangeJSON | dict[str, DeltaJSON]] = {
+            "mode": t.mode, "rank": _rank_text(t.rank), "presence": t.presence}
         for metric, change in t.changes.items():
-            item[metric] = {"old": change.old, "new": change.new, "delta": change.delta, "pct": change.pct}
+            item[metric] = ChangeJSON(old=change.old, new=change.new, delta=change.delta, pct=change.pct)
         if t.causes:
-            item["causes"] = {name: {"old": c.old, "new": c.new, "delta": c.delta} for name, c in t.causes.items()}
+            item["causes"] = {name: DeltaJSON(old=c.old, new=c.new, delta=c.delta) for name, c in t.causes.items()}
         totals.append(item)
     buckets = []
     for c in cmp.buckets:
-        item = {"mode": c.mode, "rank": _rank_text(c.rank), "bucket": c.bucket, "presence": c.presence,
-                "old_status": c.old.status if c.old else None, "new_status": c.new.status if c.new else None}
+        row: dict[str, str | int | DeltaJSON | None] = {
+            "mode": c.mode, "rank": _rank_text(c.rank), "bucket": c.bucket, "presence": c.presence,
+            "old_status": c.old.status if c.old else None, "new_status": c.new.status if c.new else None}
         for metric in ("pool_delta_bytes", "device_used_delta_bytes", "non_torch_delta_bytes",
                        "retained_output_bytes", "peak_transient_bytes"):
-            change = c.changes.get(metric)
-            item[metric] = {"old": getattr(c.old, metric) if c.old else None,
-                            "new": getattr(c.new, metric) if c.new else None,
-                            "delta": change.delta if change else None}
-        buckets.append(item)
+            change_or_none = c.changes.get(metric)
+            row[metric] = DeltaJSON(old=getattr(c.old, metric) if c.old else None,
+                                    new=getattr(c.new, metric) if c.new else None,
+                                    delta=change_or_none.delta if change_or_none else None)
+        buckets.append(row)
     data = {"old": str(cmp.old.path), "new": str(cmp.new.path), "differences": cmp.differences,
             "totals": totals, "buckets": buckets}
     if section == "buckets":
@@ -403,9 +425,6 @@ def compare_view(cmp: Comparison, section: str = "all") -> View:
 
 # ---------------------------------------------------------------- gate
 
-_STATUS_TEXT = {None: "no row"}
-
-
 def _check_value(check: GateCheck, attr: str) -> str:
     if check.metric == "status":
         if attr == "delta":
@@ -413,7 +432,7 @@ def _check_value(check: GateCheck, attr: str) -> str:
         status = check.baseline_status if attr == "baseline" else check.current_status
         if check.bucket is None:  # a whole mode missing
             return "rows" if attr == "baseline" else "no rows"
-        return _STATUS_TEXT.get(status, status)
+        return "no row" if status is None else status
     return fmt_bytes(getattr(check, attr), signed=(attr == "delta"))
 
 
