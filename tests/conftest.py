@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-# The fused kernels' CPU tests (tests/test_kernels.py) run Triton's interpreter, which has
+# The fused kernels' CPU tests (tests/unit/test_kernels.py) run Triton's interpreter, which has
 # to be chosen before triton is first imported; with a GPU the compiled kernels are tested.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

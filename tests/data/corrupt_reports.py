@@ -4,10 +4,10 @@ python tests/data/corrupt_reports.py OUTDIR).
 Each class in :data:`CLASSES` is a list of :class:`Variant`: a name, a mutation that
 damages a copy of a valid report directory in place, and a fragment the one-line error
 must contain. Every variant must be refused by every command that reads a report, with
-exit code 2, one ``error:`` line and no traceback (tests/test_bad_input.py runs them all).
+exit code 2, one ``error:`` line and no traceback (tests/cli/test_bad_input.py runs them all).
 :data:`ACCEPTED` holds the variants that must read exactly like the original (a UTF-8
 byte-order mark, as spreadsheet programs write it); :data:`SANITISED` those that must be read with
-their text made safe to print (tests/test_report_validation.py runs them). Every variant is quick to
+their text made safe to print (tests/unit/test_report_validation.py runs them). Every variant is quick to
 make and to refuse: oversized files are sparse, nothing is written that the reader would read whole.
 """
 

@@ -25,7 +25,7 @@ from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.layers.rope import rope_inv_freq, rope_parameters
 from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
 
-from test_models_tiny import inputs, randomize_, tiny_config
+from .test_models_tiny import inputs, randomize_, tiny_config
 from tolerances import ACTIVATION_TERMS, TRANSCENDENTAL_ULPS, attention_close, close, mlp_terms, model_close
 
 transformers = pytest.importorskip("transformers")

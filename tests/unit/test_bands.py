@@ -34,7 +34,7 @@ from bcgprof.analysis.predict import bucket_profile, predict_buckets, predict_la
 from bcgprof.cli import app
 from bcgprof.report import BucketRecord, RunInfo, read_report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 PROFILE = "reports/gpt-oss-20b-h200-traced"
 

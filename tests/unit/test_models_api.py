@@ -11,7 +11,7 @@ from bcgprof.errors import BcgprofError, ModelConfigError, NoGPUError
 from bcgprof.models import build_meta, load, model_class
 from bcgprof.spec import family_names, resolve_model
 
-from test_models_tiny import inputs, tiny_config, write_config
+from .test_models_tiny import inputs, tiny_config, write_config
 
 
 @pytest.fixture(autouse=True)

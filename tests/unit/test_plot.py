@@ -48,7 +48,7 @@ def test_top_panel_spans_the_figures_not_zero():
 
     from bcgprof.render.plot import build_figure
 
-    report = read_report(Path(__file__).resolve().parent.parent / "reports" / "gpt-oss-20b-h200-unfused")
+    report = read_report(Path(__file__).resolve().parents[2] / "reports" / "gpt-oss-20b-h200-unfused")
     fig = build_figure(report)
     try:
         top = fig.axes[0]

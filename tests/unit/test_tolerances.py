@@ -14,7 +14,7 @@ import torch
 from bcgprof.models import model_class
 from bcgprof.models.mxfp4 import FP4_VALUES
 
-from test_models_tiny import inputs, randomize_, tiny_config
+from .test_models_tiny import inputs, randomize_, tiny_config
 from tolerances import FP4_E2M1_EPS, close, eps, model_close
 
 SIZES = [2, 10, 100, 1000, 4096, 100_000]

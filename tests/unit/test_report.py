@@ -149,7 +149,7 @@ WRITER_LOOP = textwrap.dedent("""
 
 
 def test_a_killed_writer_leaves_a_readable_partial_report(tmp_path):
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     for attempt in range(3):
         path = tmp_path / f"r{attempt}"
         proc = subprocess.Popen([sys.executable, "-c", WRITER_LOOP.format(root=root, path=str(path))])

@@ -19,7 +19,7 @@ from bcgprof.models import load
 from bcgprof.models.layers import attention as attention_layer
 from bcgprof.spec import family_names
 
-from test_models_tiny import close, hf_hidden, hf_model, inputs, save_checkpoint, tiny_config, write_config
+from .test_models_tiny import close, hf_hidden, hf_model, inputs, save_checkpoint, tiny_config, write_config
 
 transformers = pytest.importorskip("transformers")
 

@@ -3,7 +3,7 @@ files that are not regular, too large or malformed are refused at once and read 
 from a file is made safe to print; every ``-f json`` output is strict JSON holding the CSV's
 figures; ``bcgprof.read_report`` gives typed DataFrames equal to the files.
 
-(tests/test_bad_input.py runs every corrupted variant of tests/data/corrupt_reports.py through
+(tests/cli/test_bad_input.py runs every corrupted variant of tests/data/corrupt_reports.py through
 every command; the tests here look at what those cannot: timing, memory, output bytes, dtypes.)
 """
 
@@ -38,7 +38,7 @@ from bcgprof.report import (
     records_to_csv,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 COMMITTED = sorted(p.parent for p in (ROOT / "reports").rglob("run.json")) + [
     DATA / name for name in ("baseline", "grown", "partial", "other-model")]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "bcgprof"
 
 # bcgprof.__main__ runs the CLI when imported; bcgprof.cli, all it does, is imported on its own.

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 import bcgprof
 from bcgprof.cli import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 GPU_COMMANDS = ("bcgprof capture", "python -m bcgprof capture", "torchrun", "python -m bcgprof.measure.benchmark")

@@ -2,7 +2,7 @@
 nor bcgprof's model, capture or GPU code (the forbidden list of .importlinter's read-side
 contract): reading a report starts in a fraction of the time a capture does.
 
-The static contract (tests/test_import_contracts.py) sees import statements; this sees
+The static contract (tests/unit/test_import_contracts.py) sees import statements; this sees
 what an actual run loads, packages' ``__init__`` and imports made on the way included.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 R = ROOT / "reports"
 
 

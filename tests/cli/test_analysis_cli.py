@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from bcgprof.cli import app
 
-from test_explain import _report
-from test_predict import _synthetic
+from unit.test_explain import _report
+from unit.test_predict import _synthetic
 
 runner = CliRunner()
 REFERENCE = "reports/gpt-oss-20b-h200"

@@ -20,7 +20,7 @@ from bcgprof.models import build_meta, check_tensor_parallel, model_class
 from bcgprof.models.tp import check_split
 from bcgprof.spec import ModelSpec, detect_family, family_names, resolve_model
 
-from test_models_tiny import close, inputs, randomize_, tiny_config, write_config
+from .test_models_tiny import close, inputs, randomize_, tiny_config, write_config
 
 WORLD = 2
 

@@ -29,11 +29,11 @@ from bcgprof.render.views import show_view
 from bcgprof.report import read_report
 from bcgprof.report_format import fmt_bytes, fmt_pct, fmt_ratio
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "reports" / "gpt-oss-20b-h200"
 UNFUSED = ROOT / "reports" / "gpt-oss-20b-h200-unfused"  # the same capture before the fused kernels
 RERUN = ROOT / "reports" / "gpt-oss-20b-h200-unfused-rerun"  # ... made again by the reshaped code
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 WIDTHS = (80, 100, 120, 200)
 runner = CliRunner()
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from bcgprof.cli import app
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 runner = CliRunner()
 
 

@@ -19,7 +19,7 @@ from bcgprof.models import build_meta, model_class
 from bcgprof.models.layers.attention import chunked_attention
 from bcgprof.spec import family_names
 
-from test_models_tiny import inputs, randomize_, tiny_config
+from .test_models_tiny import inputs, randomize_, tiny_config
 
 aten = torch.ops.aten
 

@@ -1,5 +1,5 @@
 """Predictions from reports (no GPU): layer extrapolation, the advisor's optimisation against brute
-force on a traced profile, and the refusals (bucket lists themselves: tests/test_replay.py)."""
+force on a traced profile, and the refusals (bucket lists themselves: tests/unit/test_replay.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from bcgprof.cli import app
 from bcgprof.text import printable
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ The walk counts what import-linter counts: every import statement of a module, i
 functions and under ``if TYPE_CHECKING`` too, ``from a import b`` as an import of the
 module ``a.b`` where there is one (else of ``a``), and an outside package by its top-level
 name. Importing a module also runs its packages' ``__init__``; that is the fresh-interpreter
-test's part (tests/test_torch_free.py).
+test's part (tests/cli/test_torch_free.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from bcgprof.spec import families
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "bcgprof"
 CONFIG = ROOT / ".importlinter"
 

@@ -15,7 +15,7 @@ from bcgprof.models.layers.kv_attention import (
 )
 from bcgprof.spec import family_names
 
-from test_models_tiny import randomize_, tiny_config
+from .test_models_tiny import randomize_, tiny_config
 from tolerances import attention_close, model_close
 
 FAMILIES = family_names()

@@ -33,7 +33,7 @@ from bcgprof.spec import (
     resolve_model,
 )
 
-from test_models_tiny import inputs, randomize_, shrunk_preset, tiny_config
+from .test_models_tiny import inputs, randomize_, shrunk_preset, tiny_config
 
 MODELS_DIR = Path(bcgprof.models.__file__).parent
 

@@ -1,0 +1,1 @@
+"""Tests of the code itself, called directly: no command line, no GPU."""
