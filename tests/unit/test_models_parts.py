@@ -24,6 +24,7 @@ from bcgprof.models.layers.attention import (
 from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.layers.rope import rope_inv_freq, rope_parameters
 from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
+from bcgprof.spec import family_names
 
 from .test_models_tiny import inputs, randomize_, tiny_config
 from tolerances import ACTIVATION_TERMS, TRANSCENDENTAL_ULPS, attention_close, close, mlp_terms, model_close
@@ -439,7 +440,7 @@ def test_moe_forward_is_bit_identical_run_to_run():
 
 
 def test_bf16_forward_runs_and_tracks_float32():
-    for family in ("gpt_oss", "qwen3_moe", "llama"):
+    for family in family_names():
         model = tiny_model(family, seed=2)
         ids, pos = inputs(256, 64)
         with torch.no_grad():

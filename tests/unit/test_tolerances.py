@@ -13,6 +13,7 @@ import torch
 
 from bcgprof.models import model_class
 from bcgprof.models.mxfp4 import FP4_VALUES
+from bcgprof.spec import family_names
 
 from .test_models_tiny import inputs, randomize_, tiny_config
 from tolerances import FP4_E2M1_EPS, close, eps, model_close
@@ -90,7 +91,7 @@ def test_fp4_e2m1_rounds_to_within_half_its_eps():
         assert eps(torch.float4_e2m1fn_x2) == FP4_E2M1_EPS
 
 
-@pytest.mark.parametrize("family", ["gpt_oss", "llama", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize("family", family_names())
 def test_a_float32_forward_lies_inside_half_the_model_bound_of_float64(family):
     # float64 is exact at float32's scale, so a correct float32 forward is within half the bound
     # (the other half is the other float32 implementation a test compares it with)
