@@ -26,7 +26,7 @@ from bcgprof.report.schema import SCHEMA_VERSION, RunInfo
 
 # run.json fields a report must have (the others take RunInfo's defaults)
 RUN_REQUIRED = ("schema_version", "model", "phase", "buckets", "modes", "tp", "status")
-# bcgprof.models.config.config_hash writes 16 hexadecimal digits; any short token without spaces is taken
+# bcgprof.spec.config_hash writes 16 hexadecimal digits; any short token without spaces is taken
 CONFIG_HASH = re.compile(r"[0-9A-Za-z._-]{1,64}")
 _CHOICES = {"phase": PHASES, "status": RUN_STATUSES, "graph": GRAPH_KINDS, "order": ORDERS, "weights": WEIGHTS}
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')

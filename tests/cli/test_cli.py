@@ -275,7 +275,7 @@ def test_estimate_table_is_labelled_analytic():
 
 
 def test_estimate_accepts_a_config_path(tmp_path, data_dir):
-    from bcgprof.models.config import presets_dir
+    from bcgprof.spec import presets_dir
 
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
@@ -326,7 +326,7 @@ def test_capture_defaults_reach_run_capture(captured):
 
 
 def test_capture_options_reach_run_capture(captured, tmp_path):
-    from bcgprof.models.config import presets_dir
+    from bcgprof.spec import presets_dir
 
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()

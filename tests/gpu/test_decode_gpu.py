@@ -10,7 +10,7 @@ import torch
 
 from bcgprof.measure.capture import Capturer, capture_buckets
 from bcgprof.measure.workload import build_workload
-from bcgprof.models.config import resolve_model
+from bcgprof.spec import resolve_model
 
 pytestmark = pytest.mark.gpu
 

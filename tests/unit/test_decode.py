@@ -114,8 +114,8 @@ def test_sequences_at_different_positions_decode_independently():
 def test_estimate_matches_the_retained_outputs_measured_in_decode(report, model):
     """The committed H200 decode captures: each bucket keeps batch x hidden x dtype bytes, as estimate says."""
     from bcgprof.analysis.estimate import estimate_output_buffers
-    from bcgprof.models.config import resolve_model
     from bcgprof.report import read_report
+    from bcgprof.spec import resolve_model
 
     r = read_report(f"reports/{report}")
     assert r.run.phase == "decode" and r.run.extra["kv_cache_bytes"] > 0

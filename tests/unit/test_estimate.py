@@ -5,7 +5,7 @@ import pytest
 from bcgprof.analysis.estimate import LABEL, estimate_output_buffers
 from bcgprof.buckets import parse_buckets
 from bcgprof.errors import ModelConfigError
-from bcgprof.models.config import resolve_model
+from bcgprof.spec import resolve_model
 
 
 def test_gpt_oss_20b_by_hand():

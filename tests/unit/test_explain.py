@@ -53,7 +53,7 @@ def _report(tmp_path, *, ledger=True, sites=True):
             r.pool_output_bytes = None
     run = RunInfo(model="gpt-oss-20b", model_source="preset", layers=2, dtype="bfloat16", hidden_size=HIDDEN,
                   buckets=sorted(buckets), modes=["per-bucket", "shared", "floor"], status="complete")
-    from bcgprof.models.config import resolve_model
+    from bcgprof.spec import resolve_model
 
     run.config_hash = resolve_model("gpt-oss-20b").config_hash
     writer = ReportWriter(tmp_path / "r", run, rows)

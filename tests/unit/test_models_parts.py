@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from bcgprof.models import build_meta, model_class
-from bcgprof.models.config import resolve_model
 from bcgprof.models.gpt_oss import make_router as gpt_oss_router
 from bcgprof.models.kernels import clamped_swiglu, fused_experts, silu_and_mul
 from bcgprof.models.layers.attention import (
@@ -24,7 +23,7 @@ from bcgprof.models.layers.attention import (
 from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.layers.rope import rope_inv_freq, rope_parameters
 from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
-from bcgprof.spec import family_names
+from bcgprof.spec import family_names, resolve_model
 
 from .test_models_tiny import inputs, randomize_, tiny_config
 from tolerances import ACTIVATION_TERMS, TRANSCENDENTAL_ULPS, attention_close, close, mlp_terms, model_close

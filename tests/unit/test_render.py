@@ -16,7 +16,6 @@ from bcgprof.analysis.compare import BOTH, compare_reports
 from bcgprof.analysis.estimate import estimate_output_buffers
 from bcgprof.analysis.gate import GateOptions, gate_reports
 from bcgprof.cli import app
-from bcgprof.models.config import resolve_model
 from bcgprof.render import (
     print_capture_result,
     print_estimate,
@@ -28,6 +27,7 @@ from bcgprof.render import (
 from bcgprof.render.views import show_view
 from bcgprof.report import read_report
 from bcgprof.report_format import fmt_bytes, fmt_pct, fmt_ratio
+from bcgprof.spec import resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "reports" / "gpt-oss-20b-h200"

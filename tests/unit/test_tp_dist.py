@@ -21,9 +21,9 @@ from bcgprof.measure import dist as tpdist
 from bcgprof.measure import mode as mode_loop
 from bcgprof.measure.runner import run_capture
 from bcgprof.measure.sites import PoolPeak, SiteBytes
-from bcgprof.models.config import resolve_model
 from bcgprof.options import CaptureOptions
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
+from bcgprof.spec import resolve_model
 
 WORLD = 2
 BUCKETS = [4, 2, 1]

@@ -473,7 +473,7 @@ def tiny_gpt_oss(tmp_path, num_layers=3, extra_layers=1, seed=0):
     """config.json + model.safetensors shaped like openai/gpt-oss-20b, only small.
 
     Returns the checkpoint tensors and the dequantised experts (transformers' reference)."""
-    from bcgprof.models.config import presets_dir
+    from bcgprof.spec import presets_dir
 
     H, I, E, V, heads, kv, d = 64, 64, 4, 100, 4, 2, 16
     config = json.loads((presets_dir() / "gpt-oss-20b.json").read_text())
