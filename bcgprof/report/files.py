@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import io
 import itertools
-import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TextIO, cast
 
-from bcgprof.errors import BcgprofError, ReportError
-from bcgprof.inputs import open_regular_text
+from bcgprof.errors import ReportError
+from bcgprof.inputs import Refused, open_capped
 from bcgprof.report.codec import FIX
 from bcgprof.report.limits import MAX_LINE_BYTES, MIB
 
@@ -36,22 +34,19 @@ def open_report_file(path: Path, cap: int) -> IO[str]:
     """
     path = Path(path)
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ReportError(f"{path} is missing; a report directory holds run.json, buckets.csv and summary.csv: "
-                          "is this a bcgprof report directory?") from None
-    except OSError as e:
-        raise ReportError(f"cannot read {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a device, FIFO or socket"
-        raise ReportError(f"{path} is not a regular file ({kind}); a report file is a regular file: {FIX}")
-    if info.st_size > cap:
-        raise ReportError(f"{path} is {info.st_size} bytes, over the cap of {describe_cap(cap)} for this report "
-                          f"file (larger than any report bcgprof writes): is it the right file? {FIX}")
-    try:
-        return open_regular_text(path, "report file", cap)
-    except BcgprofError as e:  # it changed between the two looks
-        raise ReportError(f"{e}; {FIX}") from None
+        return open_capped(path, cap)
+    except Refused as r:
+        if r.reason == "missing":
+            message = (f"{path} is missing; a report directory holds run.json, buckets.csv and summary.csv: "
+                       "is this a bcgprof report directory?")
+        elif r.reason == "unreadable":
+            message = f"cannot read {path}: {r.detail}"
+        elif r.reason == "not regular":
+            message = f"{path} is not a regular file ({r.detail}); a report file is a regular file: {FIX}"
+        else:
+            message = (f"{path} is {r.size} bytes, over the cap of {describe_cap(cap)} for this report "
+                       f"file (larger than any report bcgprof writes): is it the right file? {FIX}")
+        raise ReportError(message) from None
 
 
 BLOCK_BYTES = 1024 * 1024  # read this much at a time: checks run per block, at C speed
