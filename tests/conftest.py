@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -11,22 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import DATA, load_data_module
+
 # The fused kernels' CPU tests (tests/unit/test_kernels.py) run Triton's interpreter, which has
 # to be chosen before triton is first imported; with a GPU the compiled kernels are tested.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-DATA = Path(__file__).resolve().parent / "data"
-
-
-def _load_maker():
-    spec = importlib.util.spec_from_file_location("make_reports", DATA / "make_reports.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-maker = _load_maker()
+maker = load_data_module("make_reports")
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from bcgprof.cli import app
 
+from helpers import refused
 from unit.test_explain import _report
 from unit.test_predict import _synthetic
 
@@ -20,13 +21,6 @@ BEFORE_LEDGER = "reports/gpt-oss-20b-h200-unfused"  # written before the ledger 
 
 def run(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def one_error(result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.stdout[-1500:], result.stderr[-1500:])
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stdout
-    return lines[0]
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
@@ -60,7 +54,7 @@ def test_explain_on_a_report_from_before_the_ledger_says_what_it_cannot_tell():
 
 
 def test_explain_a_missing_report_is_one_line(tmp_path):
-    assert "does not exist" in one_error(run("explain", tmp_path / "nothing"))
+    assert "does not exist" in refused(run("explain", tmp_path / "nothing"))
 
 
 def test_predict_layers_json_contract(tmp_path):
@@ -95,7 +89,7 @@ def test_predict_buckets_from_one_profile(traced):
 
 
 def test_predict_buckets_refuses_a_report_without_traces_in_one_line():
-    message = one_error(run("predict", "--from", REFERENCE, "--buckets", "1024,16384"))
+    message = refused(run("predict", "--from", REFERENCE, "--buckets", "1024,16384"))
     assert "has no allocator traces (captured before they were recorded); re-capture with this bcgprof" in message
 
 
@@ -105,7 +99,7 @@ def test_predict_buckets_refuses_a_report_without_traces_in_one_line():
     (("--from", REFERENCE, "--from", REFERENCE, "--buckets", "4096"), "a single --from"),
 ])
 def test_predict_refusals_are_one_line(args, message):
-    assert message in one_error(run("predict", *args))
+    assert message in refused(run("predict", *args))
 
 
 def test_advise_json_contract_and_plot(tmp_path, traced):
@@ -124,16 +118,16 @@ def test_advise_json_contract_and_plot(tmp_path, traced):
     (("--budget", "10MiB", "--mode", "shared"), "above the budget"),
 ])
 def test_advise_refusals_are_one_line(args, message, traced):
-    assert message in one_error(run("advise", "--from", traced.path, *args))
+    assert message in refused(run("advise", "--from", traced.path, *args))
 
 
 def test_advise_refuses_a_report_without_traces_in_one_line():
-    assert "no allocator traces" in one_error(run("advise", "--from", REFERENCE, "--budget", "4GiB", "--mode",
+    assert "no allocator traces" in refused(run("advise", "--from", REFERENCE, "--budget", "4GiB", "--mode",
                                                   "shared"))
 
 
 def test_advise_refuses_a_mode_the_profile_lacks():
-    message = one_error(run("advise", "--from", BEFORE_LEDGER, "--budget", "4GiB", "--mode", "shared-largest"))
+    message = refused(run("advise", "--from", BEFORE_LEDGER, "--budget", "4GiB", "--mode", "shared-largest"))
     assert "has no shared-largest rows" in message
 
 

@@ -7,10 +7,8 @@ tests/data/corrupt_reports.py.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,33 +16,14 @@ from typer.testing import CliRunner
 
 from bcgprof.cli import app
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+from helpers import DATA, load_data_module, refused
+
 runner = CliRunner()
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, DATA / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-corrupt = _load("corrupt_reports")
+corrupt = load_data_module("corrupt_reports")
 
 
 def run(*args, **kwargs):
     return runner.invoke(app, [str(a) for a in args], **kwargs)
-
-
-def refused(result, code=2) -> str:
-    """Exit ``code``, exactly one stderr line starting `error: `, no traceback anywhere; returns the line."""
-    assert result.exit_code == code, (result.exit_code, result.stdout[-2000:], result.stderr[-2000:])
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
-    assert "Traceback" not in result.stdout + result.stderr
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    return lines[0]
 
 
 def report_commands(bad: Path, good: Path, tmp: Path) -> dict[str, tuple]:

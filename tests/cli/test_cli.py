@@ -15,21 +15,14 @@ from bcgprof import __version__
 from bcgprof.cli import app
 from bcgprof.errors import NoGPUError
 
+from helpers import refused
+
 MIB = 1024 ** 2
 runner = CliRunner()
 
 
 def run(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line_error(result, code=2) -> str:
-    """The result failed with ``code`` and said so in exactly one stderr line, no traceback."""
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    return lines[0]
 
 
 # ---------------------------------------------------------------- surface
@@ -138,7 +131,7 @@ def test_show_failed_bucket_and_tensor_parallel_ranks(write_report, rows):
     ("wrong-schema", "schema version 99"),
 ])
 def test_show_bad_reports(data_dir, name, message):
-    assert message in one_line_error(run("show", data_dir / name))
+    assert message in refused(run("show", data_dir / name))
 
 
 # ---------------------------------------------------------------- compare
@@ -204,7 +197,7 @@ def test_gate_improvement_passes(data_dir):
     ("nowhere", "does not exist"),
 ])
 def test_gate_unusable_input_exits_2(data_dir, current, message):
-    assert message in one_line_error(gate(data_dir, "baseline", current))
+    assert message in refused(gate(data_dir, "baseline", current))
 
 
 def test_gate_allow_mismatch(data_dir):
@@ -231,7 +224,7 @@ def test_gate_tolerances_from_the_command_line(data_dir):
     (("--rel-tol", "lots"), "--rel-tol 'lots' is not a number"),
 ])
 def test_gate_bad_tolerances(data_dir, args, message):
-    assert message in one_line_error(gate(data_dir, "baseline", "baseline", *args))
+    assert message in refused(gate(data_dir, "baseline", "baseline", *args))
 
 
 def test_gate_summary_md_is_appended(data_dir, tmp_path, report_copy):
@@ -290,7 +283,7 @@ def test_estimate_accepts_a_config_path(tmp_path, data_dir):
     (("--dtype", "int3"), "unsupported dtype 'int3'"),
 ])
 def test_estimate_bad_input(args, message):
-    assert message in one_line_error(run("estimate", *args))
+    assert message in refused(run("estimate", *args))
 
 
 # ---------------------------------------------------------------- capture (validation only: no GPU here)
@@ -361,7 +354,7 @@ def test_capture_exit_code_is_run_captures(captured):
     (("--model", "gpt-oss-21b"), "unknown model 'gpt-oss-21b'"),
 ])
 def test_capture_rejects_bad_input_before_any_gpu_work(captured, args, message):
-    assert message in one_line_error(run("capture", *args))
+    assert message in refused(run("capture", *args))
     assert captured == []
 
 
@@ -372,7 +365,7 @@ def test_capture_user_errors_from_the_runner_are_one_line(monkeypatch):
         raise NoGPUError("no CUDA device found: `bcgprof capture` needs a GPU")
 
     monkeypatch.setattr(bcgprof.measure.runner, "run_capture", no_gpu)
-    assert "no CUDA device found" in one_line_error(run("capture", "--buckets", "4"))
+    assert "no CUDA device found" in refused(run("capture", "--buckets", "4"))
 
 
 @pytest.mark.parametrize("args", [("--verify", "some"), ("--phase", "train"), ("--weights", "gguf"),
@@ -393,5 +386,5 @@ def test_capture_num_layers_list_runs_one_report_per_count(captured, tmp_path):
                                             ("2,25", "'25' is not a layer count"),
                                             ("2,2", "names 2 twice"), ("x", "'x' is not a layer count")])
 def test_capture_num_layers_bad_lists(captured, value, message):
-    assert message in one_line_error(run("capture", "--num-layers", value))
+    assert message in refused(run("capture", "--num-layers", value))
     assert captured == []

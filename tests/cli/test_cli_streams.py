@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 from bcgprof.cli import app
 from bcgprof.text import printable
 
+from helpers import refused
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 runner = CliRunner()
@@ -25,14 +27,6 @@ runner = CliRunner()
 
 def run(*args, **kwargs):
     return runner.invoke(app, [str(a) for a in args], **kwargs)
-
-
-def one_error_line(result, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout[-1000:], result.stderr[-1000:])
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    return lines[0]
 
 
 def bcgprof(*args, stdout=subprocess.PIPE, env=None, cwd=None):
@@ -52,7 +46,7 @@ def bcgprof(*args, stdout=subprocess.PIPE, env=None, cwd=None):
     (("show",), "missing argument"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(args, says):
-    line = one_error_line(run(*args))
+    line = refused(run(*args))
     assert says in line
     assert "╭" not in line and "Usage:" not in line
 
@@ -173,7 +167,7 @@ def test_summary_md_through_a_link_into_a_report_is_refused(report, tmp_path):
     before = _contents(report)
     link = tmp_path / "summary.md"
     link.symlink_to(report / "buckets.csv")
-    line = one_error_line(run("gate", "--baseline", DATA / "baseline", "--current", report, "--summary-md", link))
+    line = refused(run("gate", "--baseline", DATA / "baseline", "--current", report, "--summary-md", link))
     assert "inside a report directory (through the link to" in line
     assert _contents(report) == before
 
@@ -183,7 +177,7 @@ def test_plot_through_a_link_into_a_report_is_refused(report, tmp_path):
     for target in ("run.json", "cost.png"):
         link = tmp_path / f"link-{target}.png"
         link.symlink_to(report / target)
-        line = one_error_line(run("plot", DATA / "baseline", "-o", link))
+        line = refused(run("plot", DATA / "baseline", "-o", link))
         assert "inside a report directory" in line
     assert _contents(report) == before
 
@@ -220,7 +214,7 @@ def test_printable_neutralises_escapes_and_caps_length():
 def test_error_lines_quote_files_safely(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"architectures": ["Evil\x1b]0;title\x07ForCausalLM"], "hidden_size": 8}))
-    line = one_error_line(run("estimate", "--model", config))
+    line = refused(run("estimate", "--model", config))
     assert "\x1b" not in line and "\x07" not in line
 
 
@@ -232,7 +226,7 @@ def test_error_lines_quote_files_safely(tmp_path):
     (("--modes", "shared,sharde"), "unknown mode 'sharde'"),
 ])
 def test_capture_names_the_real_problem_before_looking_for_a_gpu(args, says):
-    line = one_error_line(run("capture", *args))
+    line = refused(run("capture", *args))
     assert says in line and "CUDA" not in line
 
 
@@ -240,13 +234,13 @@ def test_capture_names_the_real_problem_before_looking_for_a_gpu(args, says):
 def test_capture_refuses_an_unwritable_out(tmp_path):  # pragma: no cover - CI runs as root
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    assert "is not writable" in one_error_line(run("capture", "--out", locked / "r"))
+    assert "is not writable" in refused(run("capture", "--out", locked / "r"))
 
 
 def test_capture_refuses_an_out_under_a_file(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    line = one_error_line(run("capture", "--out", blocker / "r"))
+    line = refused(run("capture", "--out", blocker / "r"))
     assert "is a file, not a directory" in line and "CUDA" not in line
 
 
@@ -254,24 +248,24 @@ def test_safetensors_checkpoint_without_weights(tmp_path):
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     shutil.copy(REPO / "configs" / "models" / "Qwen3-8B.json", checkpoint / "config.json")
-    line = one_error_line(run("capture", "--model", checkpoint, "--weights", "safetensors"))
+    line = refused(run("capture", "--model", checkpoint, "--weights", "safetensors"))
     assert "holds no *.safetensors files" in line
 
 
 # ---------------------------------------------------------------- quiet nonsense, refused
 
 def test_a_budget_needs_a_unit():
-    line = one_error_line(run("advise", "--from", DATA / "baseline", "--budget", "2.5"))
+    line = refused(run("advise", "--from", DATA / "baseline", "--budget", "2.5"))
     assert "has no unit; write e.g. 2.5GiB" in line
 
 
 def test_predict_refuses_an_absurd_layer_count():
-    line = one_error_line(run("predict", "--from", DATA / "baseline", "--layers", "1000000000"))
+    line = refused(run("predict", "--from", DATA / "baseline", "--layers", "1000000000"))
     assert "--layers" in line and "4096" in line
 
 
 def test_advise_refuses_the_floor_mode():
-    assert "no list to advise" in one_error_line(run("advise", "--from", DATA / "baseline", "--budget", "2GiB",
+    assert "no list to advise" in refused(run("advise", "--from", DATA / "baseline", "--budget", "2GiB",
                                                      "--mode", "floor"))
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -38,6 +37,8 @@ from bcgprof.report import (
     records_to_csv,
 )
 
+from helpers import load_data_module
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 COMMITTED = sorted(p.parent for p in (ROOT / "reports").rglob("run.json")) + [
@@ -47,16 +48,8 @@ runner = CliRunner()
 UNSAFE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, DATA / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-corrupt = _load("corrupt_reports")
-maker = _load("make_reports")
+corrupt = load_data_module("corrupt_reports")
+maker = load_data_module("make_reports")
 
 
 def run(*args):

@@ -1,0 +1,34 @@
+"""Shared by the CPU tests (importable by name: pytest puts tests/ on sys.path): the generators
+under tests/data/ loaded as modules, and the check of a command that refused its input."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@functools.cache
+def load_data_module(name: str) -> ModuleType:
+    """``tests/data/<name>.py`` (not a package) as the module ``name``, loaded once."""
+    spec = importlib.util.spec_from_file_location(name, DATA / f"{name}.py")
+    assert spec is not None and spec.loader is not None, name
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def refused(result, code=2) -> str:
+    """A CliRunner result that exited ``code`` with exactly one stderr line starting `error: ` and no
+    traceback anywhere; returns the line."""
+    assert result.exit_code == code, (result.exit_code, result.stdout[-2000:], result.stderr[-2000:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    return lines[0]
