@@ -138,13 +138,13 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
             cancelled.append(True)
 
     def no_gpu(device):
-        raise NoGPUError("no CUDA device found")
+        raise NoGPUError("the GPU check failed (injected)")
 
     monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
     monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
     monkeypatch.setattr(runner, "check_gpu", no_gpu)
     out = tmp_path / "report"
-    with pytest.raises(NoGPUError):
+    with pytest.raises(NoGPUError, match=r"the GPU check failed \(injected\)"):  # this check's, no other
         runner.run_capture(CaptureOptions(buckets="4,8", modes=["shared", "floor"], out=str(out)))
     assert started == [("shared", str(out))] and cancelled == [True]
     assert not out.exists()
