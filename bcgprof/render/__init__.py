@@ -9,11 +9,8 @@ fitted to the console), :func:`render_markdown`, :func:`render_json` and
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
-from bcgprof.render.as_csv import render_csv
-from bcgprof.render.as_json import render_json
-from bcgprof.render.as_markdown import render_markdown
 from bcgprof.render.as_table import render_table
 from bcgprof.render.model import Column, Line, Sheet, View
 from bcgprof.render.views import (
@@ -26,6 +23,25 @@ from bcgprof.render.views import (
     show_view,
     verdict_line,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from bcgprof.render.as_csv import render_csv
+    from bcgprof.render.as_json import render_json
+    from bcgprof.render.as_markdown import render_markdown
+
+# The markdown, json and csv renderers load when asked for (a table needs none of them).
+_LAZY = {"render_csv": "as_csv", "render_json": "as_json", "render_markdown": "as_markdown"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"bcgprof.render.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'bcgprof.render' has no attribute {name!r}")
+
 
 FORMATS = ("table", "markdown", "json", "csv")
 SECTIONS = ("all", "buckets", "summary")
@@ -66,10 +82,16 @@ def render(view: View, fmt: str, console: Console, *, wide: bool = False) -> Non
     if fmt == "table":
         render_table(view, console, wide=wide)
     elif fmt == "markdown":
+        from bcgprof.render.as_markdown import render_markdown
+
         _write(console, render_markdown(view))
     elif fmt == "json":
+        from bcgprof.render.as_json import render_json
+
         _write(console, render_json(view))
     elif fmt == "csv":
+        from bcgprof.render.as_csv import render_csv
+
         _write(console, render_csv(view))
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -91,6 +113,8 @@ def print_gate(result, console: Console) -> None:
 
 def gate_markdown(result) -> str:
     """The verdict and tables appended to ``--summary-md`` (a CI job summary)."""
+    from bcgprof.render.as_markdown import render_markdown
+
     return render_markdown(gate_view(result)) + "\n"
 
 

@@ -8,15 +8,18 @@ anything: compare.py and gate.py do.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, TypedDict
+from typing import TYPE_CHECKING, Optional, TypedDict
 
-from bcgprof.analysis.compare import BOTH, NEW_ONLY, OLD_ONLY, Comparison
-from bcgprof.analysis.estimate import Estimate
-from bcgprof.analysis.explain import CAUSES
-from bcgprof.analysis.gate import IMPROVEMENT, PASS, REGRESSION, GateCheck, GateResult
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
+
+if TYPE_CHECKING:
+    from bcgprof.analysis.compare import Comparison
+    from bcgprof.analysis.estimate import Estimate
+    from bcgprof.analysis.gate import GateCheck, GateResult
+# The comparison, gate and explain modules are imported by the views that draw them, so that
+# `show` loads none of them.
 
 WIDE_HINT = "--wide shows every column; -f csv or -f json gives every figure"
 GATE_HINT = "a wider terminal, or --summary-md, shows every column"
@@ -278,6 +281,8 @@ _TOTAL_LABEL = {"capture_s": "warm-up + capture"}
 
 
 def _presence_text(presence: str, old_label: str = "OLD", new_label: str = "NEW") -> str:
+    from bcgprof.analysis.compare import NEW_ONLY, OLD_ONLY
+
     return {OLD_ONLY: f"only in {old_label}", NEW_ONLY: f"only in {new_label}"}.get(presence, "")
 
 
@@ -288,6 +293,9 @@ def _growth_style(delta) -> Optional[str]:
 
 
 def totals_sheet(cmp: Comparison) -> Sheet:
+    from bcgprof.analysis.compare import BOTH
+    from bcgprof.analysis.explain import CAUSES
+
     multi = cmp.multi_rank
     columns = [
         Column("mode", "mode", numeric=False, key_column=True),
@@ -321,6 +329,8 @@ def totals_sheet(cmp: Comparison) -> Sheet:
 
 
 def compare_bucket_sheet(cmp: Comparison) -> Sheet:
+    from bcgprof.analysis.compare import BOTH
+
     multi = cmp.multi_rank
     columns = [
         Column("mode", "mode", numeric=False, key_column=True),
@@ -437,6 +447,8 @@ def _check_value(check: GateCheck, attr: str) -> str:
 
 
 def gate_sheets(result: GateResult, *, all_rows: bool = True) -> list[Sheet]:
+    from bcgprof.analysis.gate import IMPROVEMENT, PASS, REGRESSION
+
     columns = [
         Column("where", "mode / bucket", numeric=False, key_column=True),
         Column("metric", "metric", numeric=False, key_column=True),
