@@ -31,6 +31,14 @@ class Mode(StrEnum):
     FLOOR = "floor"  # the largest bucket alone
 
 
+class ListMode(StrEnum):
+    """The modes that capture a whole bucket list (every :class:`Mode` but the floor): what a server runs."""
+
+    PER_BUCKET = Mode.PER_BUCKET.value
+    SHARED = Mode.SHARED.value
+    SHARED_LARGEST = Mode.SHARED_LARGEST.value
+
+
 class BucketStatus(StrEnum):
     """How one bucket's capture ended."""
 

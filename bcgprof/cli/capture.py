@@ -116,9 +116,11 @@ def capture(
     snapshot: bool = typer.Option(False, "--snapshot", help="Record the allocator's history in each mode and write "
                                   "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz)."),
 ) -> None:
-    """Capture the model over the buckets in each mode and write a report (needs a CUDA GPU).
+    """Capture a model in each mode and write a report (needs a CUDA GPU).
 
-    With no options: gpt-oss-20b, the sglang-prefill buckets up to 16384 tokens, every mode (per-bucket, shared, shared-largest, floor).
+    Each mode captures the model over the buckets, in a fresh process unless --in-process. With no
+    options: gpt-oss-20b, the sglang-prefill buckets up to 16384 tokens, every mode (per-bucket,
+    shared, shared-largest, floor).
     Exit codes: 0 every mode completed, 1 a mode failed (the report is partial or failed), 2 refused
     before any work (bad option, model or --out, no GPU), 130 interrupted.
     """

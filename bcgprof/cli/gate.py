@@ -30,9 +30,10 @@ def gate(
     rel_tol: str = typer.Option("0.01", "--rel-tol", help="Relative tolerance, a fraction of the baseline value "
                                                            "(0.01) or a percentage (1%); finite, >= 0."),
     abs_tol_mib: float = typer.Option(16.0, "--abs-tol-mib", help="Absolute tolerance, in MiB; finite, >= 0."),
-    tol: Optional[list[str]] = typer.Option(None, "--tol", help="Per-metric tolerance METRIC=REL:ABS, repeatable, "
-                                            "e.g. pool_bytes=0.5%:8MiB or device_used_bytes=:32MiB (an empty side "
-                                            "keeps the default). Metrics: pool_bytes, device_used_bytes (mode totals), "
+    tol: Optional[list[str]] = typer.Option(None, "--tol", metavar="METRIC=REL:ABS",
+                                            help="Per-metric tolerance METRIC=REL:ABS, repeatable, e.g. "
+                                            "pool_bytes=0.5%:8MiB or device_used_bytes=:32MiB (an empty side keeps "
+                                            "the default). Metrics: pool_bytes, device_used_bytes (mode totals), "
                                             "pool_delta_bytes, device_used_delta_bytes (per bucket).",
                                             show_default=False),
     per_bucket: bool = typer.Option(False, "--per-bucket", help="Also check every bucket's pool and device-used "
@@ -46,7 +47,7 @@ def gate(
                                               "unusable. Written atomically; never into a report directory.",
                                               show_default=False),
 ) -> None:
-    """The CI memory-regression gate: fail when memory grew beyond tolerance (no GPU needed).
+    """The CI gate: fail when memory grew beyond tolerance (no GPU needed).
 
     A mode's total pool bytes or device-used bytes (and with --per-bucket each bucket's deltas) fail
     when their growth exceeds BOTH the relative and the absolute tolerance;

@@ -79,8 +79,9 @@ def plot(
     """Plot a report to an image file (no GPU needed).
 
     Top: cumulative capture cost (device used, solid; graph pool, dashed) against the buckets in
-    capture order, one line per mode, the floor as horizontal references. Bottom: each bucket's
-    graph-pool delta.
+    capture order, one line per mode, the floor as horizontal references. Middle: each bucket's
+    graph-pool growth, per mode. Bottom (reports with the ledger columns): each mode's device
+    memory split by cause, as explain names them.
     """
     from bcgprof.outputs import resolved_output
     from bcgprof.render.plot import check_dpi, image_path, plot_report

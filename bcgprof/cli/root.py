@@ -76,6 +76,8 @@ class OneLineErrors(typer.core.TyperGroup):
             where = ctx.command_path if ctx is not None else (prog_name or "bcgprof")
             message = str(getattr(e, "format_message", e.__str__)()).strip().rstrip(".")
             message = re.sub(r"\.\s+Did you mean (.*)\?$", r" (did you mean \1?)", message)
+            # Typer 0.29 checks choices through pydantic, whose wording leaks in: "...: Value error, 'x' is not one of"
+            message = re.sub(r":\s*Value error,\s*", ": ", message)
             message = message[:1].lower() + message[1:]
             say_error(f"{message}; see '{where} --help'")
             code = EXIT_USAGE
@@ -94,8 +96,9 @@ class OneLineErrors(typer.core.TyperGroup):
 app = typer.Typer(
     name="bcgprof",
     cls=OneLineErrors,
-    help="Profile the GPU memory of breakable CUDA-graph capture across size buckets, "
-         "and compare, gate, plot, explain and predict from the reports it writes.",
+    help="Profile the GPU memory of breakable CUDA-graph capture across size buckets (capture), read the "
+         "reports it writes (show, compare, plot, gate, explain, predict, advise), and estimate output buffers "
+         "from a model config alone (estimate).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

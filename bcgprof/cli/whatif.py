@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -15,7 +15,12 @@ from bcgprof.cli.reports import FORMAT_HELP, REPORT_HELP, WIDE_HELP
 from bcgprof.cli.root import app, command
 from bcgprof.errors import BcgprofError
 from bcgprof.options import DEFAULT_MODEL
-from bcgprof.vocab import Format, Mode, Phase
+from bcgprof.vocab import Format, ListMode, Phase
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from bcgprof.render import View
 
 MAX_PREDICT_LAYERS = 4096  # deeper than any model; a larger --layers is a typing mistake
 
@@ -34,7 +39,7 @@ def estimate(
                                                    "Default: the model config's dtype."),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
 ) -> None:
-    """Output-buffer arithmetic per bucket: analytic, not measured (no GPU needed).
+    """Output buffers per bucket: analytic, not measured (no GPU needed).
 
     Each bucket's output buffer (rows x hidden size x dtype bytes) and the retained-output total in
     per-bucket mode (the sum over buckets) versus shared mode (the largest bucket's buffer). Their
@@ -59,14 +64,15 @@ def explain(
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
     wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
 ) -> None:
-    """Where every byte of a capture went, from the report's own measurements (no GPU needed).
+    """Where every byte of a capture went, by cause (no GPU needed).
 
-    Per mode: device used split into causes that sum to it exactly (outputs kept in the pool, other
-    live pool bytes, free space inside the pool, torch memory outside it, graph executables and
-    other driver memory); a fit of graph-executable memory to graphs and kernel nodes; what the
-    floor's pool holds at its peak, by model code site, and its allocator slack; each mode's cost in
-    tokens of KV cache; and plain sentences built from those numbers. A report written before the
-    ledger columns explains what it can and says what it cannot.
+    From the report's own measurements, per mode: device used split into causes that sum to it
+    exactly (outputs kept in the pool, other live pool bytes, free space inside the pool, torch
+    memory outside it, graph executables and other driver memory); a fit of graph-executable
+    memory to graphs and kernel nodes; what the floor's pool holds at its peak, by model code site,
+    and its allocator slack; each mode's cost in tokens of KV cache; and plain sentences built from
+    those numbers. A report written before the ledger columns explains what it can and says what
+    it cannot.
     """
     from bcgprof.analysis.explain import explain_report
     from bcgprof.render import render
@@ -80,9 +86,10 @@ def explain(
 @app.command()
 @command
 def predict(
-    source: list[Path] = typer.Option(..., "--from", help="A profile report; give two or more at different "
-                                      "--num-layers (or the directory `capture --num-layers 2,4` wrote) to "
-                                      "predict another layer count, one to predict --buckets.",
+    source: list[Path] = typer.Option(..., "--from", metavar="REPORT",
+                                      help="A profile report; give two or more at different --num-layers (or the "
+                                      "directory `capture --num-layers 2,4` wrote) to predict another layer count, "
+                                      "one to predict --buckets.",
                                       show_default=False),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, max=MAX_PREDICT_LAYERS,
                                          help=f"Layer count to predict, 1 to {MAX_PREDICT_LAYERS} "
@@ -93,11 +100,12 @@ def predict(
     rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
                               "them)."),
 ) -> None:
-    """Predict a capture's cost without running it (no GPU needed); labelled as predicted.
+    """Predict a capture's cost without running it (no GPU needed).
 
     With several reports that differ only in their layer count: every mode's totals and bucket rows
     at --layers, with an error band. With one report and --buckets: each mode's cost for that bucket
-    list (see the docs for how it is modelled and how well it holds).
+    list (see the docs for how it is modelled and how well it holds). Labelled "predicted, not
+    measured".
     """
     from bcgprof.analysis.predict import PredictionError, predict_buckets, predict_layers
     from bcgprof.buckets import parse_buckets
@@ -153,16 +161,18 @@ def advise(
     lengths: Optional[Path] = typer.Option(None, "--lengths", help="CSV of observed prefill token counts (first "
                                            "column; a header row is allowed). Default: uniform over the profiled "
                                            "range.", show_default=False),
-    mode: Mode = typer.Option(Mode.SHARED_LARGEST, "--mode", help="The mode the server would run (per-bucket, "
-                              "shared or shared-largest)."),
+    mode: ListMode = typer.Option(ListMode.SHARED_LARGEST, "--mode", help="The mode the server would run "
+                                  "(the floor captures one bucket, so it has no list to advise)."),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also plot the budget/padding trade-off to this "
                                        "image (.png, .svg, .pdf), written atomically.", show_default=False),
 ) -> None:
-    """The bucket list with the least expected padding whose predicted cost fits a budget (no GPU needed).
+    """The least-padding bucket list that fits a budget (no GPU needed).
 
-    Prints the list as a --buckets spec, its predicted cost and expected padding (tokens computed for
-    nothing when a batch is padded to the next bucket), and the trade-off curve.
+    The bucket list with the least expected padding whose predicted cost fits the budget. Prints
+    the list as a --buckets spec (on one line, never wrapped), its predicted cost and expected
+    padding (tokens computed for nothing when a batch is padded to the next bucket), and the
+    trade-off curve.
     """
     from bcgprof.analysis.advise import advise as choose
     from bcgprof.analysis.advise import read_lengths
@@ -170,9 +180,6 @@ def advise(
     from bcgprof.render.analysis import advice_view
     from bcgprof.report import read_report
 
-    if mode is Mode.FLOOR:
-        raise BcgprofError("--mode floor captures one bucket, so there is no list to advise; use per-bucket, shared "
-                           "or shared-largest")
     if out is not None:
         from bcgprof.outputs import resolved_output
         from bcgprof.render.plot import image_path
@@ -182,9 +189,30 @@ def advise(
     limit = _budget(budget)
     advice = choose(read_report(source), limit, mode=mode.value,
                     lengths=read_lengths(lengths) if lengths is not None else None)
-    render(advice_view(advice), format.value, stdout_console())
+    view, console = advice_view(advice), stdout_console()
+    if format is Format.TABLE:
+        _render_advice_table(view, advice.spec, console)
+    else:
+        render(view, format.value, console)
     flush_stdout()
     if out is not None:
         from bcgprof.render.plot import plot_advice
 
         note(f"wrote {plot_advice(advice, out)}")
+
+
+def _render_advice_table(view: View, spec: str, console: Console) -> None:
+    """The advice as tables, its --buckets line printed whole, never wrapped by rich: a list broken
+    inside a number would be copied as other buckets. The terminal may still fold it for display."""
+    from rich.text import Text
+
+    from bcgprof.render import View, render
+
+    at = next((i for i, line in enumerate(view.head) if line.lead == "--buckets"), None)
+    if at is None:  # pragma: no cover - advice_view always has the line
+        render(view, "table", console)
+        return
+    render(View(head=view.head[:at]), "table", console)
+    console.print(Text.assemble(("--buckets", "bold"), f": {spec}"), soft_wrap=True, highlight=False)
+    view.head = view.head[at + 1:]
+    render(view, "table", console)

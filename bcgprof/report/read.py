@@ -96,7 +96,8 @@ def read_report(path: str | Path) -> Report:
     """
     path = Path(path)
     if not path.is_dir():
-        raise ReportError(f"report {path} does not exist or is not a directory")
+        raise ReportError(f"report {path} does not exist or is not a directory; give a report directory written by "
+                          "bcgprof capture")
     with cyclic_gc_paused():
         return _read_checked(path)
 

@@ -121,6 +121,22 @@ def test_advise_refusals_are_one_line(args, message, traced):
     assert message in refused(run("advise", "--from", traced.path, *args))
 
 
+def test_advise_prints_its_bucket_list_whole_on_one_line(traced):
+    spec = json.loads(run("advise", "--from", traced.path, "--budget", "100MiB", "--mode", "shared",
+                          "-f", "json").stdout)["spec"]
+    columns = 24  # narrower than the list: a wrapped list would break inside a number
+    assert len(f"--buckets: {spec}") > columns
+    result = runner.invoke(app, ["advise", "--from", str(traced.path), "--budget", "100MiB", "--mode", "shared"],
+                           env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.stderr
+    assert f"--buckets: {spec}" in result.stdout.splitlines()
+
+
+def test_advise_offers_no_floor_mode():
+    help_text = run("advise", "--help").stdout  # floor captures one bucket: no list to advise
+    assert "per-bucket|shared|shared-largest" in help_text and "shared-largest|floor" not in help_text
+
+
 def test_advise_refuses_a_report_without_traces_in_one_line():
     assert "no allocator traces" in refused(run("advise", "--from", REFERENCE, "--budget", "4GiB", "--mode",
                                                   "shared"))

@@ -63,6 +63,33 @@ def test_unknown_option_is_a_usage_error():
     assert result.exit_code == 2
 
 
+def test_the_command_list_shows_every_summary_whole_at_100_columns():
+    result = runner.invoke(app, ["--help"], terminal_width=100)
+    assert result.exit_code == 0
+    description, commands = result.stdout.split("Commands:")
+    root = typer.main.get_command(app)
+    for name, command in root.commands.items():
+        first = command.help.split("\n\n")[0].strip()
+        assert len(first) <= 75, (name, first)  # whole in the list down to about 90 columns
+        assert f"  {name}  " in commands and first in " ".join(commands.split()), name
+        assert name in description, f"the app's description does not name {name}"
+    assert "..." not in commands
+
+
+def test_help_placeholders_name_what_to_give_not_python_types():
+    for name in typer.main.get_command(app).commands:
+        out = run(name, "--help").stdout
+        assert "list[" not in out and "List[" not in out, name
+    assert "--from REPORT " in run("predict", "--help").stdout
+    assert "--tol METRIC=REL:ABS " in run("gate", "--help").stdout
+
+
+def test_a_bad_choice_is_named_with_the_choices_and_no_validator_words(data_dir):
+    line = refused(run("show", data_dir / "baseline", "-f", "xml"))
+    assert line == ("error: invalid value for '--format' / '-f': 'xml' is not one of 'table', 'markdown', 'json', "
+                    "'csv'; see 'bcgprof show --help'")
+
+
 # ---------------------------------------------------------------- show
 
 def test_show_table(data_dir):
@@ -126,7 +153,7 @@ def test_show_failed_bucket_and_tensor_parallel_ranks(write_report, rows):
 
 
 @pytest.mark.parametrize("name, message", [
-    ("nowhere", "does not exist or is not a directory"),
+    ("nowhere", "does not exist or is not a directory; give a report directory written by bcgprof capture"),
     ("corrupt", "is corrupt"),
     ("wrong-schema", "schema version 99"),
 ])

@@ -265,8 +265,8 @@ def test_predict_refuses_an_absurd_layer_count():
 
 
 def test_advise_refuses_the_floor_mode():
-    assert "no list to advise" in refused(run("advise", "--from", DATA / "baseline", "--budget", "2GiB",
-                                                     "--mode", "floor"))
+    line = refused(run("advise", "--from", DATA / "baseline", "--budget", "2GiB", "--mode", "floor"))
+    assert "'floor' is not one of 'per-bucket', 'shared', 'shared-largest'" in line
 
 
 def test_only_rank_0_prints_errors_under_torchrun():
