@@ -82,6 +82,7 @@ class Weights(StrEnum):
     """Where a capture's weights come from."""
 
     DUMMY = "dummy"
+    SHARED = "shared"  # dummy values, one layer's set used by every layer: any depth fits one GPU
     SAFETENSORS = "safetensors"
 
 

@@ -135,6 +135,10 @@ def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> N
     from bcgprof.models import build_meta
 
     meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp)
+    if opts.weights == "shared":
+        from bcgprof.models.weights import share_layer_weights
+
+        share_layer_weights(meta)  # parameters() then counts each shared tensor once
     weights = sum(p.numel() for p in meta.parameters()) * dtypes.dtype_bytes(spec.dtype)
     need = kv_figures(opts, spec, buckets)["kv_cache_bytes"]
     free, _ = torch.cuda.mem_get_info(dev)

@@ -118,7 +118,8 @@ def load(
 
     ``model``: a preset name (``gpt-oss-20b``), a config.json path or a checkpoint
     directory. ``weights``: ``"dummy"`` (seeded random values made on the device, in the
-    dtype) or ``"safetensors"`` (a checkpoint directory in the published Hugging Face
+    dtype), ``"shared"`` (dummy values, one set that every layer of a shape uses:
+    :func:`~bcgprof.models.weights.share_layer_weights`) or ``"safetensors"`` (a checkpoint directory in the published Hugging Face
     layout, gpt-oss's MXFP4 experts dequantised). ``dtype``: default from the config
     (bf16 for the presets). ``num_layers``: keep only the first N layers.
     ``tp_rank``/``tp_size``: only this tensor-parallel rank's shard (heads, intermediate
@@ -132,8 +133,8 @@ def load(
     mode with gradients off; ``forward(input_ids, positions) -> [T, hidden]``.
     """
     spec = _spec(model)
-    if weights not in ("dummy", "safetensors"):
-        raise ModelConfigError(f"weights must be 'dummy' or 'safetensors', got {weights!r}")
+    if weights not in ("dummy", "shared", "safetensors"):
+        raise ModelConfigError(f"weights must be 'dummy', 'shared' or 'safetensors', got {weights!r}")
     if weights == "safetensors" and spec.checkpoint_dir is None:
         raise ModelConfigError(
             f"{spec.name} is a preset with no checkpoint; pass a checkpoint directory for weights='safetensors'"
@@ -143,13 +144,17 @@ def load(
     if device.type == "cuda" and not torch.cuda.is_available():
         raise NoGPUError(f"device {device} requested but CUDA is not available; use device='cpu'")
 
-    module = build_meta(spec, num_layers, tp_rank=tp_rank, tp_size=tp_size)
-    module = module.to(dtype=torch_dtype)  # still meta: nothing allocated
-    module = module.to_empty(device=device)
-
     from bcgprof.models import weights as weight_loading
 
-    if weights == "dummy":
+    module = build_meta(spec, num_layers, tp_rank=tp_rank, tp_size=tp_size)
+    module = module.to(dtype=torch_dtype)  # still meta: nothing allocated
+    if weights == "shared":
+        weight_loading.share_layer_weights(module)  # tied on meta, so one layer's weights are ever allocated
+        module = weight_loading.materialise(module, device)
+    else:
+        module = module.to_empty(device=device)
+
+    if weights in ("dummy", "shared"):
         weight_loading.init_dummy(module, seed)
     else:
         assert spec.checkpoint_dir is not None  # a preset was refused above

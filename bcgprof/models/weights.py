@@ -19,7 +19,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
@@ -83,6 +83,56 @@ def init_dummy(module: nn.Module, seed: int, *, std: float | None = None) -> Non
             gen = torch.Generator(device=param.device)
             gen.manual_seed(_param_seed(seed, name))
             param.normal_(0.0, std, generator=gen)
+
+
+# ---------------------------------------------------------------------------------------
+# shared layer weights (``--weights shared``)
+
+
+def _layer_signature(layer: nn.Module) -> tuple:
+    return tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
+
+
+def share_layer_weights(module: DecoderModel) -> int:
+    """Make every decoder layer use the parameters of the first layer shaped like it; returns how many
+    distinct layer weight sets are left (one per layer shape: gpt-oss, Llama and Qwen3 have one).
+
+    What a capture allocates depends on the shapes its kernels compute with, never on the values of the
+    weights, so the graphs, segments, pool and executables are those of distinct weights; only the
+    parameter bytes shrink, to one layer's (plus embedding and norm), which lets any depth fit one GPU.
+    Call it on the meta module, before :func:`materialise`: a module moved with ``to_empty`` or ``to``
+    unties its shared parameters."""
+    first: dict[tuple, nn.Module] = {}
+    for layer in module.layers:
+        ref = first.setdefault(_layer_signature(layer), layer)
+        if ref is layer:
+            continue
+        params = dict(ref.named_parameters())
+        for name, _ in list(layer.named_parameters()):
+            owner_path, _, leaf = name.rpartition(".")
+            owner = layer.get_submodule(owner_path) if owner_path else layer
+            owner._parameters[leaf] = params[name]
+    return len(first)
+
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def materialise(module: M, device: torch.device) -> M:
+    """``module.to_empty(device)`` that keeps shared parameters shared: one uninitialised tensor on
+    ``device`` per distinct parameter, however many modules hold it."""
+    made: dict[int, nn.Parameter] = {}
+    for mod in module.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in made:
+                made[id(p)] = nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad)
+            mod._parameters[name] = made[id(p)]
+        for name, b in list(mod._buffers.items()):
+            if b is not None:
+                mod._buffers[name] = torch.empty_like(b, device=device)
+    return module
 
 
 # ---------------------------------------------------------------------------------------
