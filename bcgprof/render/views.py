@@ -171,7 +171,8 @@ def verdict_line(report: Report) -> str:
         s = by_mode.get(mode)
         if s is None or s.saved_vs_per_bucket_bytes is None:
             continue
-        pct = f" ({abs(s.saved_vs_per_bucket_pct):.1f}%)" if s.saved_vs_per_bucket_pct is not None else ""
+        # the summary table's own rounding (fmt_pct), so that the sentence and the table agree
+        pct = f" ({fmt_pct(abs(s.saved_vs_per_bucket_pct))})" if s.saved_vs_per_bucket_pct is not None else ""
         saved = s.saved_vs_per_bucket_bytes
         if per_bucket is None:  # summarize sets a saving only against a per-bucket row of the same rank
             raise ValueError(f"mode {mode} rank {rank} has a saving against per-bucket outputs, "
@@ -494,13 +495,28 @@ def tolerance_line(result: GateResult) -> str:
     line = f"a growth fails when it exceeds both {opts.default.describe()}"
     if opts.per_metric:
         line += " (" + ", ".join(f"{m}: {t.describe()}" for m, t in sorted(opts.per_metric.items())) + ")"
-    return line + ("; per-bucket figures checked" if opts.per_bucket else "; totals checked (add --per-bucket for buckets)")
+    return line + ("; totals and per-bucket figures checked" if opts.per_bucket
+                   else "; totals checked (add --per-bucket for buckets)")
+
+
+def bucket_checks_line(result: GateResult) -> str:
+    """With --per-bucket: how many bucket figures the gate judged and how many passed ('' without)."""
+    from bcgprof.analysis.gate import BUCKET_METRICS, REGRESSION
+
+    if not result.options.per_bucket:
+        return ""
+    checks = [c for c in result.checks if c.bucket is not None and c.metric in BUCKET_METRICS]
+    failed = sum(c.verdict == REGRESSION for c in checks)
+    line = f"per-bucket figures (pool and device-used deltas): {len(checks):,} checked, {len(checks) - failed:,} passed"
+    return line + (f", {failed:,} failed" if failed else "")
 
 
 def gate_view(result: GateResult) -> View:
     head = [Line(f": {run_line(result.baseline)}", lead=f"baseline {result.baseline.path}", bullet=True),
             Line(f": {run_line(result.current)}", lead=f"current  {result.current.path}", bullet=True),
             Line(tolerance_line(result), bullet=True)]
+    if result.options.per_bucket:
+        head.append(Line(bucket_checks_line(result), bullet=True))
     foot = [Line(f": {n}", WARNING, lead="note", bullet=True) for n in result.notes]
     return View(head=head, sheets=gate_sheets(result), foot=foot,
                 title=f"bcgprof gate: {'PASS' if result.passed else 'FAIL'}",

@@ -97,7 +97,7 @@ def test_show_table(data_dir):
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     for text in ("per-bucket (capture order)", "shared (capture order)", "floor (capture order)", "summary",
-                 "24.00 MiB", "7.64%", "1.121x", "the shared buffer saves 24.00 MiB (7.6%)", "on this bucket list shared is cheapest"):
+                 "24.00 MiB", "7.64%", "1.121x", "the shared buffer saves 24.00 MiB (7.64%)", "on this bucket list shared is cheapest"):
         assert text in out, text
 
 
@@ -209,6 +209,16 @@ def test_gate_regression_prints_the_offending_rows(data_dir):
     out = result.stdout
     assert "FAIL: 4 regressions" in out
     assert "per-bucket bucket 1024" in out and "grew 40.00 MiB" in out
+
+
+def test_gate_per_bucket_says_how_many_bucket_figures_it_checked(data_dir):
+    checks = json.loads(gate(data_dir, "baseline", "grown", "--per-bucket", "-f", "json").stdout)["checks"]
+    judged = [c for c in checks if c["bucket"] is not None and c["metric"] != "status"]
+    failed = sum(c["verdict"] == "regression" for c in judged)
+    assert judged and 0 < failed < len(judged)
+    out = " ".join(gate(data_dir, "baseline", "grown", "--per-bucket").stdout.split())
+    assert f"{len(judged)} checked, {len(judged) - failed} passed, {failed} failed" in out
+    assert "per-bucket figures (pool" not in gate(data_dir, "baseline", "grown").stdout
 
 
 def test_gate_improvement_passes(data_dir):
