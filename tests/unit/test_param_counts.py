@@ -16,6 +16,7 @@ PUBLISHED = {  # model cards
     "gpt-oss-20b": 20.9e9,
     "gpt-oss-120b": 116.8e9,
     "Llama-3.1-8B": 8.03e9,
+    "Llama-3.1-70B": 70.6e9,
     "Qwen3-8B": 8.19e9,
     "Qwen3-30B-A3B": 30.5e9,
 }
