@@ -13,18 +13,20 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from bcgprof.buckets import MAX_BUCKET_SIZE
 from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_console
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
-from bcgprof.options import DEFAULT_MODEL, MODES, CaptureOptions
-from bcgprof.outputs import holds_report
-from bcgprof.spec import ModelSpec, resolve_model
+from bcgprof.options import DEFAULT_MODEL, MODES
 from bcgprof.vocab import GraphKind, Mode, Order, Phase, Verify, Weights
+
+if TYPE_CHECKING:
+    from bcgprof.spec import ModelSpec
+# The model spec, the capture options and the bucket caps are imported where a capture is checked,
+# so that registering this command costs the read commands nothing.
 
 BUCKETS_HELP = ("Bucket spec: comma list (4,8,16), inclusive range START:STOP:STEP (512:4096:512), or a preset "
                 "(sglang-prefill: token counts, capped by --max-tokens, 74 buckets at 16384; sglang-decode: batch "
@@ -57,6 +59,8 @@ def _check_out(out: Optional[Path]) -> None:
     """``capture --out``: a new or empty directory somewhere writable; never a file or an existing report."""
     if out is None:
         return
+    from bcgprof.outputs import holds_report
+
     if out.exists() and not out.is_dir():
         raise CaptureError(f"--out {out} is an existing file; pass a new directory for the report")
     if holds_report(out):
@@ -76,7 +80,11 @@ def capture(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
     weights: Weights = typer.Option(Weights.DUMMY, help="dummy: random weights of the right shapes (no download); "
-                                                        "safetensors: load the checkpoint directory's weights."),
+                                                        "shared: dummy weights, one layer's set used by every "
+                                                        "layer, so that any depth fits the GPU (the capture "
+                                                        "figures are those of distinct weights; only the "
+                                                        "parameter bytes shrink); safetensors: load the "
+                                                        "checkpoint directory's weights."),
     num_layers: Optional[str] = typer.Option(None, "--num-layers", help="Decoder layers to build, or a comma list "
                                              "(2,4): one report per count, in <out>/layers-N. Default: all of the "
                                              "model's layers."),
@@ -139,6 +147,10 @@ def capture(
     bucket_list(buckets, phase.value, max_tokens, max_bs)
     if context_len < 1:
         raise BcgprofError(f"--context-len must be a positive number of tokens, got {context_len}")
+    from bcgprof.buckets import MAX_BUCKET_SIZE
+    from bcgprof.options import CaptureOptions
+    from bcgprof.spec import resolve_model
+
     if context_len > MAX_BUCKET_SIZE:
         raise BcgprofError(f"--context-len {context_len} is over the cap of {MAX_BUCKET_SIZE} tokens")
     spec = resolve_model(model)
