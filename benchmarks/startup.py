@@ -3,11 +3,12 @@
 Each command runs N times, each in a fresh interpreter, the commands taking turns (one untimed
 round first, to warm the file cache); the median wall time of each is printed with its ratio to
 the baseline's.
-Reading a report imports neither torch nor the model code, so ``bcgprof show`` should stay
-within 2x of the bare import; ``--max-ratio 2`` makes that an exit code.
+Reading a report imports neither torch nor the model code; what is left is rich's console, the
+report reader and the views, and typer's own parsing (with typer 0.29, a pydantic adapter per
+option: about 60 ms, more than the bare import itself). ``--max-ratio R`` makes a ratio an exit code.
 
     python benchmarks/startup.py            # 15 runs each
-    python benchmarks/startup.py --runs 31 --max-ratio 2
+    python benchmarks/startup.py --runs 31 --max-ratio 4
 """
 
 from __future__ import annotations
