@@ -35,10 +35,7 @@ def _kind(mode: int) -> str:
     return DIRECTORY if stat.S_ISDIR(mode) else SPECIAL
 
 
-def open_capped(path: Path, max_bytes: int) -> IO[str]:
-    """``path`` opened as UTF-8 text (a BOM is skipped, newlines kept for the csv module) if it is a
-    regular file of at most ``max_bytes``; :class:`Refused` before a byte is read otherwise. The
-    open itself never blocks, and what it opened is checked again."""
+def _open_capped_fd(path: Path, max_bytes: int) -> int:
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -59,7 +56,19 @@ def open_capped(path: Path, max_bytes: int) -> IO[str]:
         os.close(fd)
         raise Refused("not regular", _kind(mode))
     os.set_blocking(fd, True)
-    return open(fd, encoding="utf-8-sig", newline="")
+    return fd
+
+
+def open_capped(path: Path, max_bytes: int) -> IO[str]:
+    """``path`` opened as UTF-8 text (a BOM is skipped, newlines kept for the csv module) if it is a
+    regular file of at most ``max_bytes``; :class:`Refused` before a byte is read otherwise. The
+    open itself never blocks, and what it opened is checked again."""
+    return open(_open_capped_fd(path, max_bytes), encoding="utf-8-sig", newline="")
+
+
+def open_capped_bytes(path: Path, max_bytes: int) -> IO[bytes]:
+    """:func:`open_capped` for a binary file (a gzip trace)."""
+    return open(_open_capped_fd(path, max_bytes), "rb")
 
 
 def open_regular_text(path: Path, what: str, max_bytes: int) -> IO[str]:

@@ -11,8 +11,9 @@ What a capture writes, and so what every report must say (:func:`check_bucket_ro
   buckets, none skipped;
 * a complete run has every bucket of that sequence, for every mode and rank;
 * a replay check that failed is an ``error`` row: an ``ok`` row's ``replay_max_abs_diff`` is
-  empty (not checked) or within :data:`REPLAY_ATOL`; ``inf`` (the replay gave NaN) only on an
-  ``error`` row.
+  empty (not checked) or within :data:`REPLAY_ATOL`; a larger difference, or ``inf`` (the replay
+  gave NaN), only on a row that is not ``ok`` (``error``, or ``oom`` when the out-of-memory came
+  after the check).
 
 summary.csv (:func:`check_summary_rows`): its modes and ranks are the run's, each once; in a
 complete report every row equals what :func:`~bcgprof.report.summaries.summarize` gives for

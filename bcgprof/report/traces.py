@@ -256,16 +256,20 @@ def _header(path: Path, first: str) -> dict:
 
 def read_trace(path: Path) -> Trace:
     """Read and check one trace file; every malformed line is refused with one line."""
+    from bcgprof.inputs import Refused, open_capped_bytes
+
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_TRACE_BYTES:
-            raise _bad(path, f"{size} bytes, more than the {MAX_TRACE_BYTES} a trace may have")
-        with gzip.open(path, "rb") as f:
+        raw = open_capped_bytes(path, MAX_TRACE_BYTES)  # a regular file only: a FIFO would block a read
+    except Refused as r:
+        what = {"missing": "is missing", "unreadable": f"cannot be read ({r.detail})",
+                "not regular": f"is {r.detail}, not a regular file",
+                "too large": f"{r.size} bytes, more than the {MAX_TRACE_BYTES} a trace may have"}[r.reason]
+        raise _bad(path, what) from None
+    try:
+        with raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
             data = f.read(MAX_TEXT_BYTES + 1)
     except (OSError, EOFError, zlib.error) as e:
-        if isinstance(e, TraceError):
-            raise
         raise _bad(path, f"cannot be read as gzip ({type(e).__name__})") from None
     if len(data) > MAX_TEXT_BYTES:
         raise _bad(path, f"more than {MAX_TEXT_BYTES} bytes uncompressed")

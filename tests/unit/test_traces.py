@@ -136,3 +136,28 @@ def test_files_that_are_not_traces_are_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 10)
     with pytest.raises(TraceError, match="more than the 10"):
         read_trace(good)
+
+
+def test_a_trace_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path):
+    import os
+
+    fifo = tmp_path / "traces-shared.csv.gz"
+    os.mkfifo(fifo)  # nobody writes to it: a blocking open or read would hang the test
+    with pytest.raises(TraceError, match="not a regular file"):
+        read_trace(fifo)
+    folder = tmp_path / "traces-per-bucket.csv.gz"
+    folder.mkdir()
+    with pytest.raises(TraceError, match="a directory, not a regular file"):
+        read_trace(folder)
+    with pytest.raises(TraceError, match="is missing"):
+        read_trace(tmp_path / "traces-floor.csv.gz")
+
+
+def test_an_oversized_trace_is_refused_before_it_is_read(tmp_path):
+    from bcgprof.report.traces import MAX_TRACE_BYTES
+
+    big = tmp_path / "traces-shared.csv.gz"
+    with open(big, "wb") as f:
+        f.truncate(MAX_TRACE_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(TraceError, match=f"{MAX_TRACE_BYTES + 1} bytes, more than"):
+        read_trace(big)
