@@ -304,8 +304,9 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
         if len(quiet) < len(candidates) - 1:
             pools.append(quiet + [candidates[-1]])
     lists: dict[tuple[int, ...], None] = {(candidates[-1],): None}  # the largest bucket alone is always a choice
-    # The band grows with the square root of the list's length, which no additive cost carries: each family
-    # is searched again with every bucket charged the band's growth at a few list lengths (its tangent there).
+    # The band grows with the list's length (in proportion, past the longest held-out list), which no additive
+    # cost carries: each family is searched again with every bucket charged the band's growth at a few list
+    # lengths (its slope there).
     shares = sorted({list_band(profile, mode, k + 1) - list_band(profile, mode, k) for k in BAND_LENGTHS} | {0})
     for family in families:
         cost_of = dict(zip(candidates[:-1], family, strict=True))
