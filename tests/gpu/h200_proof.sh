@@ -34,8 +34,7 @@ R=$OUT/r
 mkdir -p "$R"
 SUMMARY=$R/summary.txt
 : >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-stage() { [[ " $STAGES " == *" $1 "* ]]; }
+. "$HERE/tests/gpu/proof_lib.sh"
 start=$SECONDS
 
 if stage env; then
@@ -168,11 +167,6 @@ if stage advise; then
   done
 fi
 # zgate BASELINE CURRENT: a zero-tolerance gate, its exit code and first lines
-zgate() {
-  PYTHONPATH=$HERE python3 -m bcgprof gate --baseline "$1" --current "$2" --per-bucket --rel-tol 0 --abs-tol-mib 0 \
-    >"$2.gate" 2>&1
-  say "zero-tolerance gate $2 against $1: exit $?"; head -n 2 "$2.gate" | tee -a "$SUMMARY"
-}
 if stage again; then
   cap gpt-oss-20b-again --num-layers 2,4
   for n in 2 4; do zgate reports/gpt-oss-20b-h200-layers/layers-$n "$R/gpt-oss-20b-again/layers-$n"; done

@@ -20,8 +20,8 @@ STAGES=${STAGES:-"env profile gate replay fresh test"}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-stage() { [[ " $STAGES " == *" $1 "* ]]; }
+HERE=$PWD
+. "$HERE/tests/gpu/proof_lib.sh"
 BUDGET_S=${BUDGET_S:-600}
 LEFT_S=${LEFT_S:-150}
 time_for() {  # a stage that may be skipped: is there time for it and the replay after it?

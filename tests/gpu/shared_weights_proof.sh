@@ -18,8 +18,7 @@ R=$OUT/r
 mkdir -p "$R"
 SUMMARY=$R/summary.txt
 : >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-stage() { [[ " $STAGES " == *" $1 "* ]]; }
+. "$HERE/tests/gpu/proof_lib.sh"
 
 cap() {
   local name=$1; shift
@@ -29,10 +28,8 @@ cap() {
   PYTHONPATH=$HERE python3 -m bcgprof show "$R/$name" --section summary >"$R/$name.summary" 2>&1 && cat "$R/$name.summary" | tee -a "$SUMMARY" >/dev/null
 }
 
-same() {  # baseline current
-  PYTHONPATH=$HERE python3 -m bcgprof gate --baseline "$1" --current "$2" --per-bucket --rel-tol 0 --abs-tol-mib 0 \
-    >"$2.gate" 2>&1
-  say "zero-tolerance gate $2 against $1: exit $? ($(tail -n 1 "$2.gate"))"
+same() {  # baseline current: the zero-tolerance gate, then every figure column row for row
+  zgate "$1" "$2"
   PYTHONPATH=$HERE python3 - "$1" "$2" <<'PY' | tee -a "$SUMMARY"
 import csv, sys
 SKIP = {"warmup_ms", "capture_ms", "device_peak_delta_bytes", "detail"}  # timings; the NVML sampler's peak
