@@ -32,9 +32,11 @@ Every command and option of `bcgprof`, generated from the code by
 `bcgprof COMMAND --help` print the same help in the terminal.
 """
 
-# Type names as both flavours' parameter types name them, and as Python annotations give them.
-_CLICK_TYPES = {"integer": "integer", "integer range": "integer", "float": "number", "float range": "number",
-                "text": "text", "path": "path", "boolean": "flag", "choice": "choice", "file": "file"}
+# Type names as every flavour's parameter types name them (click's, and typer's vendored copy,
+# which says "str" and "int range"), and as Python annotations give them.
+_CLICK_TYPES = {"integer": "integer", "integer range": "integer", "int": "integer", "int range": "integer",
+                "float": "number", "float range": "number", "text": "text", "str": "text", "path": "path",
+                "boolean": "flag", "bool": "flag", "choice": "choice", "file": "file"}
 _ANNOTATIONS = {int: "integer", float: "number", str: "text", bool: "flag",
                 Path: "path", pathlib.PurePath: "path"}
 

@@ -2,6 +2,7 @@
 
 * :mod:`bcgprof.cli.root`: the application, exit codes, the one place errors become lines
 * :mod:`bcgprof.cli.output`: stdout for results, stderr for progress, notes and errors
+* :mod:`bcgprof.cli.common`: help texts and parsing of options more than one command takes
 * :mod:`bcgprof.cli.capture`: ``capture`` (the only command that needs a GPU)
 * :mod:`bcgprof.cli.reports`: ``show``, ``compare``, ``plot``
 * :mod:`bcgprof.cli.gate`: ``gate``
@@ -13,16 +14,55 @@ needs when it runs.
 
 from __future__ import annotations
 
-# Importing a command module registers its commands on the app, in this (the help's) order.
-from bcgprof.cli import capture as _capture_commands  # noqa: F401
-from bcgprof.cli import reports as _report_commands  # noqa: F401
-from bcgprof.cli import gate as _gate_commands  # noqa: F401
-from bcgprof.cli import whatif as _whatif_commands  # noqa: F401
-from bcgprof.cli.root import app
+import importlib
+import sys
+from typing import Any
+
+from bcgprof.cli.root import app as _app
+
+# Each command's module, in the help's order. `main` imports only the module of the command
+# that runs: the other modules' imports, and typer's parsing of their signatures, are start-up
+# time that a read command would pay for nothing. Help, completion and a mistyped command
+# load them all (tests/cli/test_cli.py checks this table against the loaded app).
+COMMAND_MODULES = {
+    "capture": "capture",
+    "show": "reports", "compare": "reports", "plot": "reports",
+    "gate": "gate",
+    "estimate": "whatif", "explain": "whatif", "predict": "whatif", "advise": "whatif",
+}
+
+
+def _load(modules: list[str]) -> None:
+    for module in modules:
+        importlib.import_module(f"bcgprof.cli.{module}")  # registers its commands on the app
+
+
+def load_all_commands() -> Any:
+    """The application with every command registered, in the help's order."""
+    _load(list(dict.fromkeys(COMMAND_MODULES.values())))
+    order = {name: i for i, name in enumerate(COMMAND_MODULES)}
+    _app.registered_commands.sort(key=lambda c: order.get(str(c.name or getattr(c.callback, "__name__", "")), len(order)))
+    return _app
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The command ``argv`` runs: its first word that is not an option (the root's are flags)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main() -> None:
-    app(prog_name="bcgprof")
+    name = _command_named(sys.argv[1:])
+    if name in COMMAND_MODULES and not any(a in ("-h", "--help") for a in sys.argv[1:2]):
+        _load([COMMAND_MODULES[name]])
+    else:
+        load_all_commands()
+    _app(prog_name="bcgprof")
 
 
-__all__ = ["app", "main"]
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the whole application, as tests, the docs generator and embedders want it
+        return load_all_commands()
+    raise AttributeError(f"module 'bcgprof.cli' has no attribute {name!r}")
+
+
+__all__ = ["COMMAND_MODULES", "app", "load_all_commands", "main"]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from bcgprof.cli.common import BUCKETS_HELP, bucket_list
 from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_console
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
 # The model spec, the capture options and the bucket caps are imported where a capture is checked,
 # so that registering this command costs the read commands nothing.
 
-BUCKETS_HELP = ("Bucket spec: comma list (4,8,16), inclusive range START:STOP:STEP (512:4096:512), or a preset "
-                "(sglang-prefill: token counts, capped by --max-tokens, 74 buckets at 16384; sglang-decode: batch "
-                "sizes, capped by --max-bs). Entries may be mixed; at most 4096 buckets of at most 1048576 each. "
-                "Default: the phase's preset.")
 
 def _parse_modes(text: str) -> list[str]:
     modes = [m.strip() for m in text.split(",")]
@@ -41,18 +38,6 @@ def _parse_modes(text: str) -> list[str]:
     if len(set(modes)) != len(modes):
         raise BcgprofError(f"--modes {text!r} names a mode twice; list each once")
     return modes
-
-
-def bucket_list(buckets: Optional[str], phase: str, max_tokens: int, max_bs: int) -> list[int]:
-    """The buckets to use; --buckets '' is an error, not the default preset."""
-    from bcgprof.buckets import check_caps, default_bucket_spec, parse_buckets
-
-    check_caps(max_tokens, max_bs)
-    if buckets is not None and not buckets.strip():
-        raise BcgprofError("--buckets is empty; give sizes like 4,8,16, a range 512:4096:512 or a preset "
-                           "(sglang-prefill, sglang-decode), or leave --buckets out for the phase's preset")
-    return parse_buckets(buckets if buckets is not None else default_bucket_spec(phase),
-                         max_tokens=max_tokens, max_bs=max_bs)
 
 
 def _check_out(out: Optional[Path]) -> None:

@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 
+from bcgprof.cli.common import FORMAT_HELP
 from bcgprof.cli.output import OutputClosed, StdoutError, flush_stdout, note, quiet_stdout, stdout_console
-from bcgprof.cli.reports import FORMAT_HELP
 from bcgprof.cli.root import app, command, say_error
 from bcgprof.errors import BcgprofError
 from bcgprof.outputs import append_text, resolved_output

@@ -101,14 +101,15 @@ def stdout_console():
             quiet_stdout()
             raise OutputClosed()
 
-    return _Console(file=cast(IO[str], GuardedStdout()), highlight=False, width=_console_width(), soft_wrap=False)
+    return _Console(file=cast(IO[str], GuardedStdout()), highlight=False, emoji=False, width=_console_width(),
+                    soft_wrap=False)
 
 
 def stderr_console():
     """The console progress, notes and warnings are printed on."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+    return Console(stderr=True, highlight=False, emoji=False, soft_wrap=False)
 
 
 def note(text: str) -> None:

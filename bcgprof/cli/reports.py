@@ -6,17 +6,12 @@ from pathlib import Path
 
 import typer
 
+from bcgprof.cli.common import FORMAT_HELP, REPORT_HELP, WIDE_HELP
 from bcgprof.cli.output import flush_stdout, note, stdout_console
 from bcgprof.cli.root import app, command
 from bcgprof.vocab import Format, Section
 
-REPORT_HELP = "Report directory (holding buckets.csv, summary.csv and run.json)."
-FORMAT_HELP = ("table: rich tables in MiB/GiB; markdown: the same as GitHub tables; json (strict JSON, bytes as "
-               "integers: the documented contract) and csv: raw values (csv: one block per table, each headed "
-               "'# name').")
 SECTION_HELP = "Which part to print: all, buckets (per-bucket rows) or summary (per-mode totals)."
-WIDE_HELP = ("Tables: every column (wider than 100 columns). By default tables show the key columns and "
-             "as many others as the terminal fits, never cutting a number.")
 
 
 @app.command()

@@ -76,8 +76,6 @@ class OneLineErrors(typer.core.TyperGroup):
             where = ctx.command_path if ctx is not None else (prog_name or "bcgprof")
             message = str(getattr(e, "format_message", e.__str__)()).strip().rstrip(".")
             message = re.sub(r"\.\s+Did you mean (.*)\?$", r" (did you mean \1?)", message)
-            # Typer 0.29 checks choices through pydantic, whose wording leaks in: "...: Value error, 'x' is not one of"
-            message = re.sub(r":\s*Value error,\s*", ": ", message)
             message = message[:1].lower() + message[1:]
             say_error(f"{message}; see '{where} --help'")
             code = EXIT_USAGE

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from bcgprof.cli.capture import BUCKETS_HELP, bucket_list
+from bcgprof.cli.common import BUCKETS_HELP, FORMAT_HELP, REPORT_HELP, WIDE_HELP, bucket_list
 from bcgprof.cli.output import flush_stdout, note, stdout_console
-from bcgprof.cli.reports import FORMAT_HELP, REPORT_HELP, WIDE_HELP
 from bcgprof.cli.root import app, command
 from bcgprof.errors import BcgprofError
 from bcgprof.options import DEFAULT_MODEL

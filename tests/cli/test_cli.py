@@ -37,6 +37,39 @@ def test_python_dash_m_works():
     assert proc.returncode == 0 and proc.stdout.strip() == f"bcgprof {__version__}"
 
 
+def test_the_command_table_names_every_command_of_the_app_in_the_help_order():
+    # main() loads only the running command's module from this table: a command missing from it
+    # would still work (the table falls back to loading all) but would pay every module's start-up
+    from bcgprof.cli import COMMAND_MODULES
+
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    assert names == list(COMMAND_MODULES)
+    for name, module in COMMAND_MODULES.items():
+        registered = next(c for c in app.registered_commands if (c.name or c.callback.__name__) == name)
+        assert registered.callback.__module__ == f"bcgprof.cli.{module}"
+
+
+_LOADED = ("import sys; from bcgprof.cli import main; sys.argv = ['bcgprof', *sys.argv[1:]]\n"
+           "try: main()\nexcept SystemExit: pass\n"
+           "print(sorted(m for m in sys.modules if m.startswith('bcgprof.cli.')), file=sys.stderr)")
+
+
+@pytest.mark.parametrize("argv, loaded", [
+    (["--debug", "estimate", "-f", "json"], ["bcgprof.cli.common", "bcgprof.cli.output", "bcgprof.cli.root",
+                                             "bcgprof.cli.whatif"]),
+    (["--help"], ["bcgprof.cli.capture", "bcgprof.cli.common", "bcgprof.cli.gate", "bcgprof.cli.output",
+                  "bcgprof.cli.reports", "bcgprof.cli.root", "bcgprof.cli.whatif"]),
+])
+def test_a_command_loads_only_its_own_module_and_help_loads_all(argv, loaded):
+    proc = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True)
+    assert proc.stderr.strip().splitlines()[-1] == repr(loaded)
+
+
+def test_a_mistyped_command_is_still_matched_against_every_command():
+    proc = subprocess.run([sys.executable, "-c", _LOADED, "advize"], capture_output=True, text=True)
+    assert "did you mean 'advise'" in proc.stderr
+
+
 def test_every_option_of_every_command_is_described():
     root = typer.main.get_command(app)
     assert set(root.commands) == {"capture", "show", "compare", "gate", "plot", "estimate", "explain", "predict",
