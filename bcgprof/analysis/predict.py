@@ -35,6 +35,7 @@ from typing import Optional
 from bcgprof.analysis.bands import TOO_WIDE, Band, ListBands, layer_band_source, too_wide
 from bcgprof.analysis.executables import later_executables
 from bcgprof.analysis.fit import Fit, least_squares
+from bcgprof.analysis.headroom import Headroom, headroom_json, measured_headroom, traced_headroom
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
@@ -78,6 +79,7 @@ class ModePrediction:
     band_source: str = ""  # what the band was derived from
     band_lists: int = 0  # held-out lists behind the band (bucket lists; 0: no evidence)
     band_max_abs_error_bytes: Optional[int] = None  # the largest residual among them
+    headroom: Optional[Headroom] = None  # the free memory the list needs (bucket lists; None for layer predictions)
 
     @property
     def band_too_wide(self) -> bool:
@@ -331,11 +333,12 @@ def _profile_name(report: Report) -> str:
 
 
 def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequence[str]] = None, *,
-                    profile: Optional[BucketProfile] = None) -> Prediction:
+                    profile: Optional[BucketProfile] = None, free: Optional[int] = None) -> Prediction:
     """Each mode's cost for another bucket list drawn from the profiled buckets: the pool replayed from the
     allocator traces (:mod:`bcgprof.analysis.replay`), torch memory outside the pool and graph executables from each
     bucket's measured row. ``profile``: the report's :func:`bucket_profile`, when the caller predicts many
-    lists from one report."""
+    lists from one report. Each mode's :class:`~bcgprof.analysis.headroom.Headroom` says what free memory the
+    list needs; ``free``: check it against that many bytes free when the first bucket's warm-up begins."""
     p = profile or bucket_profile(report)
     wanted = sorted(set(int(b) for b in buckets), reverse=True)
     missing = [b for b in wanted if b not in p.output]
@@ -350,6 +353,9 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
     if top != p.largest:
         notes.append(f"the list's largest bucket ({top}) is not the profile's ({p.largest}): its graph executables "
                      "are the profile's first bucket's (they include what the driver reserves once)")
+        notes.append("needs free: an upper bound; the profile's larger pre-warm left blocks that its later warm-ups "
+                     "reused, so with a smaller largest bucket each warm-up may cache more (gpt-oss-20b, 8192 first: "
+                     "38-90 MiB more, measured)")
     out = []
     for mode in [m for m in (modes or report.modes()) if m in p.rows]:
         rows = p.rows[mode]
@@ -384,12 +390,64 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
         band = p.bands[mode].band(len(predicted))
         result = _banded(_mode(mode, predicted, 0.0, 0.0), band)
         result.exact = replay.exact
+        result.headroom = _headroom(p, mode, predicted, replay.sources, free)
         result.band_source = f"{POOL_REPLAYED}; {band.source}"
         out.append(result)
     out.sort(key=lambda m: mode_index(m.mode))
     notes += _too_wide_notes(out, ": the evidence does not pin this list down (see the band's source)")
     return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name, layers=int(report.run.layers),
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
+
+
+def _headroom(p: BucketProfile, mode: str, rows: list[BucketPrediction], sources: Sequence[str],
+              free: Optional[int]) -> Optional[Headroom]:
+    """The free memory the list needs: each bucket's warm-up growth from the trace its events came from, with
+    the bytes the prediction says it keeps."""
+    growth, outside = {}, {}
+    for row, source in zip(rows, sources, strict=True):
+        g = p.replayer.warmup.get(source, {}).get(row.bucket)
+        measured = p.rows.get(source, {}).get(row.bucket)
+        if g is None or measured is None:
+            return None
+        growth[row.bucket] = g
+        outside[row.bucket] = measured.torch_reserved_delta_bytes - measured.pool_delta_bytes
+    upside = 0
+    if rows and rows[0].bucket != p.largest:  # a smaller pre-warm leaves less for the warm-ups to reuse
+        upside = max((p.replayer.leftover.get(s, 0) for s in set(sources)), default=0)
+    h = traced_headroom(mode, rows, growth, outside, upside)
+    return h.check(free) if free is not None else h
+
+
+OWN_LIST = "the profile's own list: device used measured; the free-memory check predicted"
+
+
+def predict_own_list(report: Report, free: Optional[int] = None) -> Prediction:
+    """The profile's own list: every mode's measured totals and the free memory it needed, and with ``free``
+    the first bucket that would run out. From the allocator traces when the report has them (the warm-up's
+    cache to the byte, and the least a warm-up needs), else from each bucket's measured NVML peak."""
+    _check_usable(report)
+    if report.run.order == Order.LARGEST_FIRST and Replayer.load(report.path, report.modes()) is not None:
+        pred = predict_buckets(report, report.run.buckets, free=free)
+        pred.notes.insert(0, "the profile's own list, replayed from its allocator traces")
+        return pred
+    modes = []
+    for mode in report.modes():
+        rows = _rows(report, mode)
+        h = measured_headroom(mode, rows)
+        if h is None:
+            raise PredictionError(f"{report.path} does not record each bucket's device peak "
+                                  "(device_peak_delta_bytes); re-capture it with this bcgprof to check --free")
+        used = sum(r.device_used_delta_bytes for r in rows)
+        m = ModePrediction(mode=mode, device_used_bytes=used, pool_bytes=rows[-1].pool_bytes,
+                           non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used,
+                           high_bytes=used, exact=True, band_source="measured")
+        m.headroom = h.check(free) if free is not None else h
+        modes.append(m)
+    return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name,
+                      layers=int(report.run.layers), bucket_list=sorted(report.run.buckets), modes=modes,
+                      basis=[str(report.path)], label=OWN_LIST,
+                      notes=["no allocator traces: each warm-up's cache is its bucket's measured NVML peak less "
+                             "what it kept (sampled; a warm-up failure under pressure is never called certain)"])
 
 
 def list_band(p: BucketProfile, mode: str, rows: int) -> int:
@@ -429,6 +487,7 @@ def prediction_json(pred: Prediction) -> dict:
                    "exact": m.exact, "band_source": m.band_source,
                    "band_low_bytes": m.low_bytes, "band_high_bytes": m.high_bytes, "band_lists": m.band_lists,
                    "band_max_abs_error_bytes": m.band_max_abs_error_bytes, "band_too_wide": m.band_too_wide,
+                   **headroom_json(m.headroom),
                    "rows": [{"bucket": r.bucket, "order": r.order, "segments": r.segments,
                              "graph_nodes": r.graph_nodes, "pool_bytes": r.pool_bytes,
                              "pool_delta_bytes": r.pool_delta_bytes,

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Optional
 
 from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings
+from bcgprof.analysis.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
 from bcgprof.analysis.replay_fold import ALLOC, FREE, boundaries, find_period, free_index, rename, signature
 from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool, read_trace, trace_name
 from bcgprof.vocab import Mode
@@ -149,6 +150,8 @@ class Replayer:
         self.settings: dict[str, Settings] = {}
         self.ops: dict[str, dict[int, BucketOps]] = {}
         self.order: dict[str, list[int]] = {}
+        self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
+        self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
         self._numbers = {mode: n + 1 for n, mode in enumerate(sorted(self.traces))}
         self._cache: OrderedDict = OrderedDict()
 
@@ -179,6 +182,8 @@ class Replayer:
         except AllocatorError as e:
             raise ReplayError(f"{trace.path}: {e}; re-capture with the default PYTORCH_CUDA_ALLOC_CONF") from None
         self.ops[mode], self.order[mode] = _bucket_ops(trace, self._numbers[mode])
+        self.warmup[mode] = warmup_growth(trace)
+        self.leftover[mode] = prewarm_leftover(trace)
         return True
 
     # ------------------------------------------------------------ sources

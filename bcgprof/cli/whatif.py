@@ -98,6 +98,9 @@ def predict(
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
     rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
                               "them)."),
+    free: Optional[str] = typer.Option(None, "--free", metavar="SIZE", help="Check each mode (of --buckets, or "
+                                       "of the profile's own list) against SIZE free on the device (NVML) when the first bucket's warm-up "
+                                       "begins, e.g. 4GiB: whether it fits, else the first bucket that runs out."),
 ) -> None:
     """Predict a capture's cost without running it (no GPU needed).
 
@@ -106,7 +109,7 @@ def predict(
     list (see the docs for how it is modelled and how well it holds). Labelled "predicted, not
     measured".
     """
-    from bcgprof.analysis.predict import PredictionError, predict_buckets, predict_layers
+    from bcgprof.analysis.predict import PredictionError, predict_buckets, predict_layers, predict_own_list
     from bcgprof.buckets import parse_buckets
     from bcgprof.render import render
     from bcgprof.render.analysis import prediction_view
@@ -124,7 +127,12 @@ def predict(
             raise PredictionError(f"{source[0]} lists no buckets in run.json; predict from a report that profiled "
                                   "some")
         wanted = parse_buckets(buckets, max_tokens=max(profiled), max_bs=max(profiled))
-        prediction = predict_buckets(reports[0], wanted)
+        prediction = predict_buckets(reports[0], wanted, free=_size(free, "--free") if free is not None else None)
+    elif free is not None:
+        if len(reports) != 1 or layers is not None:
+            raise PredictionError("--free checks one profile's capture (its own list, or --buckets); give a single "
+                                  "--from and no --layers")
+        prediction = predict_own_list(reports[0], _size(free, "--free"))
     else:
         prediction = predict_layers(reports, layers)
     render(prediction_view(prediction, rows=rows), format.value, stdout_console())
@@ -140,14 +148,14 @@ def _layer_reports(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _budget(text: str) -> int:
-    """--budget: a size with its unit (2.5GiB); a bare number is refused rather than read as bytes."""
+def _size(text: str, option: str = "--budget") -> int:
+    """--budget, --free: a size with its unit (2.5GiB); a bare number is refused rather than read as bytes."""
     from bcgprof.report_format import parse_bytes
 
     if re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*", text or ""):
-        raise BcgprofError(f"--budget {text.strip()!r} has no unit; write e.g. {text.strip()}GiB or "
+        raise BcgprofError(f"{option} {text.strip()!r} has no unit; write e.g. {text.strip()}GiB or "
                            f"{text.strip()}MiB")
-    return parse_bytes(text, what="--budget")
+    return parse_bytes(text, what=option)
 
 
 @app.command()
@@ -185,7 +193,7 @@ def advise(
 
         out = image_path(out)
         resolved_output(out, "--out", create_parents=True)
-    limit = _budget(budget)
+    limit = _size(budget)
     advice = choose(read_report(source), limit, mode=mode.value,
                     lengths=read_lengths(lengths) if lengths is not None else None)
     view, console = advice_view(advice), stdout_console()

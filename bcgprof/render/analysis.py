@@ -4,9 +4,12 @@ advise.py; this module only lays it out."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from bcgprof.analysis.advise import Advice, advice_json
 from bcgprof.analysis.bands import TOO_WIDE
 from bcgprof.analysis.explain import CAUSES, Explanation, explanation_json
+from bcgprof.analysis.headroom import Headroom
 from bcgprof.analysis.predict import Prediction, prediction_json
 from bcgprof.render.model import PLAIN, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.render.views import run_line
@@ -134,13 +137,21 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
                Column("non_torch_bytes", "non-torch", _bytes, drop=2)]
     if pred.kind == "buckets":  # layer predictions extrapolate: never exact
         columns.append(Column("exact", "pool exact", _yes, numeric=False, drop=3))
+    rooms = [m.headroom for m in pred.modes if m.headroom is not None]
+    free = next((h.free_bytes for h in rooms if h.free_bytes is not None), None)
+    if rooms:
+        columns.insert(4, Column("needs_free_bytes", "needs free", _bytes, key_column=True))
+    if free is not None:
+        columns.insert(5, Column("at_free", "with --free", numeric=False, key_column=True))
     what = (f"at {pred.layers} layers" if pred.kind == "layers"
             else f"for {len(pred.bucket_list)} buckets {pred.bucket_list[0]}..{pred.bucket_list[-1]}")
     sheet = Sheet("predicted", f"{pred.model} on {pred.gpu or 'the profiled GPU'} {what}: {pred.label}", columns)
     for m in pred.modes:
         sheet.rows.append({"mode": m.mode, "device_used_bytes": m.device_used_bytes, "low_bytes": m.low_bytes,
                            "high_bytes": m.high_bytes, "pool_bytes": m.pool_bytes,
-                           "non_torch_bytes": m.non_torch_bytes, "exact": m.exact})
+                           "non_torch_bytes": m.non_torch_bytes, "exact": m.exact,
+                           "needs_free_bytes": m.headroom.needs_free_bytes if m.headroom else None,
+                           "at_free": _at_free(m.headroom)})
     head = [Line(pred.label.upper(), STRONG), Line(f"from {', '.join(pred.basis)}")]
     foot = [Line(n, WARNING if TOO_WIDE in n else PLAIN, bullet=True) for n in pred.notes]
     sources: dict[str, list[str]] = {}  # one line per distinct source, naming its modes
@@ -148,10 +159,28 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
         if m.band_source:
             sources.setdefault(m.band_source, []).append(m.mode)
     foot += [Line(f"band of {', '.join(modes)}: {source}", bullet=True) for source, modes in sources.items()]
+    if rooms:
+        foot.append(Line("needs free: the free memory (NVML) the list needs when its first bucket's warm-up begins; "
+                         "each eager warm-up's cached blocks stay through the capture, which cannot release them, "
+                         f"and meet its pool growth and executables ({rooms[0].source})", bullet=True))
+    if free is not None:
+        foot.append(Line(f"--free {fmt_bytes(free)}: free (NVML) when the first bucket's warm-up begins; OOM at B "
+                         "(#k, capture): the capture of the k-th bucket cannot get its pool growth; warm-up: the "
+                         "warm-up runs short first, and \"may pass\" where the allocator may free enough", bullet=True))
     if pred.kind == "buckets":
         foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True))
     sheets = [sheet, prediction_rows_sheet(pred)] if rows else [sheet]
     return View(head=head, sheets=sheets, foot=foot, data=prediction_json(pred))
+
+
+def _at_free(h: Optional[Headroom]) -> str:
+    """A mode's outcome with --free: fits, or the first bucket that runs out and where."""
+    if h is None or h.free_bytes is None:
+        return "-"
+    if h.first_oom is None:
+        return "fits"
+    how = h.first_oom_phase if h.first_oom_certain else f"{h.first_oom_phase}, may pass"
+    return f"OOM at {h.first_oom.bucket} (#{h.first_oom.order + 1}, {how})"
 
 
 # ---------------------------------------------------------------- advise

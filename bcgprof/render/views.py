@@ -135,13 +135,16 @@ def summary_sheet(report: Report) -> Sheet:
         Column("retained_output_bytes", "retained output", _bytes, drop=3),
         Column("peak_transient_bytes", "peak transient", _bytes, wide=True),
         Column("capture_s", "warm-up + capture", fmt_seconds, wide=True),
+        Column("needs_free_bytes", "needs free", _bytes, wide=True),
         Column("saved_vs_per_bucket_bytes", "saved vs per-bucket", _bytes, key_column=True),
         Column("saved_vs_per_bucket_pct", "saved %", fmt_pct, drop=2),
         Column("ratio_to_floor", "× floor", fmt_ratio, drop=1),
     ]
     rows = []
+    needs = needs_free(report)
     for s in report.summary:
         row = dict(vars(s))
+        row["needs_free_bytes"] = needs.get((s.mode, s.rank))
         if s.mode == "floor":
             # The floor is the reference, not a third option: no saving to show.
             row["_fmt"] = {"saved_vs_per_bucket_bytes": _blank, "saved_vs_per_bucket_pct": _blank}
@@ -150,7 +153,28 @@ def summary_sheet(report: Report) -> Sheet:
     sheet = Sheet("summary", title, columns, rows)
     if report.summary_source == SUMMARY_RECOMPUTED:
         sheet.notes.append(f"summary {SUMMARY_RECOMPUTED} (the report is {report.run.status})")
+    said = [f"{s.mode} needs {fmt_bytes(needs[(s.mode, s.rank)])} free, keeps {fmt_bytes(s.device_used_bytes)}"
+            for s in report.summary if needs.get((s.mode, s.rank)) is not None]
+    if said:
+        sheet.notes.append("; ".join(said) + " (free when the first bucket's warm-up begins, measured: each "
+                           "bucket's NVML peak above what earlier buckets kept; a warm-up's cached blocks stay "
+                           "through its capture)")
     return sheet
+
+
+def needs_free(report: Report) -> dict[tuple[str, str], Optional[int]]:
+    """(mode, rank) -> the free memory the mode's capture needed (measured), None where a bucket failed or
+    the report predates the peak column."""
+    from bcgprof.analysis.headroom import measured_headroom  # not on show's start-up path unless drawn
+
+    groups: dict[tuple[str, str], list[BucketRecord]] = {}
+    for r in report.buckets:
+        groups.setdefault((r.mode, str(r.rank)), []).append(r)
+    out: dict[tuple[str, str], Optional[int]] = {}
+    for key, rows in groups.items():
+        h = measured_headroom(key[0], sorted(rows, key=lambda r: r.order))
+        out[key] = h.needs_free_bytes if h is not None else None
+    return out
 
 
 def _headline_rank(summary: list[SummaryRecord]) -> str:
@@ -215,11 +239,12 @@ def _record_json(record) -> dict:
 
 
 def report_json(report: Report, section: str = "all") -> dict:
+    needs = needs_free(report)
     data = {
         "report": str(report.path),
         "summary_source": report.summary_source,
         "run": dataclasses.asdict(report.run),
-        "summary": [_record_json(s) for s in report.summary],
+        "summary": [dict(_record_json(s), needs_free_bytes=needs.get((s.mode, s.rank))) for s in report.summary],
         "buckets": [_record_json(b) for b in report.buckets],
     }
     if section == "buckets":

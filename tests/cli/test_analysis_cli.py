@@ -190,3 +190,39 @@ def test_compare_shows_cause_deltas_and_a_failing_gate_names_what_grew(tmp_path)
     gate = run("gate", "--baseline", report.path, "--current", grown)
     assert gate.exit_code == 1
     assert "what grew: graph executables +120.0 MiB (nodes +48,000)" in " ".join(gate.stdout.split())
+
+
+def test_predict_free_says_what_each_mode_needs_and_where_it_runs_out(traced):
+    result = run("predict", "--from", traced.path, "--buckets", "512,1024,2048,4096", "-f", "json")
+    needs = {m["mode"]: m["needs_free_bytes"] for m in json.loads(result.stdout)["modes"]}
+    assert all(n > 0 for n in needs.values())
+    short = needs["per-bucket"] - 1
+    data = json.loads(run("predict", "--from", traced.path, "--buckets", "512,1024,2048,4096", "--free",
+                          f"{short}B", "-f", "json").stdout)
+    per_bucket = next(m for m in data["modes"] if m["mode"] == "per-bucket")
+    assert per_bucket["free_bytes"] == short and per_bucket["fits"] is False
+    assert per_bucket["first_oom_bucket"] == per_bucket["tightest_bucket"]
+    assert per_bucket["first_oom_phase"] in ("capture", "warm-up")
+    assert per_bucket["keeps_bytes"] == per_bucket["device_used_bytes"] <= per_bucket["needs_free_bytes"]
+    roomy = json.loads(run("predict", "--from", traced.path, "--buckets", "512,1024,2048,4096", "--free",
+                           f"{max(needs.values())}B", "-f", "json").stdout)
+    assert all(m["fits"] is True and m["first_oom_bucket"] is None for m in roomy["modes"])
+    table = run("predict", "--from", traced.path, "--buckets", "512,1024,2048,4096", "--free", f"{short}B")
+    assert "needs free" in table.stdout and "OOM at" in table.stdout
+
+
+def test_predict_free_on_the_profiles_own_list_and_show_say_the_same_need():
+    data = json.loads(run("predict", "--from", "reports/llama-3.1-8b-h200", "--free", "5164MiB", "-f", "json").stdout)
+    shown = json.loads(run("show", "reports/llama-3.1-8b-h200", "--section", "summary", "-f", "json").stdout)
+    needs = {s["mode"]: s["needs_free_bytes"] for s in shown["summary"]}
+    assert {m["mode"]: m["needs_free_bytes"] for m in data["modes"]} == needs
+    assert next(m for m in data["modes"] if m["mode"] == "per-bucket")["first_oom_bucket"] == 14336
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--free", "4"), "--free '4' has no unit"),
+    (("--free", "lots"), "--free"),
+    (("--free", "4GiB", "--layers", "8"), "--free checks one profile's capture"),
+])
+def test_predict_free_refusals_are_one_line(args, message):
+    assert message in refused(run("predict", "--from", "reports/llama-3.1-8b-h200", *args))

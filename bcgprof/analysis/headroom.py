@@ -1,0 +1,232 @@
+"""The free device memory a capture needs, bucket by bucket, and the first bucket that runs out.
+
+A capture needs more free memory than it keeps. Bucket by bucket (:mod:`bcgprof.measure.capture`):
+
+1. the ordinary cache is emptied (``torch.cuda.empty_cache``): the bucket starts from what earlier
+   buckets kept (graph pool, executables) and the ordinary pools' live blocks;
+2. the eager warm-up grows the ordinary pools by ``W`` bytes of segments and leaves them cached,
+   since nothing empties the cache between warm-up and capture;
+3. the capture allocates in the graph pool, which grows by ``G``, and instantiating its graphs
+   takes ``X`` bytes of driver memory (the executables, which NVML sees and torch does not).
+
+While a capture is underway the caching allocator cannot hand the warm-up's cached blocks back to
+the driver: in PyTorch's ``c10/cuda/CUDACachingAllocator.cpp`` (``DeviceCachingAllocator::malloc``,
+torch 2.4 to 2.11), a failed ``cudaMalloc`` first frees cached blocks of the pool being allocated
+from (``release_available_cached_blocks``: the graph's private pool during a capture), and frees
+every other cached block (``release_cached_blocks``) only when ``captures_underway`` is empty. So
+the warm-up's cache and the capture's growth meet at the bucket's peak: it needs
+``W + G + X`` free above the level it started from, and keeps ``kept`` (``G + X`` and any torch
+memory outside the pool, which the warm-up allocated and ``W`` already counts). The free memory
+before bucket ``k`` is the free memory before the first bucket less what buckets ``1..k-1`` kept.
+
+Given ``F`` free when the first bucket's warm-up begins, the first bucket ``k`` whose free
+memory is below its need cannot capture as profiled. What happens there:
+
+* free >= ``W``: the warm-up runs as profiled, and the capture cannot get ``G + X`` more: it
+  fails in the capture (certain);
+* free < ``W``: the warm-up itself meets a failed ``cudaMalloc``, and with no capture underway
+  the allocator frees its cached blocks and retries. Below the warm-up's allocated peak ``P`` it
+  fails there (certain); between ``P`` and ``W`` the warm-up may finish with less cached, and
+  whether the capture then fits depends on block events the trace does not keep (not certain).
+
+``W`` and ``P`` per bucket come from the allocator traces (the ordinary pools' segment rows and
+peak row of the bucket's warm-up window; exact), or, for a report without traces, ``W`` from the
+measured rows (each bucket's sampled NVML peak less what it kept). A bucket's warm-up starts from
+an emptied cache, so ``W`` is the bucket's own wherever it stands in a list, as long as the list
+starts from the same largest bucket: the pre-warm (the model's first forward, at the largest
+bucket) leaves segments that still hold a live block, and later warm-ups reuse their free space
+(:func:`prewarm_leftover`). Checked against the committed gpt-oss-20b captures of 15 other lists
+on the H200 (same largest bucket): each bucket's predicted need is within 4.4 MiB of its measured
+NVML peak (the executables' staircase and NVML's 2 MiB steps) on 305 of 308 rows and 62-64 MiB
+above it on three; each list's needs-free within 1.7 MiB. A list with a smaller largest bucket
+measured 38-90 MiB more per warm-up (8192 first), within the pre-warm's leftover (182 MiB), which
+the prediction then adds as an upper bound. Under pressure (tests/gpu/free_check.py, H200): every
+failure called certain happened at the predicted bucket, and a warm-up under pressure that was
+not called certain captured every bucket. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bcgprof.report.traces import Action, Trace, TracePhase, TracePool
+
+CAPTURE = "capture"
+WARMUP = "warm-up"
+
+
+@dataclass(frozen=True)
+class WarmupGrowth:
+    """A bucket's eager warm-up, from its trace window: the ordinary pools' segment growth (cached
+    through the capture) and their allocated-bytes peak (the least a warm-up under pressure needs)."""
+
+    reserved_bytes: int
+    allocated_peak_bytes: Optional[int]
+
+
+def warmup_growth(trace: Trace) -> dict[int, WarmupGrowth]:
+    """Per bucket: the ordinary pools' growth during its warm-up.
+
+    A warm-up window opens with the frees of the emptied cache (the previous bucket's warm-up
+    blocks; for the first bucket, the pre-warm's), so the growth is the segments allocated after
+    the window's last segment free. A profile is captured without memory pressure, so no free
+    happens inside the warm-up itself."""
+    grown: dict[int, int] = {}
+    peak: dict[int, int] = {}
+    for row in trace.rows:
+        if row.pool != TracePool.OTHER or row.phase != TracePhase.WARMUP:
+            continue
+        if row.action == Action.SEGMENT_FREE:
+            grown[row.bucket] = 0
+        elif row.action == Action.SEGMENT_ALLOC:
+            grown[row.bucket] = grown.get(row.bucket, 0) + row.size
+        elif row.action == Action.PEAK:
+            peak[row.bucket] = row.size
+    return {b: WarmupGrowth(grown.get(b, 0), peak.get(b)) for b in trace.buckets}
+
+
+def prewarm_leftover(trace: Trace) -> int:
+    """Ordinary segments the first bucket's emptied cache kept: the pre-warm's segments that still hold a
+    live block. Their free space serves later warm-ups, and it scales with the pre-warm's bucket, so a list
+    whose largest bucket is smaller than the profile's may need up to this much more in every warm-up."""
+    first = trace.buckets[0] if trace.buckets else None
+    allocated = freed = pending = 0
+    for row in trace.rows:
+        if row.bucket != first or row.pool != TracePool.OTHER or row.phase != TracePhase.WARMUP:
+            continue
+        if row.action == Action.SEGMENT_ALLOC:
+            pending += row.size
+        elif row.action == Action.SEGMENT_FREE:
+            allocated, pending = allocated + pending, 0
+            freed += row.size
+    return max(0, allocated - freed)
+
+
+@dataclass
+class BucketNeed:
+    bucket: int
+    order: int
+    kept_bytes: int  # device used after the bucket, above the level before it
+    need_bytes: int  # the bucket's peak above the level before it: the warm-up's cache plus what it keeps
+    warmup_bytes: int  # W: what the warm-up caches (ordinary pools' growth)
+    warmup_floor_bytes: Optional[int] = None  # P: the warm-up's allocated peak, when the trace has it
+
+
+@dataclass
+class Headroom:
+    """What one mode's list needs free when its first bucket's warm-up begins, and what it keeps."""
+
+    mode: str
+    source: str  # where the warm-up figures come from
+    buckets: list[BucketNeed] = field(default_factory=list)
+    free_bytes: Optional[int] = None  # the free memory it was checked against (--free)
+    first_oom: Optional[BucketNeed] = None
+    first_oom_phase: Optional[str] = None  # capture | warm-up
+    first_oom_certain: bool = False
+    first_oom_free_bytes: Optional[int] = None  # free before that bucket
+    upper_bound: bool = False  # the needs are upper bounds (a list whose largest bucket is not the profile's)
+
+    @property
+    def keeps_bytes(self) -> int:
+        return sum(b.kept_bytes for b in self.buckets)
+
+    @property
+    def needs_free_bytes(self) -> int:
+        """The least free memory with which every bucket captures as profiled."""
+        return max((before + b.need_bytes for before, b in zip(self._before(), self.buckets, strict=True)), default=0)
+
+    @property
+    def tightest(self) -> Optional[BucketNeed]:
+        """The bucket where the need peaks (the first, on a tie)."""
+        if not self.buckets:
+            return None
+        totals = [before + b.need_bytes for before, b in zip(self._before(), self.buckets, strict=True)]
+        return self.buckets[totals.index(max(totals))]
+
+    @property
+    def fits(self) -> Optional[bool]:
+        return None if self.free_bytes is None else self.first_oom is None
+
+    def _before(self) -> list[int]:
+        out, kept = [], 0
+        for b in self.buckets:
+            out.append(kept)
+            kept += b.kept_bytes
+        return out
+
+    def check(self, free_bytes: int) -> Headroom:
+        """Set the first bucket that cannot capture as profiled with ``free_bytes`` free, and where it fails."""
+        self.free_bytes = free_bytes
+        self.first_oom = self.first_oom_phase = self.first_oom_free_bytes = None
+        self.first_oom_certain = False
+        for before, b in zip(self._before(), self.buckets, strict=True):
+            free = free_bytes - before
+            if free >= b.need_bytes:
+                continue
+            self.first_oom, self.first_oom_free_bytes = b, free
+            if free >= b.warmup_bytes:
+                self.first_oom_phase, self.first_oom_certain = CAPTURE, not self.upper_bound
+            else:
+                self.first_oom_phase = WARMUP
+                self.first_oom_certain = b.warmup_floor_bytes is not None and free < b.warmup_floor_bytes
+            break
+        return self
+
+
+MEASURED = "measured: each bucket's NVML peak (sampled) and kept bytes"
+TRACED = "the warm-up's cached segments from the allocator traces; kept bytes as predicted"
+
+
+def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
+    """From one mode's bucket rows (capture order, all ``ok``): each bucket's measured peak above the level
+    before it (``device_peak_delta_bytes``) and what it kept. None when a row lacks the peak (a report
+    written before it was recorded) or a bucket failed."""
+    if not rows or any(r.status != "ok" or r.device_peak_delta_bytes is None for r in rows):
+        return None
+    needs = []
+    for r in rows:
+        kept = r.device_used_delta_bytes
+        need = max(r.device_peak_delta_bytes, kept)
+        outside = r.outside_pool_delta_bytes or 0
+        needs.append(BucketNeed(r.bucket, r.order, kept, need, warmup_bytes=need - kept + outside))
+    return Headroom(mode, MEASURED, needs)
+
+
+def traced_headroom(mode: str, rows: Sequence, growth: dict[int, WarmupGrowth],
+                    outside: dict[int, int], upside: int = 0) -> Headroom:
+    """From predicted rows (``bucket``, ``order``, ``device_used_delta_bytes``) and each bucket's warm-up
+    growth; ``outside``: each bucket's torch memory outside the pool, which its warm-up's growth counts
+    and which it keeps (so it is not counted twice). ``upside``: bytes every warm-up may cache beyond the
+    profile's (:func:`prewarm_leftover`, for a list with a smaller largest bucket): added to each need, so
+    that the figure is an upper bound, and no failure is then called certain."""
+    needs = []
+    for r in rows:
+        g = growth[r.bucket]
+        kept = r.device_used_delta_bytes
+        cached = max(0, g.reserved_bytes - outside.get(r.bucket, 0)) + upside
+        needs.append(BucketNeed(r.bucket, r.order, kept, cached + kept, warmup_bytes=g.reserved_bytes + upside,
+                                warmup_floor_bytes=g.allocated_peak_bytes))
+    h = Headroom(mode, TRACED if not upside else f"{TRACED}; an upper bound: {upside / 2**20:.0f} MiB more per "
+                 "warm-up, what the profile's pre-warm left for later warm-ups", needs)
+    h.upper_bound = bool(upside)
+    return h
+
+
+def headroom_json(h: Optional[Headroom]) -> dict:
+    """The headroom fields of a mode's JSON entry (nulls when unknown)."""
+    if h is None:
+        return {"needs_free_bytes": None, "keeps_bytes": None, "tightest_bucket": None, "headroom_source": None,
+                "needs_free_upper_bound": None,
+                "free_bytes": None, "fits": None, "first_oom_bucket": None, "first_oom_order": None,
+                "first_oom_phase": None, "first_oom_certain": None, "first_oom_free_bytes": None}
+    t = h.tightest
+    return {"needs_free_bytes": h.needs_free_bytes, "keeps_bytes": h.keeps_bytes,
+            "tightest_bucket": t.bucket if t else None, "headroom_source": h.source,
+            "needs_free_upper_bound": h.upper_bound, "free_bytes": h.free_bytes, "fits": h.fits,
+            "first_oom_bucket": h.first_oom.bucket if h.first_oom else None,
+            "first_oom_order": h.first_oom.order if h.first_oom else None,
+            "first_oom_phase": h.first_oom_phase,
+            "first_oom_certain": h.first_oom_certain if h.first_oom else None,
+            "first_oom_free_bytes": h.first_oom_free_bytes}

@@ -1,0 +1,140 @@
+"""The free memory a capture needs (bcgprof.analysis.headroom): the rule on synthetic buckets, the
+warm-up's growth read from a trace, and the committed H200 captures that the rule must reproduce."""
+
+from __future__ import annotations
+
+import pytest
+
+from bcgprof.analysis.headroom import (
+    CAPTURE,
+    WARMUP,
+    BucketNeed,
+    Headroom,
+    WarmupGrowth,
+    measured_headroom,
+    prewarm_leftover,
+    traced_headroom,
+    warmup_growth,
+)
+from bcgprof.analysis.predict import bucket_profile, predict_buckets, predict_own_list
+from bcgprof.report import read_report
+from bcgprof.report.traces import Trace, TraceRow
+
+MIB = 1 << 20
+PROFILE = "reports/gpt-oss-20b-h200-traced"
+# lists captured on the H200 that start from the profile's largest bucket (tests/unit/test_replay_h200.py)
+SAME_TOP = ["subset20", "snapshot", "second-13824-per-bucket", "second-13824-shared-largest", "second-15360-per-bucket",
+            "second-15360-shared-largest", "advised-per-bucket", "advised-shared", "advised-shared-largest"]
+
+
+def _need(bucket, order, kept, cached, warm_floor=None):
+    return BucketNeed(bucket, order, kept * MIB, (cached + kept) * MIB, warmup_bytes=cached * MIB,
+                      warmup_floor_bytes=None if warm_floor is None else warm_floor * MIB)
+
+
+def _room():
+    # kept 100, 10, 50; the second bucket's peak is the highest above what came before
+    return Headroom("per-bucket", "test", [_need(300, 0, 100, 150, 120), _need(200, 1, 10, 250, 180),
+                                           _need(100, 2, 50, 100, 60)])
+
+
+def test_needs_free_is_the_highest_peak_above_what_earlier_buckets_kept():
+    h = _room()
+    # before each bucket: 0, 100, 110 kept; peaks 250, 100 + 260, 110 + 150
+    assert h.needs_free_bytes == 360 * MIB and h.tightest.bucket == 200 and h.keeps_bytes == 160 * MIB
+
+
+def test_with_enough_free_every_bucket_fits_and_one_byte_less_fails_at_the_tightest():
+    h = _room()
+    assert h.check(360 * MIB).fits and h.first_oom is None
+    h.check(360 * MIB - 1)
+    assert not h.fits and h.first_oom.bucket == 200 and h.first_oom_free_bytes == 260 * MIB - 1
+
+
+def test_a_bucket_whose_warm_up_fits_fails_in_its_capture_for_certain():
+    h = _room().check(355 * MIB)  # 255 MiB before bucket 200: its warm-up caches 250, the capture needs 10 more
+    assert (h.first_oom.bucket, h.first_oom_phase, h.first_oom_certain) == (200, CAPTURE, True)
+
+
+def test_a_warm_up_short_of_its_cache_may_pass_unless_below_its_allocated_peak():
+    h = _room().check(300 * MIB)  # 200 before bucket 200: below its 250 of cache, above its 180 allocated peak
+    assert (h.first_oom.bucket, h.first_oom_phase, h.first_oom_certain) == (200, WARMUP, False)
+    h.check(279 * MIB)  # 179 before bucket 200: under its allocated peak
+    assert (h.first_oom.bucket, h.first_oom_phase, h.first_oom_certain) == (200, WARMUP, True)
+    h.check(140 * MIB)  # the first bucket is short of its 150 of cache, above its allocated peak of 120
+    assert (h.first_oom.bucket, h.first_oom_phase, h.first_oom_certain) == (300, WARMUP, False)
+
+
+def test_an_upper_bound_never_calls_a_failure_certain():
+    rows = [type("Row", (), {"bucket": 100, "order": 0, "device_used_delta_bytes": 10 * MIB})()]
+    h = traced_headroom("per-bucket", rows, {100: WarmupGrowth(50 * MIB, 40 * MIB)}, {}, upside=20 * MIB)
+    assert h.needs_free_bytes == 80 * MIB and h.upper_bound
+    assert h.check(75 * MIB).first_oom_phase == CAPTURE and not h.first_oom_certain
+
+
+def _row(bucket, phase, action, size, pool="other"):
+    return TraceRow(bucket, phase, pool, action, 1, size, 0, None, None, 1 if "segment" in action else None)
+
+
+def test_warm_up_growth_counts_the_segments_after_the_emptied_cache():
+    rows = [_row(8, "warmup", "segment_exists", 50 * MIB),
+            _row(8, "warmup", "segment_alloc", 20 * MIB), _row(8, "warmup", "segment_alloc", 6 * MIB),  # pre-warm
+            _row(8, "warmup", "segment_free", 20 * MIB),  # empty_cache: 6 MiB still holds a live block
+            _row(8, "warmup", "segment_alloc", 30 * MIB), _row(8, "warmup", "peak", 25 * MIB),
+            _row(8, "capture", "segment_alloc", 8 * MIB, pool="graph"),
+            _row(4, "warmup", "segment_free", 30 * MIB), _row(4, "warmup", "segment_alloc", 12 * MIB),
+            _row(4, "warmup", "segment_alloc", 2 * MIB), _row(4, "warmup", "peak", 9 * MIB)]
+    trace = Trace(mode="per-bucket", buckets=[8, 4], rows=rows)
+    assert warmup_growth(trace) == {8: WarmupGrowth(30 * MIB, 25 * MIB), 4: WarmupGrowth(14 * MIB, 9 * MIB)}
+    assert prewarm_leftover(trace) == 6 * MIB
+
+
+@pytest.fixture(scope="module")
+def profile():
+    report = read_report(PROFILE)
+    return report, bucket_profile(report)
+
+
+def test_the_traces_account_for_every_measured_peak_of_the_profile(profile):
+    """Warm-up cache + pool growth + executables = the NVML peak each bucket reached (the mechanism), to
+    the executables' staircase and NVML's 2 MiB steps."""
+    report, p = profile
+    for mode in report.modes():
+        rows = sorted((r for r in report.buckets if r.mode == mode), key=lambda r: r.order)
+        traced = predict_buckets(report, report.run.buckets, [mode], profile=p).mode(mode).headroom
+        measured = measured_headroom(mode, rows)
+        assert [b.bucket for b in traced.buckets] == [r.bucket for r in rows]
+        for t, m in zip(traced.buckets, measured.buckets, strict=True):
+            assert abs(t.need_bytes - m.need_bytes) <= 4.5 * MIB, (mode, t.bucket)
+        assert abs(traced.needs_free_bytes - measured.needs_free_bytes) <= 2 * MIB, mode
+
+
+@pytest.mark.parametrize("name", SAME_TOP)
+def test_other_lists_need_what_they_measured_on_the_h200(profile, name):
+    report, p = profile
+    measured = read_report(f"reports/gpt-oss-20b-h200-{name}")
+    for mode in measured.modes():
+        rows = sorted((r for r in measured.buckets if r.mode == mode), key=lambda r: r.order)
+        h = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode).headroom
+        assert not h.upper_bound
+        assert abs(h.needs_free_bytes - measured_headroom(mode, rows).needs_free_bytes) <= 2 * MIB, mode
+        for t, r in zip(h.buckets, rows, strict=True):  # never under, by more than NVML's steps
+            assert t.need_bytes >= r.device_peak_delta_bytes - 4.5 * MIB, (mode, r.bucket)
+
+
+def test_a_smaller_largest_bucket_gives_an_upper_bound_that_holds(profile):
+    report, p = profile
+    measured = read_report("reports/gpt-oss-20b-h200-sparse")  # 8192 first: its warm-ups cached more
+    for mode in measured.modes():
+        rows = sorted((r for r in measured.buckets if r.mode == mode), key=lambda r: r.order)
+        h = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode).headroom
+        actual = measured_headroom(mode, rows).needs_free_bytes
+        assert h.upper_bound and actual <= h.needs_free_bytes <= actual + 200 * MIB, mode
+
+
+def test_the_own_list_without_traces_uses_the_measured_peaks():
+    pred = predict_own_list(read_report("reports/llama-3.1-8b-h200"), free=5164 * MIB)
+    per_bucket = pred.mode("per-bucket").headroom
+    assert per_bucket.source.startswith("measured") and per_bucket.first_oom.bucket == 14336
+    assert per_bucket.first_oom.order == 4 and per_bucket.first_oom_certain
+    assert pred.mode("shared").headroom.fits
