@@ -49,9 +49,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from bcgprof.report.traces import Action, Trace, TracePhase, TracePool
+if TYPE_CHECKING:
+    from bcgprof.report.traces import Trace
 
 CAPTURE = "capture"
 WARMUP = "warm-up"
@@ -73,6 +74,8 @@ def warmup_growth(trace: Trace) -> dict[int, WarmupGrowth]:
     blocks; for the first bucket, the pre-warm's), so the growth is the segments allocated after
     the window's last segment free. A profile is captured without memory pressure, so no free
     happens inside the warm-up itself."""
+    from bcgprof.report.traces import Action, TracePhase, TracePool  # gzip and friends: off show's start-up
+
     grown: dict[int, int] = {}
     peak: dict[int, int] = {}
     for row in trace.rows:
@@ -91,6 +94,8 @@ def prewarm_leftover(trace: Trace) -> int:
     """Ordinary segments the first bucket's emptied cache kept: the pre-warm's segments that still hold a
     live block. Their free space serves later warm-ups, and it scales with the pre-warm's bucket, so a list
     whose largest bucket is smaller than the profile's may need up to this much more in every warm-up."""
+    from bcgprof.report.traces import Action, TracePhase, TracePool
+
     first = trace.buckets[0] if trace.buckets else None
     allocated = freed = pending = 0
     for row in trace.rows:

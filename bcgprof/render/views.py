@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional, TypedDict
 
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
+from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
 
 if TYPE_CHECKING:
@@ -163,18 +164,11 @@ def summary_sheet(report: Report) -> Sheet:
 
 
 def needs_free(report: Report) -> dict[tuple[str, str], Optional[int]]:
-    """(mode, rank) -> the free memory the mode's capture needed (measured), None where a bucket failed or
-    the report predates the peak column."""
-    from bcgprof.analysis.headroom import measured_headroom  # not on show's start-up path unless drawn
-
+    """(mode, rank) -> the free memory the mode's capture needed (measured; None where unknown)."""
     groups: dict[tuple[str, str], list[BucketRecord]] = {}
     for r in report.buckets:
         groups.setdefault((r.mode, str(r.rank)), []).append(r)
-    out: dict[tuple[str, str], Optional[int]] = {}
-    for key, rows in groups.items():
-        h = measured_headroom(key[0], sorted(rows, key=lambda r: r.order))
-        out[key] = h.needs_free_bytes if h is not None else None
-    return out
+    return {key: needs_free_bytes(rows) for key, rows in groups.items()}
 
 
 def _headline_rank(summary: list[SummaryRecord]) -> str:
