@@ -132,6 +132,7 @@ class Headroom:
     first_oom_certain: bool = False
     first_oom_free_bytes: Optional[int] = None  # free before that bucket
     upper_bound: bool = False  # the needs are upper bounds (a list whose largest bucket is not the profile's)
+    verify_fits: Optional[bool] = None  # with --free, all buckets captured: whether bcgprof's check fits (None: may)
 
     @property
     def keeps_bytes(self) -> int:
@@ -149,6 +150,14 @@ class Headroom:
             return None
         totals = [before + b.need_bytes for before, b in zip(self._before(), self.buckets, strict=True)]
         return self.buckets[totals.index(max(totals))]
+
+    @property
+    def needs_free_with_verify_bytes(self) -> int:
+        """What `bcgprof capture` itself needs with its default --verify: after the last bucket it runs an eager
+        forward at the largest bucket (the first), whose cache is that bucket's warm-up's, on top of all that
+        the list keeps. An engine has no such step; ``--verify none`` skips it."""
+        first = self.buckets[0] if self.buckets else None
+        return max(self.needs_free_bytes, self.keeps_bytes + (first.warmup_bytes if first else 0))
 
     @property
     def fits(self) -> Optional[bool]:
@@ -177,6 +186,13 @@ class Headroom:
                 self.first_oom_phase = WARMUP
                 self.first_oom_certain = b.warmup_floor_bytes is not None and free < b.warmup_floor_bytes
             break
+        self.verify_fits = None
+        if self.first_oom is None and self.buckets:
+            first, left = self.buckets[0], free_bytes - self.keeps_bytes
+            if left >= first.warmup_bytes:
+                self.verify_fits = True
+            elif first.warmup_floor_bytes is not None and left < first.warmup_floor_bytes:
+                self.verify_fits = False
         return self
 
 
@@ -195,7 +211,9 @@ def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
         kept = r.device_used_delta_bytes
         need = max(r.device_peak_delta_bytes, kept)
         outside = r.outside_pool_delta_bytes or 0
-        needs.append(BucketNeed(r.bucket, r.order, kept, need, warmup_bytes=need - kept + outside))
+        # the allocated peak (warm-up and capture) is the least a warm-up under pressure needs
+        needs.append(BucketNeed(r.bucket, r.order, kept, need, warmup_bytes=need - kept + outside,
+                                warmup_floor_bytes=r.peak_transient_bytes))
     return Headroom(mode, MEASURED, needs)
 
 
@@ -225,7 +243,8 @@ def headroom_json(h: Optional[Headroom]) -> dict:
         return {"needs_free_bytes": None, "keeps_bytes": None, "tightest_bucket": None, "headroom_source": None,
                 "needs_free_upper_bound": None,
                 "free_bytes": None, "fits": None, "first_oom_bucket": None, "first_oom_order": None,
-                "first_oom_phase": None, "first_oom_certain": None, "first_oom_free_bytes": None}
+                "first_oom_phase": None, "first_oom_certain": None, "first_oom_free_bytes": None,
+                "needs_free_with_verify_bytes": None, "verify_fits": None}
     t = h.tightest
     return {"needs_free_bytes": h.needs_free_bytes, "keeps_bytes": h.keeps_bytes,
             "tightest_bucket": t.bucket if t else None, "headroom_source": h.source,
@@ -234,4 +253,6 @@ def headroom_json(h: Optional[Headroom]) -> dict:
             "first_oom_order": h.first_oom.order if h.first_oom else None,
             "first_oom_phase": h.first_oom_phase,
             "first_oom_certain": h.first_oom_certain if h.first_oom else None,
-            "first_oom_free_bytes": h.first_oom_free_bytes}
+            "first_oom_free_bytes": h.first_oom_free_bytes,
+            "needs_free_with_verify_bytes": h.needs_free_with_verify_bytes,
+            "verify_fits": h.verify_fits if h.free_bytes is not None and h.first_oom is None else None}

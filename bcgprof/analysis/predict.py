@@ -447,7 +447,8 @@ def predict_own_list(report: Report, free: Optional[int] = None) -> Prediction:
                       layers=int(report.run.layers), bucket_list=sorted(report.run.buckets), modes=modes,
                       basis=[str(report.path)], label=OWN_LIST,
                       notes=["no allocator traces: each warm-up's cache is its bucket's measured NVML peak less "
-                             "what it kept (sampled; a warm-up failure under pressure is never called certain)"])
+                             "what it kept (sampled); a warm-up is short for certain below its bucket's allocated "
+                             "peak (peak_transient_bytes)"])
 
 
 def list_band(p: BucketProfile, mode: str, rows: int) -> int:

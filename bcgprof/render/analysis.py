@@ -166,7 +166,11 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
     if free is not None:
         foot.append(Line(f"--free {fmt_bytes(free)}: free (NVML) when the first bucket's warm-up begins; OOM at B "
                          "(#k, capture): the capture of the k-th bucket cannot get its pool growth; warm-up: the "
-                         "warm-up runs short first, and \"may pass\" where the allocator may free enough", bullet=True))
+                         "warm-up runs short first, and \"may pass\" where the allocator may free enough; verify: "
+                         "`bcgprof capture`'s own check after the last bucket, an eager forward at the largest "
+                         "(needs free with it: " + ", ".join(f"{m.mode} {fmt_bytes(m.headroom.needs_free_with_verify_bytes)}"
+                                                             for m in pred.modes if m.headroom) +
+                         "; --verify none skips it)", bullet=True))
     if pred.kind == "buckets":
         foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True))
     sheets = [sheet, prediction_rows_sheet(pred)] if rows else [sheet]
@@ -178,7 +182,7 @@ def _at_free(h: Optional[Headroom]) -> str:
     if h is None or h.free_bytes is None:
         return "-"
     if h.first_oom is None:
-        return "fits"
+        return {True: "fits", False: "fits; verify OOM", None: "fits; verify may OOM"}[h.verify_fits]
     how = h.first_oom_phase if h.first_oom_certain else f"{h.first_oom_phase}, may pass"
     return f"OOM at {h.first_oom.bucket} (#{h.first_oom.order + 1}, {how})"
 
