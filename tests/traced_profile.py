@@ -52,11 +52,12 @@ class _Capture:
         self.pool = Pool()
         self.rows: list[TraceRow] = []
         self.segments: dict[int, int] = {}  # base -> number
+        self.segment_of: dict[int, int] = {}  # allocated block's address -> its segment's base
         self.next_id = 1
         self.late: list[tuple[int, int, int]] = []  # (id, addr, bytes) freed after the capture ended
 
     def _free(self, bucket: int, phase: str, ident: int, addr: int, size: int) -> None:
-        base = next(b for b in self.segments if b <= addr < b + self.pool.segments[b])
+        base = self.segment_of.pop(addr)
         self.pool.free_at(addr)
         self.rows.append(TraceRow(bucket, phase, TracePool.GRAPH, Action.FREE_COMPLETED, ident, size, 0,
                                   self.segments[base], addr - base))
@@ -75,6 +76,7 @@ class _Capture:
                     self.rows.append(TraceRow(bucket, TracePhase.CAPTURE, TracePool.GRAPH, Action.SEGMENT_ALLOC,
                                               self.segments[block.segment], self.pool.segments[block.segment], 0,
                                               address=block.segment))
+                self.segment_of[block.addr] = block.segment
                 live[op[1]] = (self.next_id, block.addr, op[2])
                 self.rows.append(TraceRow(bucket, TracePhase.CAPTURE, TracePool.GRAPH, Action.ALLOC, self.next_id,
                                           op[2], 0, self.segments[block.segment], block.addr - block.segment))

@@ -137,6 +137,7 @@ class Pool:
     def __init__(self, settings: Settings = Settings()):
         self.settings = settings
         self.segments: dict[int, int] = {}  # base address -> bytes
+        self._bases: list[int] = []  # the segments' base addresses, sorted (a new segment's overlap test bisects)
         self.reserved = 0
         self._free: dict[tuple[bool, int], list[tuple[int, int]]] = {}
         self._blocks: dict[int, Block] = {}  # address -> block (every block of every segment)
@@ -196,13 +197,17 @@ class Pool:
             at = self._top
         self._top = max(self._top, -(-(at + size) // SEGMENT_GAP) * SEGMENT_GAP + SEGMENT_GAP)
         self.segments[at] = size
+        insort(self._bases, at)
         self.reserved += size
         block = Block(at, size, at, stream, small)
         self._blocks[at] = block
         return block
 
     def _overlaps(self, addr: int, size: int) -> bool:
-        return any(base < addr + size and addr < base + length for base, length in self.segments.items())
+        """Whether ``[addr, addr + size)`` meets a segment: segments do not overlap, so their ends rise with their
+        bases and only the last segment starting below ``addr + size`` can reach ``addr`` (O(log segments))."""
+        i = bisect_left(self._bases, addr + size)
+        return i > 0 and self._bases[i - 1] + self.segments[self._bases[i - 1]] > addr
 
     # ------------------------------------------------------------------ free
 
@@ -258,6 +263,13 @@ class Pool:
         """The free blocks, list by list (with the segments' total): equal layouts hold the same free space."""
         return self.reserved, tuple((k, tuple(v)) for k, v in sorted(self._free.items()) if v)
 
+    def fingerprint(self) -> tuple:
+        """Everything later decisions depend on: every block (address, bytes, in use, stream, small pool, its
+        segment) and where made-up addresses go next. Equal fingerprints make equal decisions."""
+        blocks = self._blocks
+        return self._top, tuple((a, b.size, b.allocated, b.stream, b.small, b.segment)
+                                for a, b in sorted(blocks.items()))
+
     @property
     def allocated(self) -> int:
         """Bytes of the blocks in use (rounded sizes, split remainders absorbed)."""
@@ -267,6 +279,7 @@ class Pool:
         """An independent copy (same addresses, same free lists)."""
         twin = Pool(self.settings)
         twin.segments = dict(self.segments)
+        twin._bases = list(self._bases)
         twin.reserved = self.reserved
         twin._top = self._top
         twin._free = {k: list(v) for k, v in self._free.items()}

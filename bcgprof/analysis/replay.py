@@ -28,26 +28,38 @@ best-fit ties). Replaying the profile's own list therefore reproduces its pool t
 and every recorded block address (:meth:`Replayer.check`).
 
 Cost: one replay step per event of the list's buckets (about 3,600 for a gpt-oss-20b bucket
-of 24 layers, some 2 microseconds each); states after every prefix are kept (up to
-``CACHE_STATES``), so lists that share their largest buckets replay only what follows.
-Torch-free.
+of 24 layers, some 2 microseconds each, fewer where repeated layers are skipped), each step
+O(log) in the pool's blocks and segments: a list of ``k`` buckets of ``E`` events costs
+O(k E log) once. Lists replayed are kept in a prefix tree (capture order, largest first) with the
+pool after each of their buckets; the state itself is kept where a list ends and where a later
+list leaves an earlier one's path (up to ``CACHE_STATES`` states, least recently used dropped), so
+a list that shares leading buckets with one replayed before replays only the buckets after the
+shared part, and the pool after that part is known without a replay (:meth:`Replayer.known_pool`).
+A bucket replayed before from a small state of the same content (pool, live blocks) is looked
+up instead of replayed (:meth:`Replayer._memo_step`): where each bucket frees what it allocates
+the pool comes back to the same few free segments after every bucket, whatever the list.
+:meth:`Replayer.pool_within` replays only until the pool passes a limit. ``Replayer.bucket_replays``,
+``events_replayed`` and ``memo_hits`` count the work done. Torch-free.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings
+from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings, round_size
 from bcgprof.analysis.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
 from bcgprof.analysis.replay_fold import ALLOC, FREE, boundaries, find_period, free_index, rename, signature
 from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool, read_trace, trace_name
 from bcgprof.vocab import Mode
 
-CACHE_STATES = 1024
+CACHE_STATES = 256  # replay states kept (each holds a pool's blocks)
+MEMO_BLOCKS = 64  # a state of at most this many blocks is looked up by its content before a bucket is replayed
+MEMO_STATES = 8192  # bucket replays remembered that way
 MODE_BITS = 40  # an event key is (trace number << MODE_BITS) | allocation number
 
 
@@ -117,6 +129,13 @@ def _bucket_ops(trace: Trace, number: int) -> tuple[dict[int, BucketOps], list[i
     return out, order
 
 
+def _kept_bytes(ops: dict[int, BucketOps]) -> dict[int, int]:
+    """bucket -> rounded bytes of its allocations that no event of the trace frees."""
+    freed = {op[1] for bops in ops.values() for op in bops.ops if op[0] == FREE}
+    return {b: sum(round_size(op[1]) for op in bops.ops if op[0] == ALLOC and op[3] not in freed)
+            for b, bops in ops.items()}
+
+
 @dataclass
 class _State:
     pool: Pool
@@ -124,9 +143,29 @@ class _State:
     at: dict  # trace mode -> position of its last replayed bucket
     reserved: list  # pool bytes after each bucket so far
     mismatches: int = 0
+    content: Optional[int] = None  # the number of its content in Replayer's memo, when known and small
+    borrowed: bool = False  # pool and live belong to the memo: copy them before changing them
 
     def clone(self) -> _State:
-        return _State(self.pool.clone(), dict(self.live), dict(self.at), list(self.reserved), self.mismatches)
+        return _State(self.pool.clone(), dict(self.live), dict(self.at), list(self.reserved), self.mismatches,
+                      self.content)
+
+    def own(self) -> None:
+        """Copy what the memo lent, before a change."""
+        if self.borrowed:
+            self.pool, self.live, self.borrowed = self.pool.clone(), dict(self.live), False
+        self.content = None
+
+
+class _Node:
+    """A prefix of the lists replayed: the pool after its last bucket, and the state there when kept."""
+
+    __slots__ = ("children", "reserved", "state")
+
+    def __init__(self, reserved: int = 0):
+        self.children: dict = {}
+        self.reserved = reserved
+        self.state: Optional[_State] = None
 
 
 @dataclass
@@ -152,8 +191,19 @@ class Replayer:
         self.order: dict[str, list[int]] = {}
         self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
         self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
+        self.position: dict[str, dict[int, int]] = {}  # mode -> bucket -> its place in the capture order
+        self.crossing: dict[str, list[int]] = {}  # mode -> places of buckets whose capture frees earlier blocks
+        self.kept: dict[str, dict[int, int]] = {}  # mode -> bucket -> rounded bytes it allocates that are never freed
         self._numbers = {mode: n + 1 for n, mode in enumerate(sorted(self.traces))}
-        self._cache: OrderedDict = OrderedDict()
+        self._roots: dict[tuple[str, bool], _Node] = {}  # (mode, check) -> the prefix tree of lists replayed
+        self._states: OrderedDict = OrderedDict()  # nodes holding a state, least recently used first
+        self._stopped = 0  # the pool where the last replay with a limit went above it
+        self._memo: dict = {}  # (bucket, source, small state's content, ...) -> (pool, live, content) after it
+        self._contents: dict = {}  # small state's content -> its number
+        self._numbered = 0  # numbers given so far
+        self.memo_hits = 0  # buckets not replayed because the same bucket was replayed from the same state
+        self.bucket_replays = 0  # buckets replayed (one per bucket of a list, after its longest kept prefix)
+        self.events_replayed = 0  # allocator events stepped through
 
     @classmethod
     def load(cls, report_dir: Path, modes: Sequence[str]) -> Optional[Replayer]:
@@ -182,6 +232,9 @@ class Replayer:
         except AllocatorError as e:
             raise ReplayError(f"{trace.path}: {e}; re-capture with the default PYTORCH_CUDA_ALLOC_CONF") from None
         self.ops[mode], self.order[mode] = _bucket_ops(trace, self._numbers[mode])
+        self.position[mode] = {b: i for i, b in enumerate(self.order[mode])}
+        self.crossing[mode] = [i for i, b in enumerate(self.order[mode]) if self.ops[mode][b].cross]
+        self.kept[mode] = _kept_bytes(self.ops[mode])
         self.warmup[mode] = warmup_growth(trace)
         self.leftover[mode] = prewarm_leftover(trace)
         return True
@@ -220,50 +273,157 @@ class Replayer:
         """The pool after each bucket of ``mode``'s list. ``check``: count allocations the model places
         elsewhere than the profile's allocator did (0 for the profile's own list: the model is right)."""
         plan = self.sources(mode, buckets)
-        key = (mode, check)
-        state, done = None, 0
-        for n in range(len(plan), 0, -1):  # the longest cached prefix
-            cached = self._cache.get((key, tuple(plan[:n])))
-            if cached is not None:
-                self._cache.move_to_end((key, tuple(plan[:n])))
-                state, done = cached.clone(), n
-                break
-        if state is None:
-            state = _State(Pool(self.settings[plan[0][1]]), {}, {}, [])
-        for n in range(done, len(plan)):
-            bucket, source = plan[n]
-            self._step(state, bucket, source, check)
-            self._cache[(key, tuple(plan[: n + 1]))] = state.clone() if n + 1 < len(plan) else state
-            if len(self._cache) > CACHE_STATES:
-                self._cache.popitem(last=False)
+        state = self._advance(mode, plan, check, None)
+        assert state is not None  # no limit: replayed to the end
         exact = not any(self.ops[s][b].unknown for b, s in plan)
         return PoolReplay(mode=mode, buckets=[b for b, _ in plan], pool_bytes=list(state.reserved), exact=exact,
                           sources=[s for _, s in plan], mismatches=state.mismatches)
+
+    def pool_within(self, mode: str, buckets: Sequence[int], limit: int) -> tuple[bool, int]:
+        """Whether ``mode``'s list's pool stays within ``limit`` bytes, replaying only until it does not (the
+        pool never falls): (True, the pool) or (False, the pool where it went above). A later :meth:`replay`
+        of the list goes on from where this one stopped."""
+        state = self._advance(mode, self.sources(mode, buckets), False, limit)
+        if state is None:
+            return False, self._stopped
+        return True, state.reserved[-1]
+
+    def _advance(self, mode: str, plan: list[tuple[int, str]], check: bool, limit: Optional[int]
+                 ) -> Optional[_State]:
+        """The state after ``plan``, from the deepest state kept on its path; None as soon as the pool is
+        above ``limit`` (its bytes in ``_stopped``; the state there kept for a later call)."""
+        root = self._roots.setdefault((mode, check), _Node())
+        path: list[_Node] = []  # the nodes of the longest prefix replayed before
+        kept = -1  # depth of the deepest node there that holds a state (-1: none)
+        node: Optional[_Node] = root
+        for key in plan:
+            node = node.children.get(key) if node is not None else None
+            if node is None:
+                break
+            path.append(node)
+            if limit is not None and node.reserved > limit:  # known from an earlier replay
+                self._stopped = node.reserved
+                return None
+            if node.state is not None:
+                kept = len(path) - 1
+        held = path[kept].state if kept >= 0 else None
+        if held is not None:
+            self._states.move_to_end(path[kept])
+            if kept == len(plan) - 1:
+                return held  # replayed already (read it, do not change it)
+            state = held.clone()
+        else:
+            state = _State(Pool(self.settings[plan[0][1]]), {}, {}, [])
+        shared = len(path)
+        parent = path[-1] if path else root
+        for n in range(kept + 1, len(plan)):
+            bucket, source = plan[n]
+            state = self._memo_step(state, bucket, source, check)
+            above = limit is not None and state.reserved[-1] > limit
+            if n < shared:
+                here = path[n]
+                if n == shared - 1 and shared < len(plan) and not above:
+                    self._keep(here, state.clone())  # this list leaves a replayed one's path here
+            else:
+                here = _Node(state.reserved[-1])
+                parent.children[plan[n]] = here
+                parent = here
+            if above:
+                if here.state is None:
+                    self._keep(here, state)
+                self._stopped = state.reserved[-1]
+                return None
+        end = path[len(plan) - 1] if len(plan) <= shared else parent
+        if end.state is None:
+            self._keep(end, state)  # the list's own end: a later list that extends it starts here
+        return state
+
+    def _keep(self, node: _Node, state: _State) -> None:
+        node.state = state
+        self._states[node] = None
+        self._states.move_to_end(node)
+        while len(self._states) > CACHE_STATES:
+            old, _ = self._states.popitem(last=False)
+            old.state = None
 
     def known_pool(self, mode: str, buckets: Sequence[int]) -> int:
         """The pool after the longest prefix of ``mode``'s list already replayed (0 if none): at most the
         list's pool, which never shrinks. Costs no replay."""
         plan = self.sources(mode, buckets)
-        for n in range(len(plan), 0, -1):
-            cached = self._cache.get(((mode, False), tuple(plan[:n])))
-            if cached is not None:
-                return cached.reserved[-1]
-        return 0
+        node, reserved = self._roots.get((mode, False)), 0
+        for key in plan:
+            node = node.children.get(key) if node is not None else None
+            if node is None:
+                break
+            reserved = node.reserved
+        return reserved
+
+    def kept_bytes(self, mode: str, buckets: Sequence[int]) -> int:
+        """Bytes that ``mode``'s list allocates and never frees (each request rounded as the allocator rounds
+        it): they are all live after its last bucket, so the list's pool is at least this. Costs no replay."""
+        return sum(self.kept[source][b] for b, source in self.sources(mode, buckets))
+
+    def _memo_step(self, state: _State, bucket: int, source: str, check: bool) -> _State:
+        """The state after ``bucket``: a bucket replayed before from a state with the same content (pool, live
+        blocks, and where each trace with frees inside captures stands) gives the same state, so a small state is
+        looked up before it is replayed (a pool whose buckets free all they allocate comes back to the same
+        few free segments bucket after bucket, whatever list it is in). States found that way share the memo's
+        copy until they change."""
+        content = state.content if state.content is not None else self._content(state, check)
+        if content is None:
+            state.own()
+            self._step(state, bucket, source, check)
+            return state
+        crossing = tuple(sorted((s, n) for s, n in state.at.items() if self.crossing[s]))
+        key = (bucket, source, content, crossing)
+        after = self._memo.get(key)
+        if after is None:
+            state.own()
+            self._step(state, bucket, source, check)
+            if len(self._memo) >= MEMO_STATES:
+                self._memo.clear()
+            state.content = self._content(state, check)
+            self._memo[key] = (state.pool.clone(), dict(state.live), state.content)
+            return state
+        pool, live, content = after
+        at = dict(state.at)
+        at[source] = max(at.get(source, -1), self.position[source][bucket])
+        self.memo_hits += 1
+        state.reserved.append(pool.reserved)  # the state passed in is the caller's own, done with
+        return _State(pool, live, at, state.reserved, state.mismatches, content, borrowed=True)
+
+    def _content(self, state: _State, check: bool) -> Optional[int]:
+        """A number for the state's content (its pool's fingerprint and live blocks), if it is small enough
+        to be worth looking up; None otherwise."""
+        if check or len(state.pool._blocks) > MEMO_BLOCKS:
+            return None
+        key = (state.pool.fingerprint(), tuple(sorted(state.live.items())))
+        number = self._contents.get(key)
+        if number is None:
+            if len(self._contents) >= MEMO_STATES:
+                self._contents.clear()  # numbers are never reused: states holding old ones stay right
+                self._memo.clear()
+            number = self._contents[key] = self._numbered
+            self._numbered += 1
+        return number
 
     def _step(self, state: _State, bucket: int, source: str, check: bool) -> None:
         order = self.order[source]
-        position = order.index(bucket)
+        position = self.position[source][bucket]
         last = state.at.get(source, -1)
         pool, live = state.pool, state.live
-        for skipped in order[last + 1: position]:  # frees inside captures left out of the list
-            for k in self.ops[source][skipped].cross:
+        crossing = self.crossing[source]
+        for at in crossing[bisect_right(crossing, last): bisect_left(crossing, position)]:
+            for k in self.ops[source][order[at]].cross:  # frees inside captures left out of the list
                 addr = live.pop(k, None)
                 if addr is not None:
                     pool.free_at(addr)
         state.at[source] = max(last, position)
         bops = self.ops[source][bucket]
         ops = bops.ops
+        self.bucket_replays += 1
         if check or bops.fold is None:  # check: every placement is compared, so nothing is skipped
+            self.events_replayed += len(ops)
             self._run(state, ops, 0, len(ops), check)
         else:
             self._run_folded(state, bops)
@@ -294,6 +454,7 @@ class Replayer:
         seen: dict[tuple, int] = {}  # signature -> index of the period start where it was seen
         for j, b in enumerate(starts):
             self._run(state, ops, at, b)
+            self.events_replayed += b - at
             at = b
             now = signature(state.pool.layout(), state.live, frees, b, end)
             if now in seen:  # the state repeats every (b - that start) events: skip whole repeats
@@ -306,6 +467,7 @@ class Replayer:
                     at = b + shift
                     break
             seen[now] = j
+        self.events_replayed += len(ops) - at
         self._run(state, ops, at, len(ops))
 
     def check(self, mode: str) -> PoolReplay:
