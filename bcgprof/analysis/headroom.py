@@ -51,6 +51,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from bcgprof.vocab import BucketStatus
+
 if TYPE_CHECKING:
     from bcgprof.report.traces import Trace
 
@@ -204,7 +206,7 @@ def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
     """From one mode's bucket rows (capture order, all ``ok``): each bucket's measured peak above the level
     before it (``device_peak_delta_bytes``) and what it kept. None when a row lacks the peak (a report
     written before it was recorded) or a bucket failed."""
-    if not rows or any(r.status != "ok" or r.device_peak_delta_bytes is None for r in rows):
+    if not rows or any(r.status != BucketStatus.OK or r.device_peak_delta_bytes is None for r in rows):
         return None
     needs = []
     for r in rows:
