@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from bcgprof.vocab import BucketStatus, GraphKind, Mode, Order, Phase, RunStatus, Verify, Weights, words
+from bcgprof.vocab import BucketStatus, Experts, GraphKind, Mode, Order, Phase, RunStatus, Verify, Weights, words
 
 # The words of each choice, from bcgprof.vocab (modes in the order they run and are shown).
 MODES = words(Mode)
@@ -19,6 +19,10 @@ GRAPH_KINDS = words(GraphKind)
 ORDERS = words(Order)
 PHASES = words(Phase)
 WEIGHTS = words(Weights)
+EXPERTS = words(Experts)
+# families whose checkpoints hold MXFP4 experts that ``--experts packed`` keeps packed (their
+# DecoderModel sets packed_experts; tests check the two agree)
+PACKED_EXPERT_FAMILIES = ("gpt_oss",)
 VERIFY_CHOICES = words(Verify)
 STATUSES = words(BucketStatus)  # of one bucket
 RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
@@ -35,6 +39,7 @@ def mode_index(mode: str) -> int:
 class CaptureOptions:
     model: str = DEFAULT_MODEL
     weights: str = "dummy"  # one of WEIGHTS
+    experts: str = "bf16"  # one of EXPERTS
     num_layers: Optional[int] = None  # None: all of the model's layers
     phase: str = "prefill"  # one of PHASES
     buckets: Optional[str] = None  # bucket spec; None: the phase's SGLang preset

@@ -86,6 +86,13 @@ class Weights(StrEnum):
     SAFETENSORS = "safetensors"
 
 
+class Experts(StrEnum):
+    """How a capture's MoE expert weights are held."""
+
+    BF16 = "bf16"  # in the activations' dtype (gpt-oss's MXFP4 checkpoints dequantised)
+    PACKED = "packed"  # gpt-oss's MXFP4 blocks and scales as stored, decoded inside the fused MoE's GEMMs
+
+
 class Verify(StrEnum):
     """Which buckets a capture replays against an eager forward."""
 

@@ -22,7 +22,7 @@ from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_consol
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import DEFAULT_MODEL, MODES
-from bcgprof.vocab import GraphKind, Mode, Order, Phase, Verify, Weights
+from bcgprof.vocab import Experts, GraphKind, Mode, Order, Phase, Verify, Weights
 
 if TYPE_CHECKING:
     from bcgprof.spec import ModelSpec
@@ -70,6 +70,10 @@ def capture(
                                                         "figures are those of distinct weights; only the "
                                                         "parameter bytes shrink); safetensors: load the "
                                                         "checkpoint directory's weights."),
+    experts: Experts = typer.Option(Experts.BF16, "--experts", help="bf16: MoE expert weights in the model's "
+                                    "dtype (MXFP4 checkpoints dequantised); packed: gpt-oss's MXFP4 experts kept as "
+                                    "the checkpoint stores them (uint8 blocks and scales), decoded inside the fused "
+                                    "MoE's GEMMs, so no bf16 copy of them exists."),
     num_layers: Optional[str] = typer.Option(None, "--num-layers", help="Decoder layers to build, or a comma list "
                                              "(2,4): one report per count, in <out>/layers-N. Default: all of the "
                                              "model's layers."),
@@ -139,13 +143,15 @@ def capture(
     if context_len > MAX_BUCKET_SIZE:
         raise BcgprofError(f"--context-len {context_len} is over the cap of {MAX_BUCKET_SIZE} tokens")
     spec = resolve_model(model)
+    if experts is Experts.PACKED:
+        _check_packed_experts(spec, tp)
     if weights is Weights.SAFETENSORS:
         _check_checkpoint(spec)
     layer_counts = _layer_counts(num_layers, spec.num_layers)
     _check_out(out)
 
     opts = CaptureOptions(
-        model=model, weights=weights.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
+        model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
         max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
@@ -196,6 +202,20 @@ def _run_capture(opts) -> int:
     if outcome.exit_code:
         note(f"capture {outcome.status} ({outcome.message or 'interrupted'}); the finished rows are in {outcome.out}")
     return outcome.exit_code
+
+
+def _check_packed_experts(spec: ModelSpec, tp: int) -> None:
+    """--experts packed: a family whose checkpoints hold MXFP4 experts, whose sizes split into whole groups."""
+    from bcgprof.options import PACKED_EXPERT_FAMILIES
+
+    if spec.family not in PACKED_EXPERT_FAMILIES:
+        raise CaptureError(f"--experts packed: {spec.name} ({spec.family}) has no MXFP4 experts to keep packed; "
+                           f"only {', '.join(PACKED_EXPERT_FAMILIES)} models do. Use --experts bf16")
+    hidden, inter = spec.config.get("hidden_size"), spec.config.get("intermediate_size")
+    if isinstance(hidden, int) and isinstance(inter, int) and (hidden % 32 or inter % (32 * tp)):
+        raise CaptureError(f"--experts packed: {spec.name}'s hidden size {hidden} and expert intermediate size "
+                           f"{inter} / --tp {tp} must be multiples of the 32-value MXFP4 group; use --experts bf16 "
+                           "or another --tp")
 
 
 def _check_checkpoint(spec: ModelSpec) -> None:

@@ -140,7 +140,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     # The build may fail on one rank only (out of memory, say): decide together.
     workload, error = None, None
     try:
-        workload = build_workload(spec, weights=opts.weights, num_layers=opts.num_layers, device=group.device,
+        workload = build_workload(spec, weights=opts.weights, experts=opts.experts, num_layers=opts.num_layers,
+                                  device=group.device,
                                   max_tokens=max(buckets), seed=opts.seed, tp_rank=group.rank, tp_size=group.world,
                                   phase=opts.phase, max_bs=max(opts.max_bs, max(buckets)),
                                   context_len=opts.context_len)

@@ -90,7 +90,7 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
     return RunInfo(
         bcgprof_version=__version__, command=opts.command, model=spec.name, model_source=spec.source,
         config_hash=spec.config_hash, family=spec.family, layers=min(layers, spec.num_layers),
-        hidden_size=spec.hidden_size, dtype=spec.dtype, weights=opts.weights, phase=opts.phase,
+        hidden_size=spec.hidden_size, dtype=spec.dtype, weights=opts.weights, experts=opts.experts, phase=opts.phase,
         buckets=buckets, modes=list(opts.modes), gpu_name=memory.gpu_name(), driver=memory.driver(),
         torch_version=torch.__version__, cuda_version=torch.version.cuda or "",
         memory_source=memory.source, in_process=opts.in_process, tp=opts.tp, started_at=_now(),
@@ -134,12 +134,13 @@ def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> N
     from bcgprof.measure.workload import check_cache_fits
     from bcgprof.models import build_meta
 
-    meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp)
+    meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp, experts=opts.experts)
     if opts.weights == "shared":
         from bcgprof.models.weights import share_layer_weights
 
         share_layer_weights(meta)  # parameters() then counts each shared tensor once
-    weights = sum(p.numel() for p in meta.parameters()) * dtypes.dtype_bytes(spec.dtype)
+    width = dtypes.dtype_bytes(spec.dtype)  # the meta module is not cast: floating tensors take the run's dtype
+    weights = sum(p.numel() * (width if p.is_floating_point() else p.element_size()) for p in meta.parameters())
     need = kv_figures(opts, spec, buckets)["kv_cache_bytes"]
     free, _ = torch.cuda.mem_get_info(dev)
     check_cache_fits(need, max(0, int(free) - weights), max(opts.max_bs, max(buckets)), opts.context_len)

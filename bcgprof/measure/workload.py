@@ -32,7 +32,7 @@ class Workload:
     kv_cache_bytes: int = 0  # decode: the cache allocated before any capture
 
 
-def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.device,
+def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.device, experts: str = "bf16",
                    max_tokens: int, seed: int, tp_rank: int = 0, tp_size: int = 1, phase: str = "prefill",
                    max_bs: int = 256, context_len: int = 4096) -> Workload:
     """Build the model on ``device`` and input buffers for the largest bucket (and, for
@@ -40,6 +40,7 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
 
     Inputs are allocated once and sliced per bucket, as the engines do. ``tp_rank`` /
     ``tp_size``: this tensor-parallel rank's shard (the inputs are the same on every rank).
+    ``experts``: "bf16" or "packed" (gpt-oss's MXFP4 experts kept packed, :func:`bcgprof.models.load`).
     """
     from bcgprof import models
 
@@ -47,7 +48,7 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
     start = time.perf_counter()
     model = models.load(spec.name if spec.source == "preset" else str(spec.config_path.parent),
                         weights=weights, device=device, dtype=dtype, num_layers=num_layers, seed=seed,
-                        tp_rank=tp_rank, tp_size=tp_size)
+                        tp_rank=tp_rank, tp_size=tp_size, experts=experts)
     torch.cuda.synchronize(device)
     build_s = time.perf_counter() - start
     vocab = int(spec.config["vocab_size"])

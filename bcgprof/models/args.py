@@ -53,6 +53,8 @@ class ModelArgs:
     swiglu_alpha: float = 1.702
     swiglu_limit: float = 7.0
     rope_theta_default: float = 10000.0
+    # expert weights: "bf16" (the activations' dtype) or "packed" (MXFP4 as the checkpoint stores them)
+    experts: str = "bf16"
     # tensor parallelism: this rank's index and the number of ranks (1 = unsharded)
     tp_rank: int = 0
     tp_size: int = 1

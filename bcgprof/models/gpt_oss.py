@@ -16,9 +16,11 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from bcgprof.errors import ModelConfigError
+from bcgprof.models import mxfp4
 from bcgprof.models.args import ModelArgs
 from bcgprof.models.checkpoint import CheckpointTarget
-from bcgprof.models.kernels import fused_experts
+from bcgprof.models.kernels import fused_experts, fused_experts_mxfp4
 from bcgprof.models.layers.attention import Attention
 from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.stack import DecoderLayer, DecoderModel
@@ -84,12 +86,65 @@ class GptOssExperts(nn.Module):
                              self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit, out=x)
 
 
+class GptOssPackedExperts(nn.Module):
+    """The experts kept as the checkpoint stores them (``experts="packed"``): MXFP4 blocks and
+    scales, uint8, with the bf16 biases.
+
+    * ``gate_up_proj_blocks`` [E, 2I, H/32, 16], ``gate_up_proj_scales`` [E, 2I, H/32]: row n is
+      column n of the bf16 ``gate_up_proj`` [E, H, 2I] (gate and up interleaved the same way);
+    * ``down_proj_blocks`` [E, H, I/32, 16], ``down_proj_scales`` [E, H, I/32]: row h is column h
+      of ``down_proj`` [E, I, H].
+
+    :func:`~bcgprof.models.kernels.moe.fused_experts_mxfp4` decodes them inside its GEMMs: no
+    bf16 copy of an expert weight exists at any time, and the capture's intermediates are those
+    of the bf16 experts. Parameter bytes: ``E * 3 * I * H * 17/32`` plus the biases, against
+    ``E * 3 * I * H * 2`` (bf16).
+
+    Under tensor parallelism a rank keeps rows [2 r I/tp, 2 (r+1) I/tp) of gate_up's blocks and
+    scales (whole gate/up pairs) and groups [r I/(32 tp), (r+1) I/(32 tp)) of down's: the same
+    slices as the bf16 layout, so I/tp must be a multiple of the 32-value group."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        E, H = args.num_experts, args.hidden_size
+        I = shard_size(args.moe_intermediate_size, args.tp_size)
+        if H % mxfp4.GROUP or I % mxfp4.GROUP:
+            raise ModelConfigError(
+                f"packed MXFP4 experts need the hidden size ({H}) and each rank's expert intermediate size "
+                f"({I}{f' = {args.moe_intermediate_size} / {args.tp_size}' if args.tp_size > 1 else ''}) to be "
+                f"multiples of {mxfp4.GROUP}; use bf16 experts or another --tp")
+        self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
+        self.total_intermediate_size = args.moe_intermediate_size
+        self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
+        self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
+        self.backend: str | None = None  # the kernels' choice (tests force "triton" under the interpreter)
+        G = mxfp4.GROUP
+
+        def packed(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.zeros(*shape, dtype=torch.uint8), requires_grad=False)
+
+        self.gate_up_proj_blocks = packed(E, 2 * I, H // G, G // 2)
+        self.gate_up_proj_scales = packed(E, 2 * I, H // G)
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(E, 2 * I))
+        self.down_proj_blocks = packed(E, H, I // G, G // 2)
+        self.down_proj_scales = packed(E, H, I // G)
+        self.down_proj_bias = nn.Parameter(torch.zeros(E, H))
+
+    def forward(self, x: torch.Tensor, route: RoutedExperts) -> torch.Tensor:
+        """As :meth:`GptOssExperts.forward`, through the MXFP4 fused MoE."""
+        b2 = self.down_proj_bias if self.tp_rank == 0 else None
+        return fused_experts_mxfp4(x, route.ids, route.weights, self.gate_up_proj_blocks, self.gate_up_proj_scales,
+                                   self.down_proj_blocks, self.down_proj_scales, "clamped_swiglu",
+                                   self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit, out=x,
+                                   backend=self.backend)
+
+
 class GptOssMLP(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.tp_size = args.tp_size
         self.router = make_router(args)  # replicated on every rank
-        self.experts = GptOssExperts(args)
+        self.experts = GptOssPackedExperts(args) if args.experts == "packed" else GptOssExperts(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return tp_all_reduce(self.experts(x, self.router(x)), self.tp_size)  # [T, H]
@@ -100,14 +155,27 @@ class GptOssMLP(nn.Module):
         sharded = ex.tp_size > 1
         rows = shard_range(I, ex.tp_rank, ex.tp_size)  # this rank's intermediate
         pairs = slice(2 * rows.start, 2 * rows.stop)  # its interleaved gate/up columns
+        all_ = slice(None)
         entries = {
             "router.weight": ((E, H), ()),
             "router.bias": ((E,), ()),
-            "experts.gate_up_proj": ((E, H, 2 * I), (slice(None), slice(None), pairs)),
-            "experts.gate_up_proj_bias": ((E, 2 * I), (slice(None), pairs)),
-            "experts.down_proj": ((E, I, H), (slice(None), rows)),
+            "experts.gate_up_proj_bias": ((E, 2 * I), (all_, pairs)),
             "experts.down_proj_bias": ((E, H), ()),
         }
+        if isinstance(ex, GptOssPackedExperts):  # as published: gate_up's rows, down's groups
+            G = mxfp4.GROUP
+            groups = slice(rows.start // G, rows.stop // G)
+            entries.update({
+                "experts.gate_up_proj_blocks": ((E, 2 * I, H // G, G // 2), (all_, pairs)),
+                "experts.gate_up_proj_scales": ((E, 2 * I, H // G), (all_, pairs)),
+                "experts.down_proj_blocks": ((E, H, I // G, G // 2), (all_, all_, groups)),
+                "experts.down_proj_scales": ((E, H, I // G), (all_, all_, groups)),
+            })
+        else:
+            entries.update({
+                "experts.gate_up_proj": ((E, H, 2 * I), (all_, all_, pairs)),
+                "experts.down_proj": ((E, I, H), (all_, rows)),
+            })
         for name, (shape, source) in entries.items():
             yield CheckpointTarget(f"{ckpt}.{name}", f"{param}.{name}", (), shape, source if sharded else ())
 
@@ -115,6 +183,7 @@ class GptOssMLP(nn.Module):
 class GptOssModel(DecoderModel):
     family = "gpt_oss"
     norm_fp32_weight = True  # gpt-oss scales in float32, then casts
+    packed_experts = True  # experts="packed": GptOssPackedExperts
 
     @classmethod
     def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:

@@ -26,6 +26,11 @@ FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2
 SCALE_BIAS = 127
 GROUP = 32  # values per scale
 
+# E8M0 scales of dummy packed weights, inclusive: uniform random codes have an rms of 2.93, so
+# their values have an rms of about 0.006 to 0.09 (0.023 at 120, near the bf16 dummies' std of
+# 0.02), finite at every depth.
+DUMMY_SCALES = (118, 122)
+
 # 32-value groups per chunk: 1M groups = 32M values = 64 MiB in bf16, plus the int32
 # nibble indices (2 x 64 MiB) and the fp32 product inside ldexp (128 MiB). Large enough
 # that a GPU stays busy (a gpt-oss-20b layer dequantises in milliseconds).
@@ -45,6 +50,13 @@ def dequantized_shape(blocks_shape, scales_shape=None) -> tuple[int, ...]:
         )
     e, r, g, _ = blocks_shape
     return (e, g * GROUP, r)
+
+
+def packed_dims(blocks_shape, scales_shape=None) -> tuple[int, int, int]:
+    """(E, rows, columns) of a packed projection: ``[E, R, G, 16]`` -> ``(E, R, G*32)``, i.e. the
+    dequantised tensor ``[E, G*32, R]`` read as E matrices of G*32 x R (K x N of a GEMM)."""
+    e, k, r = dequantized_shape(blocks_shape, scales_shape)
+    return e, r, k
 
 
 def dequantize_mxfp4(

@@ -41,11 +41,18 @@ class DecoderModel(nn.Module):
 
     family: str = ""
     norm_fp32_weight: bool = False
+    packed_experts: bool = False  # whether make_layer can keep MXFP4 experts packed (experts="packed")
 
-    def __init__(self, config: dict, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1):
+    def __init__(self, config: dict, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1,
+                 experts: str = "bf16"):
         super().__init__()
         self.config = config
+        if experts not in ("bf16", "packed"):
+            raise ModelConfigError(f"experts must be 'bf16' or 'packed', got {experts!r}")
+        if experts == "packed" and not self.packed_experts:
+            raise ModelConfigError(f"{self.family} has no MXFP4 experts to keep packed; use experts='bf16'")
         self.args = shard(self.read_args(config, num_layers), tp_rank, tp_size)
+        self.args.experts = experts
         self.tp_rank, self.tp_size = self.args.tp_rank, self.args.tp_size
         a = self.args
         self.num_layers = a.num_layers
@@ -111,7 +118,8 @@ class DecoderModel(nn.Module):
     def checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every tensor this stack needs from a published checkpoint of its family, with
         its shape in the dequantised layout (gpt-oss experts as transformers' bf16
-        ``gate_up_proj`` [E, H, 2I] etc.). Layers >= num_layers and the LM head excluded."""
+        ``gate_up_proj`` [E, H, 2I] etc.; with packed experts, the ``*_blocks`` and ``*_scales``
+        as published). Layers >= num_layers and the LM head excluded."""
         return {name: tuple(t.shape) for name, t in self.checkpoint_targets().items()}
 
     def ignores_checkpoint_name(self, name: str) -> bool:

@@ -6,7 +6,8 @@ Both fill a module that already lives on its device (``to_empty``), in place:
   seed and the parameter's name, so the values do not depend on construction order and
   nothing is staged on the host.
 * ``load_safetensors`` streams a checkpoint one tensor at a time (a blocks + scales pair
-  for gpt-oss MXFP4 experts, dequantised on the module's device) through the module's
+  for gpt-oss MXFP4 experts, dequantised on the module's device, or, for a module that keeps
+  its experts packed, each read as stored) through the module's
   contract: ``checkpoint_shapes()``, ``ignores_checkpoint_name(name)`` and
   ``load_checkpoint_tensor(name, tensor)``. Every shape is checked from the file headers
   before any data is read, so a checkpoint that does not fit fails in seconds, with
@@ -59,8 +60,10 @@ def init_dummy(module: nn.Module, seed: int, *, std: float | None = None) -> Non
 
     Weight matrices, expert tensors and embeddings: normal(0, std), ``std`` defaulting to
     the config's ``initializer_range`` (0.02), as Hugging Face initialises them; RMSNorm
-    weights: ones; biases: zeros; gpt-oss attention ``sinks``: normal(0, std). A bf16
-    forward through these stays finite at every depth.
+    weights: ones; biases: zeros; gpt-oss attention ``sinks``: normal(0, std); packed MXFP4
+    experts (uint8 ``*_blocks`` / ``*_scales``): random bytes, and scales in
+    :data:`~bcgprof.models.mxfp4.DUMMY_SCALES`. A bf16 forward through these stays finite
+    at every depth.
 
     Each parameter draws from its own generator on its own device, seeded from ``seed``
     and its name: the result does not depend on the order parameters were built or
@@ -73,6 +76,9 @@ def init_dummy(module: nn.Module, seed: int, *, std: float | None = None) -> Non
     for name, param in module.named_parameters():
         if param.is_meta:
             raise ValueError(f"{name} is on the meta device; materialise the module (to_empty) before init_dummy")
+        if param.dtype == torch.uint8 and name.endswith((BLOCKS, SCALES)):  # packed MXFP4 experts
+            _fill_packed(param, name, seed)
+            continue
         if not param.is_floating_point():
             continue
         if _is_norm(name):
@@ -83,6 +89,16 @@ def init_dummy(module: nn.Module, seed: int, *, std: float | None = None) -> Non
             gen = torch.Generator(device=param.device)
             gen.manual_seed(_param_seed(seed, name))
             param.normal_(0.0, std, generator=gen)
+
+
+def _fill_packed(param: torch.Tensor, name: str, seed: int) -> None:
+    """MXFP4 blocks: random bytes (every FP4 code equally likely); scales: uniform in
+    :data:`~bcgprof.models.mxfp4.DUMMY_SCALES`, so every value is finite and of a trained
+    model's size."""
+    gen = torch.Generator(device=param.device)
+    gen.manual_seed(_param_seed(seed, name))
+    lo, hi = (0, 255) if name.endswith(BLOCKS) else mxfp4.DUMMY_SCALES
+    param.random_(lo, hi + 1, generator=gen)
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,6 +270,13 @@ def _plan(module: DecoderModel, files: list[Path]) -> tuple[list[_Entry], _Probl
     seen: set[str] = set()
     for key, path in where.items():
         stem = key.removesuffix(BLOCKS).removesuffix(SCALES)  # X for X_blocks / X_scales
+        if key.endswith((BLOCKS, SCALES)) and key in expected:  # packed experts: blocks and scales as stored
+            seen.add(key)
+            if shapes[key] != expected[key]:
+                problems.mismatched.append(f"{key} {list(shapes[key])} vs {list(expected[key])}")
+            else:
+                entries.append(_Entry(key, path, shapes[key]))
+            continue
         if key.endswith(SCALES) and stem + BLOCKS in where:
             continue  # read with its blocks
         if module.ignores_checkpoint_name(stem):
@@ -296,7 +319,8 @@ def load_safetensors(module: DecoderModel, checkpoint_dir: Path) -> None:
     Files come from ``model.safetensors.index.json`` when present, else every
     ``*.safetensors`` in ``checkpoint_dir``. Host memory holds one tensor at a time (or one
     MXFP4 blocks + scales pair, dequantised chunk by chunk on the module's device into
-    the module's dtype). Raises ``CheckpointError`` (one line) for an unreadable file, or,
+    the module's dtype; a module whose ``checkpoint_shapes`` name ``X_blocks`` and ``X_scales``
+    keeps them packed and receives each as stored, uint8, never dequantised). Raises ``CheckpointError`` (one line) for an unreadable file, or,
     before any data is read, for every name that is missing, unexpected, of the wrong
     shape or unpaired.
     """

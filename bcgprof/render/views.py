@@ -14,6 +14,7 @@ from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
+from bcgprof.vocab import Experts
 
 if TYPE_CHECKING:
     from bcgprof.analysis.compare import Comparison
@@ -64,7 +65,8 @@ def run_line(report: Report) -> str:
     what = "tokens" if run.phase == "prefill" else "batch sizes"
     gpu = run.gpu_name or "unknown GPU"
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
-    return (f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} weights) {run.phase}: "
+    experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
+    return (f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} weights{experts}) {run.phase}: "
             f"{span} ({what}){tp} on {gpu}; torch {run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; "
             f"status {run.status}")
 

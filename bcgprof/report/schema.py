@@ -16,7 +16,7 @@ from typing import Optional
 from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
 from bcgprof.options import MODES, STATUSES
 from bcgprof.report.limits import INT64, MAX_BYTES, MAX_MS, MAX_TP
-from bcgprof.vocab import GraphKind, Order, Phase, RunStatus, Weights
+from bcgprof.vocab import Experts, GraphKind, Order, Phase, RunStatus, Weights
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -134,6 +134,7 @@ class RunInfo:
     extra: dict = field(default_factory=dict)
     graph: str = GraphKind.BREAKABLE  # breakable | full (reports written before this field: breakable)
     order: str = Order.LARGEST_FIRST  # largest-first | smallest-first
+    experts: str = Experts.BF16  # bf16 | packed (reports written before this field: bf16)
 
 
 SUMMARY_FROM_FILE = "summary.csv"

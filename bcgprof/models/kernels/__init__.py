@@ -17,6 +17,9 @@ experts, hidden H, intermediate I of this rank, N1 = 2I):
   the return (the peak, :meth:`MoEWorkspace.peak_bytes`); afterwards only ``output`` is. Nothing is
   O(T x E), nothing copies x or the weights, biases and routing weights are applied
   inside the GEMMs. The router's logits and top-k tensors are the caller's.
+* MXFP4 experts (:func:`fused_experts_mxfp4`, gpt-oss's ``*_blocks`` / ``*_scales`` kept
+  packed): the same workspace, byte for byte; the weights are decoded in registers inside
+  the GEMMs, never into a tensor.
 * Determinism: no atomics, no split-K, fixed launch configurations (no autotuning); a
   CUDA-graph replay equals an eager run bit for bit.
 
@@ -33,7 +36,7 @@ from bcgprof.models.kernels.activation import (
     silu_and_mul,
     silu_and_mul_reference,
 )
-from bcgprof.models.kernels.moe import ACTIVATIONS, fused_experts, fused_experts_reference
+from bcgprof.models.kernels.moe import ACTIVATIONS, fused_experts, fused_experts_mxfp4, fused_experts_reference
 from bcgprof.models.kernels.workspace import MoEWorkspace, moe_workspace_shapes
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "clamped_swiglu",
     "clamped_swiglu_reference",
     "fused_experts",
+    "fused_experts_mxfp4",
     "fused_experts_reference",
     "moe_workspace_shapes",
     "silu_and_mul",

@@ -86,6 +86,100 @@ def _moe_gemm_kernel(
 
 
 @triton.jit
+def _mxfp4_to_float(nib, scale):
+    """FP4 e2m1 codes (0..15, int32) times E8M0 scales (0..255, int32) -> float32, exactly:
+    the float32 bits of the code's value (sign, exponent, one mantissa bit) times 2**(scale - 127)
+    built as float32 bits (scale 0 is 2**-127, a subnormal; 255 is inf, as ldexp gives)."""
+    e = (nib >> 1) & 3
+    m = nib & 1
+    mag = tl.where(e > 0, ((e + 126) << 23) | (m << 22), m * (126 << 23))  # 0, 0.5, 1 .. 6
+    bits = (mag | ((nib & 8) << 28)).to(tl.uint32)  # the code's top bit is the sign
+    value = bits.to(tl.float32, bitcast=True)
+    sbits = tl.where(scale == 0, 0x00400000, scale << 23).to(tl.uint32)
+    return value * sbits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _moe_gemm_mxfp4_kernel(
+    a_ptr, b_ptr, s_ptr, bias_ptr, c_ptr, weight_ptr,
+    sorted_ids_ptr, expert_ids_ptr, num_post_ptr,
+    N, K, num_rows, num_tiles_m,
+    stride_am, stride_ak, stride_be, stride_bn, stride_se, stride_sn, stride_sg,
+    stride_bias_e, stride_bias_n, stride_cm, stride_cn,
+    A_ROW_DIV: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_WEIGHT: tl.constexpr,
+    EVEN_K: tl.constexpr, UPCAST: tl.constexpr, SOFT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """:func:`_moe_gemm_kernel` with B given as MXFP4: C[row] = (A[row // A_ROW_DIV] @ W[expert]
+    + bias[expert]) * weight[row], W[e][k, n] = fp4(code k of row n of blocks[e]) * 2**(scales[e, n,
+    k // 32] - 127).
+
+    blocks [E, N, K/32, 16] uint8 (two codes a byte, the even k in the low nibble; each row's K/2
+    bytes contiguous), scales [E, N, K/32] uint8. A BLOCK_K step loads BLOCK_K/2 bytes of each of
+    the tile's BLOCK_N rows, decodes the low and the high nibbles into two [BLOCK_K/2, BLOCK_N]
+    tiles of A's dtype in registers (exact: two significant bits times a power of two) and
+    accumulates the even and the odd columns of A against them: two dots of BLOCK_K/2 per step.
+    Nothing is written but C.
+    """
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = tl.minimum(num_tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_m
+    pid_n = (pid % per_group) // group_m
+    if pid_m * BLOCK_M >= tl.load(num_post_ptr):
+        return
+
+    rows = tl.load(sorted_ids_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    row_ok = rows < num_rows
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_bn = offs_n % N
+    offs_h = tl.arange(0, BLOCK_K // 2)  # byte within the step; codes 2h (low nibble) and 2h + 1 (high)
+    a_ptrs = a_ptr + (rows // A_ROW_DIV)[:, None] * stride_am + (2 * offs_h)[None, :] * stride_ak  # even k
+    b_ptrs = b_ptr + expert * stride_be + offs_h[:, None] + offs_bn[None, :] * stride_bn
+    s_ptrs = s_ptr + expert * stride_se + (offs_h // 16)[:, None] * stride_sg + offs_bn[None, :] * stride_sn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a_even = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+            a_odd = tl.load(a_ptrs + stride_ak, mask=row_ok[:, None], other=0.0)
+            packed = tl.load(b_ptrs).to(tl.int32)
+            scale = tl.load(s_ptrs).to(tl.int32)
+        else:
+            h_left = (K - kk * BLOCK_K) // 2  # K is a multiple of 32: whole bytes, whole groups
+            k_ok = offs_h < h_left
+            a_even = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            a_odd = tl.load(a_ptrs + stride_ak, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            packed = tl.load(b_ptrs, mask=k_ok[:, None], other=0).to(tl.int32)
+            scale = tl.load(s_ptrs, mask=k_ok[:, None], other=0).to(tl.int32)
+        w_even = _mxfp4_to_float(packed & 0xF, scale)  # [BLOCK_K / 2, BLOCK_N] float32, exact
+        w_odd = _mxfp4_to_float(packed >> 4, scale)
+        if UPCAST:  # float32 inputs (exact-ish, no TF32), and the interpreter
+            acc = tl.dot(a_even.to(tl.float32), w_even, acc=acc, input_precision="ieee")
+            acc = tl.dot(a_odd.to(tl.float32), w_odd, acc=acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a_even, w_even.to(a_ptr.dtype.element_ty), acc=acc)
+            acc = tl.dot(a_odd, w_odd.to(a_ptr.dtype.element_ty), acc=acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K // 2
+        s_ptrs += (BLOCK_K // 32) * stride_sg
+
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + expert * stride_bias_e + offs_bn * stride_bias_n).to(tl.float32)
+        acc = acc + bias[None, :]
+    if MUL_WEIGHT:
+        w = tl.load(weight_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        acc = acc * w[:, None]
+    if SOFT_BF16:
+        acc = bf16_rne(acc)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
 def _moe_sum_kernel(c_ptr, out_ptr, T, H, stride_ct, stride_cs, stride_ot,
                     TOP_K: tl.constexpr, SOFT_BF16: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
     """out[t] = sum over s = 0..k-1, in that order, of c[t, s]; float32, one rounding."""
@@ -170,6 +264,52 @@ def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, c: torch.T
     try:
         launch(cfg)
     except OutOfResources:  # raised at the first (compiling) launch, before any work
+        _too_big.add(key)
+        launch(replace(cfg, **_SMALL))
+
+
+def gemm_mxfp4(a: torch.Tensor, blocks: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
+               c: torch.Tensor, routing: Routing, *, a_row_div: int, block_m: int,
+               weights: torch.Tensor | None = None) -> None:
+    """:func:`gemm` with the weights as MXFP4: blocks [E, N, K/32, 16] and scales [E, N, K/32]
+    (uint8, as a gpt-oss checkpoint stores them; a rank's slice of rows or of groups works), the
+    same tile configurations and routing; K = 32 * groups. Each row's bytes must be contiguous
+    (``blocks.stride(-1) == 1`` and ``blocks.stride(-2) == 16``)."""
+    num_rows, N = c.shape
+    K = a.shape[1]
+    if blocks.stride(-1) != 1 or blocks.stride(-2) != 16:
+        raise ValueError(f"MXFP4 blocks must hold each row's bytes contiguously, got strides {blocks.stride()}")
+    if num_rows == 0 or N == 0:
+        return
+    cfg = gemm_config(block_m, a.dtype)
+    key = ("mxfp4", block_m, a.dtype, N, K)
+    if key in _too_big:
+        cfg = replace(cfg, **_SMALL)
+    num_tiles_m = routing.expert_ids.numel()
+    args = (
+        a, blocks, scales, bias if bias is not None else c, c, weights if weights is not None else c,
+        routing.sorted_ids, routing.expert_ids, routing.num_tokens_post_padded,
+        N, K, num_rows, num_tiles_m,
+        a.stride(0), a.stride(1), blocks.stride(0), blocks.stride(1),
+        scales.stride(0), scales.stride(1), scales.stride(2),
+        bias.stride(0) if bias is not None else 0, bias.stride(1) if bias is not None else 0,
+        c.stride(0), c.stride(1),
+    )
+
+    def launch(cfg: GemmConfig) -> None:
+        grid = (num_tiles_m * triton.cdiv(N, cfg.BLOCK_N),)
+        _moe_gemm_mxfp4_kernel[grid](
+            *args,
+            A_ROW_DIV=a_row_div, HAS_BIAS=bias is not None, MUL_WEIGHT=weights is not None,
+            EVEN_K=K % cfg.BLOCK_K == 0, UPCAST=a.dtype == torch.float32 or interpreting(),
+            SOFT_BF16=soft_bf16(c.dtype),
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+
+    try:
+        launch(cfg)
+    except OutOfResources:
         _too_big.add(key)
         launch(replace(cfg, **_SMALL))
 

@@ -141,6 +141,113 @@ def fused_experts(
     return out
 
 
+# --------------------------------------------------------------------------- MXFP4 weights
+
+
+def _check_mxfp4(x, w1_blocks, w1_scales, w2_blocks, w2_scales) -> tuple[int, int, int]:
+    """(E, N1, I) of packed expert weights, or one ValueError line."""
+    from bcgprof.models import mxfp4
+
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"MXFP4 experts run with bfloat16 or float32 activations, got {x.dtype}")
+    for name, t in (("w1_blocks", w1_blocks), ("w1_scales", w1_scales), ("w2_blocks", w2_blocks),
+                    ("w2_scales", w2_scales)):
+        if t.dtype != torch.uint8:
+            raise ValueError(f"{name} must be uint8, got {t.dtype}")
+    E, N1, H = mxfp4.packed_dims(w1_blocks.shape, w1_scales.shape)
+    E2, H2, I = mxfp4.packed_dims(w2_blocks.shape, w2_scales.shape)
+    if E2 != E or x.shape[-1] != H2 or x.shape[-1] != H or N1 != 2 * I:
+        raise ValueError(f"packed shapes do not fit x {tuple(x.shape)}: w1_blocks {tuple(w1_blocks.shape)} "
+                         f"(want [E, 2I, H/32, 16]), w2_blocks {tuple(w2_blocks.shape)} (want [E, H, I/32, 16])")
+    return E, N1, I
+
+
+def fused_experts_mxfp4(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w1_blocks: torch.Tensor,
+    w1_scales: torch.Tensor,
+    w2_blocks: torch.Tensor,
+    w2_scales: torch.Tensor,
+    activation: str = "clamped_swiglu",
+    b1: torch.Tensor | None = None,
+    b2: torch.Tensor | None = None,
+    alpha: float = 1.702,
+    limit: float = 7.0,
+    *,
+    out: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """:func:`fused_experts` with the expert weights kept as a gpt-oss checkpoint stores them:
+    ``w1_blocks`` [E, N1, H/32, 16] and ``w1_scales`` [E, N1, H/32] (gate_up_proj's, gate and up
+    interleaved in its rows as in the bf16 layout's columns), ``w2_blocks`` [E, H, I/32, 16] and
+    ``w2_scales`` [E, H, I/32] (down_proj's); uint8, :mod:`bcgprof.models.mxfp4` describes the
+    format. Equals ``fused_experts`` on the weights :func:`~bcgprof.models.mxfp4.dequantize_mxfp4`
+    gives (exact in bfloat16), up to the order of the float32 sums.
+
+    Memory: the Triton path decodes the weights in registers, inside the GEMMs; no dequantised
+    copy of a weight exists at any time. Its allocations are exactly those of ``fused_experts``
+    for the same (T, k, H, I, E), in the same order, shapes and dtypes (nothing of the
+    workspace depends on the weights' format):
+
+    * routing metadata: sorted_ids ``4 * P`` bytes with P = T*k + E*(BM-1) (at most T*k*BM
+      when T*k < E), expert_ids ``4 * cdiv(P, BM)``, num_tokens_post_padded 4;
+    * cache13 ``T*k * max(2I, H) * s`` bytes (s the activations' element size, 2 for bf16);
+    * output ``T * H * s`` (none with ``out=``);
+    * cache2 ``T*k * I * s``.
+
+    What differs is outside the workspace: the weights the GEMMs read (``E * N * K * 17/32``
+    bytes a projection instead of ``2 * E * N * K``). The reference path (CPU) dequantises the
+    weights and runs :func:`fused_experts_reference`, allocating freely.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    E, N1, I = _check_mxfp4(x, w1_blocks, w1_scales, w2_blocks, w2_scales)
+    T, H = x.shape
+    mode = choose(x.device, backend)
+    if mode == REFERENCE:
+        from bcgprof.models.mxfp4 import dequantize_mxfp4
+
+        w1 = dequantize_mxfp4(w1_blocks, w1_scales, dtype=x.dtype, device=x.device)  # [E, H, N1]
+        w2 = dequantize_mxfp4(w2_blocks, w2_scales, dtype=x.dtype, device=x.device)  # [E, I, H]
+        y = fused_experts_reference(x, topk_ids, topk_weights, w1, w2, activation, b1, b2, alpha, limit)
+        return y if out is None else out.copy_(y)
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != T or tuple(topk_weights.shape) != tuple(topk_ids.shape):
+        raise ValueError(f"topk_ids and topk_weights must both be [T={T}, k], got {tuple(topk_ids.shape)} "
+                         f"and {tuple(topk_weights.shape)}")
+    if out is not None and (tuple(out.shape) != (T, H) or out.dtype != x.dtype or out.device != x.device
+                            or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape {(T, H)} on {x.device}")
+    k = topk_ids.shape[1]
+    ws = moe_workspace_shapes(T, k, H, N1, I, E)
+    if T == 0 or k == 0:
+        return x.new_zeros(T, H) if out is None else out.zero_()
+    routing = align_routing(topk_ids, ws)
+    cache13 = _empty(x, ws.cache13)
+    if out is None:
+        out = _empty(x, ws.output)
+    cache2 = _empty(x, ws.cache2)
+    cache1 = cache13[: ws.rows * N1].view(ws.rows, N1)  # [T*k, N1]
+    cache3 = cache13[: ws.rows * H].view(ws.rows, H)  # [T*k, H], over cache1
+    if mode == META:
+        return out
+    from bcgprof.models.kernels import _triton_moe
+
+    _triton_moe.gemm_mxfp4(x, w1_blocks, w1_scales, b1, cache1, routing, a_row_div=k, block_m=ws.block_m)
+    if activation == "silu":
+        silu_and_mul(cache1, out=cache2, backend="triton")
+    else:
+        clamped_swiglu(cache1, alpha, limit, out=cache2, backend="triton")
+    weights = topk_weights.reshape(-1)  # [T*k]
+    if not weights.is_contiguous():
+        weights = weights.contiguous()
+    _triton_moe.gemm_mxfp4(cache2, w2_blocks, w2_scales, b2, cache3, routing, a_row_div=1, block_m=ws.block_m,
+                           weights=weights)
+    _triton_moe.moe_sum(cache3.view(T, k, H), out)
+    return out
+
+
 # --------------------------------------------------------------------------- reference
 
 
