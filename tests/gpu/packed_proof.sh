@@ -7,7 +7,7 @@
 #            gpt-oss-20b's expert shape, no bf16 expert copy, graph replay (log: $OUT/r/pytest.log)
 #   capture  bcgprof capture --experts packed (gpt-oss-20b, every mode) into $OUT/packed, then the
 #            side-by-side table against reports/gpt-oss-20b-h200 (tests/gpu/packed_table.py)
-# Timeouts: TEST_TIMEOUT (default 240 s), CAP_TIMEOUT (default 300 s). The short table comes last.
+# Timeouts: TEST_TIMEOUT (default 120 s), CAP_TIMEOUT (default 360 s); together under a 600 s limit. The short table comes last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 HERE=$PWD
@@ -34,7 +34,7 @@ PY
 
 if stage tests; then
   t=$SECONDS
-  PYTHONPATH=$HERE timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -s -p no:cacheprovider tests/gpu -k packed \
+  PYTHONPATH=$HERE timeout "${TEST_TIMEOUT:-120}" python3 -m pytest -q -s -p no:cacheprovider tests/gpu -k packed \
     >"$R/pytest.log" 2>&1
   say "pytest tests/gpu -k packed: exit $? in $((SECONDS - t)) s (log: $R/pytest.log)"
   grep -E "^T=|packed expert layer|forward at|passed|failed|error" "$R/pytest.log" | tail -n 12 | tee -a "$SUMMARY"
@@ -45,7 +45,7 @@ if stage capture; then
     say "$OUT/packed exists; the capture needs a new directory: remove it or choose another OUT"
   else
     t=$SECONDS
-    PYTHONPATH=$HERE timeout "${CAP_TIMEOUT:-300}" python3 -m bcgprof capture --experts packed --out "$OUT/packed" \
+    PYTHONPATH=$HERE timeout "${CAP_TIMEOUT:-360}" python3 -m bcgprof capture --experts packed --out "$OUT/packed" \
       >"$R/capture.out" 2>&1
     say "bcgprof capture --experts packed: exit $? in $((SECONDS - t)) s (output: $R/capture.out; mode logs in $OUT/packed)"
   fi

@@ -99,7 +99,9 @@ def test_packed_layer_never_holds_bf16_expert_weights():
     held, peak = torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base
     print(f"packed expert layer: holds {held / 2**20:.1f} MiB, build peak {peak / 2**20:.1f} MiB; "
           f"bf16 experts {bf16_bytes / 2**20:.1f} MiB")
-    assert packed_bytes <= held <= packed_bytes + 4096  # the allocator's 512-byte rounding, per tensor
+    # the caching allocator hands a large request its whole 2 MiB-rounded block when the rest is under
+    # 1 MiB (it splits only larger remainders): at most 2 MiB more per tensor, six tensors
+    assert packed_bytes <= held <= packed_bytes + 6 * (2 << 20)
     assert peak < bf16_bytes / 3 and peak <= held + (1 << 20)
 
     # a forward allocates the fused MoE's workspace and nothing else, as the bf16 path does
@@ -131,7 +133,9 @@ def test_packed_layer_never_holds_bf16_expert_weights():
     print(f"forward at {T} tokens: packed peak {packed_peak / 2**20:.1f} MiB, bf16 {bf16_peak / 2**20:.1f} MiB, "
           f"workspace {ws / 2**20:.1f} MiB")
     assert packed_peak == bf16_peak  # the same allocations (both with their clone of x as the output)
-    assert packed_peak < ws + T * H * 2 * 2 + (64 << 20) < bf16_bytes / 3
+    # above the workspace and the clone of x: routing temporaries and block rounding, under the
+    # bf16 gate_up_proj of a single expert (H * 2I * 2 bytes, 31.6 MiB)
+    assert packed_peak - ws - T * H * 2 < 16 << 20 < H * 2 * I * 2
 
 
 def test_packed_graph_replay_equals_an_eager_run():
