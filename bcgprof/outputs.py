@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 from bcgprof.errors import BcgprofError
@@ -51,6 +50,8 @@ def resolved_output(path: Path, option: str, *, create_parents: bool = False) ->
 
 def replace_file(real: Path, data: bytes) -> None:
     """Write ``data`` to ``real`` atomically: a temporary file beside it, then a rename over it."""
+    import tempfile  # here, not at the top: the gate imports this module and rarely writes a file
+
     real.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
     try:

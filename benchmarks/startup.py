@@ -4,8 +4,11 @@ Each command runs N times, each in a fresh interpreter, the commands taking turn
 round first, to warm the file cache); the median wall time of each is printed with its ratio to
 the baseline's.
 Reading a report imports neither torch nor the model code, nor the modules of the commands that
-do not run; what is left is rich's console, the report reader and the views, and typer's parsing
-of one command. ``--max-ratio R`` makes a ratio an exit code.
+do not run; what is left is the report reader, the views and typer's parsing of one command.
+Output goes to a pipe (/dev/null), as in CI or ``| less``: the tables are drawn as plain text,
+without rich's console. The last row draws them as on a terminal (``TTY_COMPATIBLE=1``: rich's
+boxed tables, rich's console loaded). ``--max-ratio R`` makes the ratio of ``show`` (into a pipe)
+an exit code.
 The package is byte-compiled first, as ``pip install`` leaves it: an editable checkout under
 ``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile bcgprof's sources on every run (about
 40 ms of each, on a 2-core machine), which no installed copy pays.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import os
 import shutil
 import statistics
 import subprocess
@@ -27,6 +31,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "reports"
+
+# Marks a command to run as on a terminal: rich's tables (TTY_COMPATIBLE=1), without colour codes.
+TERMINAL = "<terminal>"
+_PIPE = {k: v for k, v in os.environ.items() if k not in ("TTY_COMPATIBLE", "FORCE_COLOR")}
+_TERMINAL = {**_PIPE, "TTY_COMPATIBLE": "1", "NO_COLOR": "1"}
 
 
 def bcgprof() -> list[str]:
@@ -45,12 +54,15 @@ def commands() -> list[tuple[str, list[str]]]:
         ("bcgprof --version", [*cli, "--version"]),
         ("bcgprof gate (two committed reports)", [*cli, "gate", "--baseline", str(REPORTS / "gpt-oss-20b-h200-unfused"),
                                                   "--current", str(REPORTS / "gpt-oss-20b-h200-unfused-rerun")]),
+        ("bcgprof show, terminal tables", [*cli, "show", str(REPORTS / "gpt-oss-20b-h200"), TERMINAL]),
     ]
 
 
 def run_once(argv: list[str]) -> float:
+    env = _TERMINAL if argv[-1] == TERMINAL else _PIPE
+    argv = [a for a in argv if a != TERMINAL]
     start = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, env=env)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[-300:]}")

@@ -25,9 +25,6 @@ from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report, SummaryRecord
 from bcgprof.report_format import fmt_bytes
-from bcgprof.spec import resolve_model
-from bcgprof.spec.kv import kv_bytes_per_token as token_bytes
-from bcgprof.spec.kv import kv_formula
 
 # cause -> (label, what it is)
 CAUSES = {
@@ -141,6 +138,11 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
     recorded = report.run.extra.get("kv_bytes_per_token") if isinstance(report.run.extra, dict) else None
     if isinstance(recorded, int) and recorded > 0:
         return recorded, str(report.run.extra.get("kv_formula", "recorded at capture"))
+    # The model presets load here, not with this module: compare and gate use its ledger alone.
+    from bcgprof.spec import resolve_model
+    from bcgprof.spec.kv import kv_bytes_per_token as token_bytes
+    from bcgprof.spec.kv import kv_formula
+
     try:
         spec = resolve_model(report.run.model)
         if spec.config_hash != report.run.config_hash:

@@ -11,9 +11,10 @@ from typing import Optional
 from bcgprof.errors import BcgprofError
 
 REPORT_HELP = "Report directory (holding buckets.csv, summary.csv and run.json)."
-FORMAT_HELP = ("table: rich tables in MiB/GiB; markdown: the same as GitHub tables; json (strict JSON, bytes as "
-               "integers: the documented contract) and csv: raw values (csv: one block per table, each headed "
-               "'# name').")
+FORMAT_HELP = ("table: tables in MiB/GiB, drawn in boxes on a terminal and as aligned plain text (no box characters "
+               "or colour, COLUMNS wide, 220 by default) into a pipe or file (TTY_COMPATIBLE=1 or FORCE_COLOR=1 "
+               "asks for the boxes); markdown: the same as GitHub tables; json (strict JSON, bytes as integers: the "
+               "documented contract) and csv: raw values (csv: one block per table, each headed '# name').")
 WIDE_HELP = ("Tables: every column (wider than 100 columns). By default tables show the key columns and "
              "as many others as the terminal fits, never cutting a number.")
 BUCKETS_HELP = ("Bucket spec: comma list (4,8,16), inclusive range START:STOP:STEP (512:4096:512), or a preset "

@@ -87,13 +87,35 @@ def quiet_stdout() -> None:
 def _console_width() -> Optional[int]:
     if GuardedStdout().isatty():
         return None  # the terminal's
+    return pipe_width()
+
+
+def pipe_width() -> int:
+    """Columns of output that is not a terminal: COLUMNS when it says, else :data:`PIPE_WIDTH`."""
     # A pipe or file gets wide lines rather than wrapped table cells, unless COLUMNS says otherwise.
     columns = os.environ.get("COLUMNS", "")
     return int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else PIPE_WIDTH
 
 
+def stdout_is_terminal() -> bool:
+    """Whether stdout gets a terminal's rich tables: a terminal, or TTY_COMPATIBLE=1 or FORCE_COLOR
+    saying so (rich's own rules: TTY_COMPATIBLE=0 says no)."""
+    tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    return GuardedStdout().isatty()
+
+
 def stdout_console():
-    """The console results are printed on."""
+    """The console results are printed on: rich's on a terminal; else a plain-text one, which draws
+    the same tables as aligned text without loading rich (:mod:`bcgprof.render.as_text`)."""
+    if not stdout_is_terminal():
+        from bcgprof.render.as_text import PlainConsole
+
+        return PlainConsole(cast(IO[str], GuardedStdout()), pipe_width())
     from rich.console import Console
 
     class _Console(Console):

@@ -3,15 +3,17 @@
 Two layers: :mod:`~bcgprof.render.views` builds a view model (a
 :class:`~bcgprof.render.model.View`) from a report, a comparison, a gate result or an
 estimate; one renderer per output draws any view: :func:`render_table` (rich tables
-fitted to the console), :func:`render_markdown`, :func:`render_json` and
-:func:`render_csv`. The functions below are what the CLI and the runner call.
+fitted to a terminal's console; on a :class:`~bcgprof.render.as_text.PlainConsole`, for
+output that is not a terminal, the same tables as aligned plain text without rich),
+:func:`render_markdown`, :func:`render_json` and :func:`render_csv`. The functions below
+are what the CLI and the runner call.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bcgprof.render.as_table import render_table
+from bcgprof.render.as_text import PlainConsole, render_text
 from bcgprof.render.model import Column, Line, Sheet, View
 from bcgprof.render.views import (
     capture_view,
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
     from bcgprof.render.as_json import render_json
     from bcgprof.render.as_markdown import render_markdown
 
-# The markdown, json and csv renderers load when asked for (a table needs none of them).
+# The markdown, json and csv renderers load when asked for (a table needs none of them); so does
+# rich, which only a terminal's tables need.
 _LAZY = {"render_csv": "as_csv", "render_json": "as_json", "render_markdown": "as_markdown"}
 
 
@@ -51,6 +54,7 @@ __all__ = [
     "SECTIONS",
     "Column",
     "Line",
+    "PlainConsole",
     "Sheet",
     "View",
     "gate_error_markdown",
@@ -64,6 +68,7 @@ __all__ = [
     "render_json",
     "render_markdown",
     "render_table",
+    "render_text",
     "run_line",
     "show_comparison",
     "show_report",
@@ -71,13 +76,23 @@ __all__ = [
 ]
 
 
-def _write(console: Console, text: str) -> None:
+def render_table(view: View, console: Console | PlainConsole, *, wide: bool = False) -> None:
+    """Draw a view's tables: rich tables on a rich console, aligned plain text on a :class:`PlainConsole`."""
+    if isinstance(console, PlainConsole):
+        render_text(view, console, wide=wide)
+        return
+    from bcgprof.render.as_table import render_table as render_rich
+
+    render_rich(view, console, wide=wide)
+
+
+def _write(console: Console | PlainConsole, text: str) -> None:
     # Plain text, exactly as produced: no markup, wrapping or highlighting.
     console.file.write(text)
     console.file.flush()
 
 
-def render(view: View, fmt: str, console: Console, *, wide: bool = False) -> None:
+def render(view: View, fmt: str, console: Console | PlainConsole, *, wide: bool = False) -> None:
     """Draw ``view`` on ``console`` in one of :data:`FORMATS`."""
     if fmt == "table":
         render_table(view, console, wide=wide)
@@ -97,17 +112,17 @@ def render(view: View, fmt: str, console: Console, *, wide: bool = False) -> Non
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def show_report(report, console: Console, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
+def show_report(report, console: Console | PlainConsole, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
     """`bcgprof show`: per-mode bucket tables and the summary, in any of :data:`FORMATS`."""
     render(show_view(report, section), fmt, console, wide=wide)
 
 
-def show_comparison(cmp, console: Console, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
+def show_comparison(cmp, console: Console | PlainConsole, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
     """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)."""
     render(compare_view(cmp, section), fmt, console, wide=wide)
 
 
-def print_gate(result, console: Console) -> None:
+def print_gate(result, console: Console | PlainConsole) -> None:
     render_table(gate_view(result), console)
 
 
@@ -122,11 +137,11 @@ def gate_error_markdown(message: str) -> str:
     return f"## bcgprof gate: UNUSABLE INPUT\n\n{message}\n\n"
 
 
-def print_estimate(est, console: Console) -> None:
+def print_estimate(est, console: Console | PlainConsole) -> None:
     render_table(estimate_view(est), console)
 
 
-def print_capture_result(report, console: Console) -> None:
+def print_capture_result(report, console: Console | PlainConsole) -> None:
     """What a finished capture shows: its tables (fitted to the console), the verdict line and "report: PATH"."""
     render_table(capture_view(report), console)
 

@@ -1,11 +1,12 @@
-"""Views as rich tables on a console, fitted to its width.
+"""Views as rich tables on a terminal, fitted to its width.
 
-Every column gets a width before rich sees it: numbers and key columns (mode, bucket,
-status, #, the main byte figures) are never wrapped, shrunk or cut; text columns wrap
-at spaces; headers wrap at spaces. When a table does not fit, the non-key columns
-with the highest ``drop`` are left out, whole, and a note under the table names them.
-Only when the key columns alone do not fit (or with ``wide``) is the table drawn wider
-than the console, so that nothing is ever cut.
+Every column gets a width before rich sees it (:mod:`~bcgprof.render.layout`): numbers and
+key columns (mode, bucket, status, #, the main byte figures) are never wrapped, shrunk or
+cut; text columns wrap at spaces; headers wrap at spaces. When a table does not fit, the
+non-key columns with the highest ``drop`` are left out, whole, and a note under the table
+names them. Only when the key columns alone do not fit (or with ``wide``) is the table
+drawn wider than the console, so that nothing is ever cut. Output that is not a terminal
+is drawn without rich, by the same rules, by :mod:`~bcgprof.render.as_text`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from rich.table import Table
 
+from bcgprof.render.layout import MORE_ROWS_NOTE, first_rows, fit_widths, row_limit
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 
 _STYLES = {STRONG: "bold", WARNING: "yellow", BAD: "bold red", GOOD: "bold green"}
@@ -30,50 +32,9 @@ def table_width(widths: list[int]) -> int:
     return sum(widths) + 3 * len(widths) + 1
 
 
-def _words(text: str) -> int:
-    return max((cell_len(w) for w in text.split()), default=0)
-
-
-def _measure(sheet: Sheet, column: Column) -> tuple[int, int]:
-    """(natural, minimum) content width of a column."""
-    cells = [sheet.cell(row, column) for row in sheet.rows]
-    longest = max((cell_len(c) for c in cells), default=0)
-    header = cell_len(column.header)
-    if column.numeric or column.key_column:
-        return max(longest, header, 1), max(longest, _words(column.header), 1)
-    return max(longest, header, 1), max(max((_words(c) for c in cells), default=0), _words(column.header), 1)
-
-
-def _shrink(natural: list[int], minimum: list[int], limit: int) -> list[int]:
-    """Narrow the columns with the most room above their minimum until the table fits ``limit`` (or cannot)."""
-    widths = list(natural)
-    excess = table_width(widths) - limit
-    while excess > 0:
-        slack = [w - m for w, m in zip(widths, minimum)]
-        i = max(range(len(widths)), key=lambda k: slack[k], default=None)
-        if i is None or slack[i] <= 0:
-            break
-        widths[i] -= 1
-        excess -= 1
-    return widths
-
-
 def fit_columns(sheet: Sheet, columns: list[Column], limit: int, *, drop: bool = True):
-    """(columns kept, their widths, columns left out) for a table at most ``limit`` characters wide."""
-    kept = list(columns)
-    hidden: list[Column] = []
-    while True:
-        sizes = [_measure(sheet, c) for c in kept]
-        widths = _shrink([n for n, _ in sizes], [m for _, m in sizes], limit)
-        if table_width(widths) <= limit or not drop:
-            return kept, widths, hidden
-        candidates = [c for c in kept if not c.key_column]
-        if not candidates:
-            return kept, widths, hidden
-        top = max(c.drop for c in candidates)
-        going = [c for c in candidates if c.drop == top]
-        hidden = going + hidden
-        kept = [c for c in kept if c not in going]
+    """(columns kept, their widths, columns left out) for a rich table at most ``limit`` characters wide."""
+    return fit_widths(sheet, columns, limit, table_width=table_width, cell_len=cell_len, drop=drop)
 
 
 def sheet_table(sheet: Sheet, columns: list[Column], widths: list[int]) -> Table:
@@ -186,29 +147,13 @@ def print_line(console: Console, line: Line) -> None:
     console.print(line_markup(line), highlight=False)
 
 
-# A terminal table is for reading: a view draws at most this many rows in all, each sheet its share
-# (at least MIN_SHEET_ROWS); a note says what was left out. markdown, json and csv hold every row.
-MAX_TABLE_ROWS = 1000
-MIN_SHEET_ROWS = 25
-
-
-def row_limit(sheets: list[Sheet]) -> int | None:
-    """Rows each sheet may draw, or None when every row fits :data:`MAX_TABLE_ROWS`."""
-    if sum(len(s.rows) for s in sheets) <= MAX_TABLE_ROWS:
-        return None
-    return max(MIN_SHEET_ROWS, MAX_TABLE_ROWS // max(len(sheets), 1))
-
-
 def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str = "",
                 max_rows: int | None = None) -> bool:
     """One sheet: all its columns with ``wide``, else the default ones that fit the console;
     its first ``max_rows`` rows (all by default).
 
     Returns whether a note said which columns were left out."""
-    left_out = 0
-    if max_rows is not None and len(sheet.rows) > max_rows:
-        left_out = len(sheet.rows) - max_rows
-        sheet = Sheet(sheet.name, sheet.title, sheet.columns, sheet.rows[:max_rows], sheet.notes[:max_rows])
+    sheet, left_out = first_rows(sheet, max_rows)
     columns = [c for c in sheet.columns if wide or not c.wide]
     limit = console.width
     kept, widths, hidden = fit_columns(sheet, columns, limit, drop=not wide)
@@ -228,8 +173,7 @@ def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str
         console.print(f"  [dim]left out at {limit} columns: {escape(names)}"
                       + (f"; {escape(hint)}" if hint else "") + "[/]", highlight=False)
     if left_out:
-        console.print(f"  [dim]{left_out} more rows not drawn; -f csv, -f markdown or -f json gives every row[/]",
-                      highlight=False)
+        console.print(f"  [dim]{escape(MORE_ROWS_NOTE.format(left_out))}[/]", highlight=False)
     for note in sheet.notes:
         console.print(f"  {escape(note)}", highlight=False)
     return bool(hidden)

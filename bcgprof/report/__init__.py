@@ -17,13 +17,17 @@ dataclass fields are the columns; every reader and writer goes through this pack
 * :mod:`~bcgprof.report.frames`: the tables as typed pandas DataFrames (pandas loaded only there).
 
 Nothing here imports torch, numpy, pandas (outside :mod:`~bcgprof.report.frames`' functions)
-or the model code.
+or the model code. The writer and the frames load when first named (reading a report needs
+neither).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from bcgprof.report.codec import clean_text, records_to_csv
 from bcgprof.report.consistency import REPLAY_ATOL, capture_sequence
 from bcgprof.report.files import open_report_file
-from bcgprof.report.frames import ReportTables, read_report_tables, report_frames
 from bcgprof.report.limits import (
     MAX_BUCKET_ROWS,
     MAX_BYTES,
@@ -51,7 +55,24 @@ from bcgprof.report.schema import (
     SummaryRecord,
 )
 from bcgprof.report.summaries import summarize
-from bcgprof.report.write import ReportWriter, atomic_write_bytes, atomic_write_text, run_info_to_json
+
+if TYPE_CHECKING:
+    from bcgprof.report.frames import ReportTables, read_report_tables, report_frames
+    from bcgprof.report.write import ReportWriter, atomic_write_bytes, atomic_write_text, run_info_to_json
+
+_LAZY = {
+    "ReportTables": "frames", "read_report_tables": "frames", "report_frames": "frames",
+    "ReportWriter": "write", "atomic_write_bytes": "write", "atomic_write_text": "write", "run_info_to_json": "write",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"bcgprof.report.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'bcgprof.report' has no attribute {name!r}")
+
 
 __all__ = [
     "BUCKET_REQUIRED",

@@ -16,6 +16,7 @@ from bcgprof.cli import app
 from bcgprof.errors import NoGPUError
 
 from helpers import refused
+from unit.test_plain_text import plain_rows
 
 MIB = 1024 ** 2
 runner = CliRunner()
@@ -202,7 +203,7 @@ def test_compare_table_lists_growth_first(data_dir):
     out = result.stdout
     assert "per-mode totals" in out and "+40.00 MiB" in out
     bucket_table = out[out.index("per-bucket deltas"):]
-    first_row = next(line for line in bucket_table.splitlines() if "per-bucket" in line and "│" in line)
+    first_row = next(row for row in plain_rows(bucket_table) if "per-bucket" in row)
     assert "1024" in first_row and "+40.00 MiB" in first_row
 
 

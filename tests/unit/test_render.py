@@ -1,4 +1,7 @@
-"""Views rendered at fixed console widths (80, 100, 120, 200 columns): key columns whole, numbers never cut."""
+"""Views rendered at fixed console widths (80, 100, 120, 200 columns): key columns whole, numbers never cut.
+
+Every test that draws runs twice: on a rich console (a terminal's tables) and on a plain one (what
+a pipe or a file gets); the CLI's runs through Typer's runner are not a terminal, so they see the plain."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from bcgprof.analysis.estimate import estimate_output_buffers
 from bcgprof.analysis.gate import GateOptions, gate_reports
 from bcgprof.cli import app
 from bcgprof.render import (
+    PlainConsole,
     print_capture_result,
     print_estimate,
     print_gate,
@@ -29,6 +33,8 @@ from bcgprof.report import read_report
 from bcgprof.report_format import fmt_bytes, fmt_pct, fmt_ratio
 from bcgprof.spec import resolve_model
 
+from .test_plain_text import plain_header, plain_rows
+
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "reports" / "gpt-oss-20b-h200"
 UNFUSED = ROOT / "reports" / "gpt-oss-20b-h200-unfused"  # the same capture before the fused kernels
@@ -36,12 +42,23 @@ RERUN = ROOT / "reports" / "gpt-oss-20b-h200-unfused-rerun"  # ... made again by
 DATA = Path(__file__).resolve().parents[1] / "data"
 WIDTHS = (80, 100, 120, 200)
 runner = CliRunner()
+DRAWN_ON = {"console": "rich"}  # which console draw() uses: set for each test by the fixture below
+
+
+@pytest.fixture(autouse=True, params=["rich", "plain"])
+def console_kind(request):
+    DRAWN_ON["console"] = request.param
+    yield request.param
+    DRAWN_ON["console"] = "rich"
 
 
 def draw(fn, *args, width: int, **kwargs) -> str:
-    console = Console(width=width, file=io.StringIO(), color_system=None, highlight=False, soft_wrap=False)
-    fn(*args, console, **kwargs)
-    return console.file.getvalue()
+    out = io.StringIO()
+    if DRAWN_ON["console"] == "plain":
+        fn(*args, PlainConsole(out, width), **kwargs)
+    else:
+        fn(*args, Console(width=width, file=out, color_system=None, highlight=False, soft_wrap=False), **kwargs)
+    return out.getvalue()
 
 
 def cells(line: str) -> list[str]:
@@ -49,6 +66,8 @@ def cells(line: str) -> list[str]:
 
 
 def table_rows(text: str) -> list[list[str]]:
+    if "│" not in text:
+        return plain_rows(text)
     return [cells(line) for line in text.splitlines() if line.startswith("│")]
 
 
@@ -68,7 +87,7 @@ def assert_row(rows: list[list[str]], *values: str) -> None:
 
 
 def header_words(text: str, *headers: str) -> None:
-    head = " ".join(line for line in text.splitlines() if line.startswith("┃"))
+    head = " ".join(line for line in text.splitlines() if line.startswith("┃")) if "┃" in text else plain_header(text)
     for header in headers:
         for word in header.split():
             assert re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", head), (header, word)
