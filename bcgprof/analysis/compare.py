@@ -134,7 +134,7 @@ def _changes(old, new, metrics) -> dict[str, Change]:
 
 
 def _cause_changes(old: SummaryRecord, new: SummaryRecord) -> dict[str, Change]:
-    from bcgprof.analysis.explain import summary_causes
+    from bcgprof.analysis.causes import summary_causes
 
     a, b = summary_causes(old), summary_causes(new)
     if a is None or b is None:

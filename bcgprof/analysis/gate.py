@@ -328,7 +328,7 @@ def _metric_check(mode, rank, bucket, metric, base: int, cur: int, options: Gate
 def causes_grown(total) -> str:
     """The causes (explain's ledger) that grew between the two reports' totals of one mode, largest first,
     with the graph and node counts beside graph executables: '' when the reports lack the ledger."""
-    from bcgprof.analysis.explain import CAUSES
+    from bcgprof.analysis.causes import CAUSES
 
     parts = []
     for name, change in sorted(total.causes.items(), key=lambda kv: -(kv[1].delta or 0)):

@@ -316,7 +316,7 @@ def _growth_style(delta) -> Optional[str]:
 
 def totals_sheet(cmp: Comparison) -> Sheet:
     from bcgprof.analysis.compare import BOTH
-    from bcgprof.analysis.explain import CAUSES
+    from bcgprof.analysis.causes import CAUSES
 
     multi = cmp.multi_rank
     columns = [
