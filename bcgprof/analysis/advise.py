@@ -8,6 +8,15 @@ picks, among the profiled buckets, the list with the least expected padding whos
 predicted cost (:func:`bcgprof.analysis.predict.predict_buckets`) fits the budget even at the top of
 its error band. The largest profiled bucket is always kept: it is the chunk size.
 
+With ``free`` (``advise --free SIZE``) the list must also capture with SIZE free on the device
+when its first warm-up begins, as a server's start-up has it: a capture needs more than it
+keeps, since each bucket's eager warm-up leaves its blocks cached while the pool grows
+(:mod:`bcgprof.analysis.headroom`). A candidate that fits the budget is kept only if its
+replayed need (the largest over its buckets of what earlier buckets kept plus the bucket's
+warm-up cache, pool growth and executables) is within SIZE; that reads the prediction the
+budget check made, so it adds no replay, but the search then goes on to more padded lists.
+The trade-off curve carries the same constraint.
+
 **Expected padding**, wherever bcgprof prints it, is padded tokens over requested tokens:
 the tokens computed for nothing, divided by the tokens the requests asked for (full chunks
 included). Lengths 3, 5 and 10 on the list 4,8 pad 1 + 3 + 2 = 6 tokens (10 runs as a chunk
@@ -110,6 +119,8 @@ class Advice:
     exact: bool = False  # the list's pool replayed from every event of its buckets
     band_source: str = ""  # what the band was derived from (bcgprof.analysis.bands)
     work: dict = field(default_factory=dict)  # what the search did: predictions, replays... (not in the JSON)
+    needs_free_bytes: Optional[int] = None  # the free memory the list needs when its first warm-up begins
+    free_bytes: Optional[int] = None  # --free: the second constraint (None: not asked)
 
     @property
     def spec(self) -> str:
@@ -119,6 +130,13 @@ class Advice:
     def margin_bytes(self) -> int:
         """The budget left above the top of the band (never negative for a chosen list)."""
         return self.budget_bytes - self.high_bytes
+
+    @property
+    def free_margin_bytes(self) -> Optional[int]:
+        """With --free: the free memory left above what the list needs (never negative for a chosen list)."""
+        if self.free_bytes is None or self.needs_free_bytes is None:
+            return None
+        return self.free_bytes - self.needs_free_bytes
 
 
 # ---------------------------------------------------------------- lengths
@@ -474,8 +492,13 @@ def _most_units(costs: Sequence[int], weights: Sequence[int], room: float) -> fl
 
 
 def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths: Optional[Sequence[int]] = None,
-           curve_points: int = 12) -> Advice:
-    """The bucket list with the least expected padding whose predicted ``mode`` cost fits ``budget`` bytes."""
+           curve_points: int = 12, free: Optional[int] = None) -> Advice:
+    """The bucket list with the least expected padding whose predicted ``mode`` cost fits ``budget`` bytes.
+
+    ``free``: the free memory (NVML) when the first bucket's warm-up begins, as a server start-up has it; the
+    list must also capture with that much free (:attr:`bcgprof.analysis.headroom.Headroom.needs_free_bytes`:
+    the warm-ups' cached blocks and the pool's growth meet at each bucket's peak). Every candidate list keeps
+    the profile's largest bucket, so its need is replayed, not bounded."""
     if mode not in ADVISE_MODES:
         raise AdviceError(f"advise supports the modes {', '.join(ADVISE_MODES)}, not {mode!r}")
     if mode not in report.modes():
@@ -501,6 +524,14 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
         raise AdviceError(f"the largest bucket alone is predicted at {alone.device_used_bytes / MIB:.0f} MiB in {mode} "
                           f"mode, above the budget of {budget / MIB:.0f} MiB; raise --budget or profile a smaller "
                           "largest bucket")
+    if free is not None:
+        if alone.headroom is None:
+            raise AdviceError(f"{report.path} cannot say what free memory a capture needs (its allocator traces lack "
+                              "the warm-ups); re-capture it with this version of bcgprof to use --free")
+        if alone.headroom.needs_free_bytes > free:
+            raise AdviceError(f"the largest bucket alone needs {alone.headroom.needs_free_bytes / MIB:.0f} MiB free in "
+                              f"{mode} mode, more than --free {free / MIB:.0f} MiB; free more memory or profile a "
+                              "smaller largest bucket")
     later = {r.bucket: r for r in whole.buckets if r.order > 0}
     # the pool after a list's two largest buckets, which no later bucket can shrink: part of each list's bound
     pair_pool = {b: predicted([b, candidates[-1]]).pool_bytes for b in candidates[:-1]}
@@ -519,7 +550,7 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
                  <= (later[b].pool_delta_bytes if mode == "per-bucket" else 0)]
         if len(quiet) < len(candidates) - 1:
             pools.append(quiet + [candidates[-1]])
-    search = _Search(mode, profile, predicted, weights, requested_tokens, candidates, later, alone, pair_pool)
+    search = _Search(mode, profile, predicted, weights, requested_tokens, candidates, later, alone, pair_pool, free)
     search.add_lists([(candidates[-1],)])  # the largest bucket alone is always a choice
     # The band grows with the list's length (in proportion, past the longest held-out list), which no additive
     # cost carries: each family is searched again with every bucket charged the band's growth at a few list
@@ -533,8 +564,9 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
                 search.add_programme(pool, costs, search.reach(pool, costs, budget))
     best = search.best_within(budget)  # within the budget even at the top of its band
     if best is None:
-        raise AdviceError(f"no list drawn from the profile is predicted within {budget / MIB:.0f} MiB in {mode} mode "
-                          "(with its error band); raise --budget")
+        within = f" that captures with {free / MIB:.0f} MiB free" if free is not None else ""
+        raise AdviceError(f"no list drawn from the profile{within} is predicted within {budget / MIB:.0f} MiB in "
+                          f"{mode} mode (with its error band); raise --budget" + (" or --free" if free else ""))
     best = search.improve(best, budget)
     cost, high, pct, chosen = best
     final = predicted(chosen)  # replayed already: the band's bottom and source
@@ -547,7 +579,8 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
             "programme_cells": search.cells}
     return Advice(mode=mode, budget_bytes=budget, buckets=chosen, predicted_bytes=cost, high_bytes=high,
                   expected_padding_pct=round(pct, 4), curve=curve, lengths_source=source,
-                  notes=notes, low_bytes=final.low_bytes, exact=final.exact, band_source=final.band_source, work=work)
+                  notes=notes, low_bytes=final.low_bytes, exact=final.exact, band_source=final.band_source, work=work,
+                  needs_free_bytes=final.headroom.needs_free_bytes if final.headroom else None, free_bytes=free)
 
 
 BAND_LENGTHS = (1, 3, 8, 20, 50)  # list lengths at which the band's growth per bucket is charged
@@ -570,8 +603,10 @@ class _Search:
     """
 
     def __init__(self, mode: str, profile: BucketProfile, predicted, weights: np.ndarray, requested: float,
-                 candidates: list[int], later: dict, alone: ModePrediction, pair_pool: dict[int, int]):
+                 candidates: list[int], later: dict, alone: ModePrediction, pair_pool: dict[int, int],
+                 free: Optional[int] = None):
         self.mode, self.predicted, self.replayer = mode, predicted, profile.replayer
+        self.free = free  # the second constraint: the free memory the capture may need
         self.weights, self.requested, self.padding = weights, requested, _Padding(weights)
         self.candidates = candidates
         top = candidates[-1]
@@ -709,12 +744,20 @@ class _Search:
             return None
         return self._exact(chosen)
 
+    def _captures_with_free(self, chosen: tuple[int, ...]) -> bool:
+        """With a free-memory constraint, whether the list's need (replayed, as predict --free gives it) is
+        within it; the prediction is the one the budget check made, so this costs no replay."""
+        if self.free is None:
+            return True
+        h = self.predicted(chosen).headroom
+        return h is not None and h.needs_free_bytes <= self.free
+
     def _least_fitting(self, lists: Sequence[tuple[int, ...]], budget: int) -> Optional[tuple[int, tuple[int, ...]]]:
         """(top of the band, list) of the one with the lowest top within ``budget``, the list breaking ties."""
         fitting = []
         for chosen in lists:
             exact = self._fits(chosen, budget)
-            if exact is not None and exact[1] <= budget:
+            if exact is not None and exact[1] <= budget and self._captures_with_free(chosen):
                 fitting.append((exact[1], chosen))
         return min(fitting) if fitting else None
 
@@ -846,6 +889,8 @@ def advice_json(advice: Advice) -> dict:
             "predicted_low_bytes": advice.low_bytes, "margin_bytes": advice.margin_bytes, "exact": advice.exact,
             "band_source": advice.band_source,
             "expected_padding_pct": advice.expected_padding_pct,
+            "needs_free_bytes": advice.needs_free_bytes, "free_bytes": advice.free_bytes,
+            "free_margin_bytes": advice.free_margin_bytes,
             "budget_bytes": advice.budget_bytes, "lengths": advice.lengths_source, "label": "predicted, not measured",
             "curve": [{"budget_bytes": b, "expected_padding_pct": round(p, 4), "buckets": n}
                       for b, p, n in advice.curve],

@@ -170,16 +170,22 @@ def advise(
                                            "range.", show_default=False),
     mode: ListMode = typer.Option(ListMode.SHARED_LARGEST, "--mode", help="The mode the server would run "
                                   "(the floor captures one bucket, so it has no list to advise)."),
+    free: Optional[str] = typer.Option(None, "--free", metavar="SIZE", help="Also require that the list "
+                                       "captures with SIZE free on the device (NVML) when its first bucket's "
+                                       "warm-up begins, e.g. 5GiB (a capture needs more free than it keeps: the "
+                                       "warm-ups' cached blocks and the pool's growth meet at each bucket's peak).",
+                                       show_default=False),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also plot the budget/padding trade-off to this "
                                        "image (.png, .svg, .pdf), written atomically.", show_default=False),
 ) -> None:
     """The least-padding bucket list that fits a budget (no GPU needed).
 
-    The bucket list with the least expected padding whose predicted cost fits the budget. Prints
-    the list as a --buckets spec (on one line, never wrapped), its predicted cost and expected
-    padding (tokens computed for nothing when a batch is padded to the next bucket), and the
-    trade-off curve.
+    The bucket list with the least expected padding whose predicted cost fits the budget (and,
+    with --free, that captures with that much free). Prints the list as a --buckets spec (on one
+    line, never wrapped), its predicted cost, the free memory it needs, its expected padding
+    (tokens computed for nothing when a batch is padded to the next bucket), and the trade-off
+    curve.
     """
     from bcgprof.analysis.advise import advise as choose
     from bcgprof.analysis.advise import read_lengths
@@ -195,7 +201,8 @@ def advise(
         resolved_output(out, "--out", create_parents=True)
     limit = _size(budget)
     advice = choose(read_report(source), limit, mode=mode.value,
-                    lengths=read_lengths(lengths) if lengths is not None else None)
+                    lengths=read_lengths(lengths) if lengths is not None else None,
+                    free=_size(free, "--free") if free is not None else None)
     view, console = advice_view(advice), stdout_console()
     if format is Format.TABLE:
         _render_advice_table(view, advice.spec, console)

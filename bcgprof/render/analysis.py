@@ -202,17 +202,26 @@ def advice_view(advice: Advice) -> View:
                     Column("high_bytes", "band top", _bytes, key_column=True),
                     Column("budget_bytes", "budget", _bytes, drop=2),
                     Column("margin_bytes", "margin", _bytes, key_column=True),
+                    Column("needs_free_bytes", "needs free", _bytes, drop=1),
+                    *([Column("free_margin_bytes", "free margin", _bytes, key_column=True)]
+                      if advice.free_bytes is not None else []),
                     Column("expected_padding_pct", "expected padding", fmt_pct, key_column=True),
                     Column("exact", "pool exact", _yes, numeric=False, drop=3)],
                    [{"buckets": len(advice.buckets), "predicted_bytes": advice.predicted_bytes,
                      "low_bytes": advice.low_bytes, "high_bytes": advice.high_bytes,
                      "budget_bytes": advice.budget_bytes, "margin_bytes": advice.margin_bytes,
+                     "needs_free_bytes": advice.needs_free_bytes, "free_margin_bytes": advice.free_margin_bytes,
                      "expected_padding_pct": advice.expected_padding_pct, "exact": advice.exact}])
-    head = [Line(f"{advice.mode}, budget {fmt_bytes(advice.budget_bytes)}, lengths: {advice.lengths_source}"),
+    free = f", free {fmt_bytes(advice.free_bytes)}" if advice.free_bytes is not None else ""
+    need = ""
+    if advice.needs_free_bytes is not None:
+        need = f"; needs {fmt_bytes(advice.needs_free_bytes)} free" + (
+            f", {fmt_bytes(advice.free_margin_bytes)} to spare" if advice.free_margin_bytes is not None else "")
+    head = [Line(f"{advice.mode}, budget {fmt_bytes(advice.budget_bytes)}{free}, lengths: {advice.lengths_source}"),
             Line(f": {advice.spec}", lead="--buckets"),
             Line(f"{len(advice.buckets)} buckets, predicted {fmt_bytes(advice.predicted_bytes)} (band top "
                  f"{fmt_bytes(advice.high_bytes)}, margin {fmt_bytes(advice.margin_bytes)} below the budget; "
-                 f"predicted, not measured), expected padding {advice.expected_padding_pct:.2f}%", STRONG)]
+                 f"predicted, not measured){need}, expected padding {advice.expected_padding_pct:.2f}%", STRONG)]
     foot = [Line(n, WARNING, bullet=True) for n in advice.notes]
     if advice.band_source:
         foot.append(Line(f"band: {advice.band_source}", bullet=True))

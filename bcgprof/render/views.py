@@ -315,8 +315,8 @@ def _growth_style(delta) -> Optional[str]:
 
 
 def totals_sheet(cmp: Comparison) -> Sheet:
-    from bcgprof.analysis.compare import BOTH
     from bcgprof.analysis.causes import CAUSES
+    from bcgprof.analysis.compare import BOTH
 
     multi = cmp.multi_rank
     columns = [
