@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from bcgprof.report.summaries import bucket_need_bytes
 from bcgprof.vocab import BucketStatus
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
     needs = []
     for r in rows:
         kept = r.device_used_delta_bytes
-        need = max(r.device_peak_delta_bytes, kept)
+        need = bucket_need_bytes(r)
         outside = r.outside_pool_delta_bytes or 0
         # the allocated peak (warm-up and capture) is the least a warm-up under pressure needs
         needs.append(BucketNeed(r.bucket, r.order, kept, need, warmup_bytes=need - kept + outside,

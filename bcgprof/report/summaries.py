@@ -61,9 +61,16 @@ def needs_free_bytes(rows: list[BucketRecord]) -> Optional[int]:
     for r in sorted(rows, key=attrgetter("order")):
         if r.status != BucketStatus.OK or r.device_peak_delta_bytes is None:
             return None
-        need = max(need, kept + max(r.device_peak_delta_bytes, r.device_used_delta_bytes))
+        need = max(need, kept + bucket_need_bytes(r))
         kept += r.device_used_delta_bytes
     return need if rows else None
+
+
+def bucket_need_bytes(r: BucketRecord) -> int:
+    """One bucket's measured need above the level before it: its sampled NVML peak, or what it kept when
+    the sampler saw less (the one definition, shared with :func:`bcgprof.analysis.headroom.measured_headroom`)."""
+    assert r.device_peak_delta_bytes is not None
+    return max(r.device_peak_delta_bytes, r.device_used_delta_bytes)
 
 
 def sum_or_none(values: Iterable[Optional[int]]) -> Optional[int]:
