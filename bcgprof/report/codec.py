@@ -136,6 +136,34 @@ _COLUMN = {
 }
 
 
+_JSON_SPACE = (" ", "\t", "\n", "\r")
+
+
+def _bounded(rule: Rule) -> bool:
+    """Whether a column's range keeps its integers within 64 bits (so within 19 digits)."""
+    return rule.lo is not None and rule.hi is not None and rule.lo >= -INT64 and rule.hi < INT64
+
+
+def _json_ints(joined: str, n: int) -> Optional[list]:
+    """The ``n`` comma-separated fields of ``joined`` as integers, when each is a JSON integer (an
+    optional minus and digits without leading zeros: a subset of what :data:`_INT` and ``int`` read,
+    to the same values), parsed by the json module's C scanner; None when any is not (the caller then
+    reads them with the regular expression and ``int``). Text holding no JSON whitespace whose
+    parse is a flat list of ``n`` ints is exactly ``n`` integer tokens separated by commas."""
+    if any(c in joined for c in _JSON_SPACE):
+        return None
+    try:
+        values = json.loads(f"[{joined}]")
+    except ValueError:  # a sign, a leading zero, anything else JSON does not read
+        return None
+    if len(values) != n or not _INT_TYPE.issuperset(map(type, values)):
+        return None
+    return values
+
+
+_INT_TYPE = frozenset((int,))
+
+
 def decode_column(raw: Sequence[str], rule: Rule) -> Optional[list]:
     """Every field of a column, decoded as :func:`decode_field` would; None when any field needs
     :func:`decode_field` to say what is wrong with it (or to decide: this never accepts more)."""
@@ -147,15 +175,15 @@ def decode_column(raw: Sequence[str], rule: Rule) -> Optional[list]:
         if max(map(len, raw)) <= MAX_TEXT_CHARS and not CONTROL.search("".join(raw)):
             return list(raw)
         return [clean_text(s) for s in raw]
-    filled = list(filter(None, raw))
-    if len(filled) < len(raw) and not rule.optional:
-        return None
+    filled = list(filter(None, raw)) if rule.optional else raw  # an empty field of a required column fails below
     if not filled:
         return [None] * len(raw)
-    if not _COLUMN[(rule.kind, rule.inf)].fullmatch(",".join(filled)):
-        return None
-    convert = int if rule.kind is int else float
-    present: list = list(map(convert, filled))
+    joined = ",".join(filled)
+    present: Optional[list] = _json_ints(joined, len(filled)) if rule.kind is int and _bounded(rule) else None
+    if present is None:
+        if not _COLUMN[(rule.kind, rule.inf)].fullmatch(joined):
+            return None
+        present = list(map(int if rule.kind is int else float, filled))
     low, high = min(present), max(present)
     if (rule.lo is not None and low < rule.lo) or (rule.hi is not None and high > rule.hi):
         return None

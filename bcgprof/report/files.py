@@ -57,11 +57,12 @@ def checked_lines(f: IO[str], path: Path, limit: int = MAX_LINE_BYTES) -> Iterat
     ``limit`` bytes. Reads a block of :data:`BLOCK_BYTES` at a time and never more than that ahead of
     the line being checked, so an endless line is refused after one block.
     """
-    return itertools.chain.from_iterable(_line_blocks(f, path, limit))
+    return itertools.chain.from_iterable(map(io.StringIO, line_blocks(f, path, limit)))  # lines end at "\n" alone
 
 
-def _line_blocks(f: IO[str], path: Path, limit: int) -> Iterator[io.StringIO]:
-    """The file's text a block of whole lines at a time (lines end at ``\\n`` only, as csv wants them)."""
+def line_blocks(f: IO[str], path: Path, limit: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The file's text a block of whole lines at a time (lines end at ``\\n`` only, as csv wants them),
+    each checked as :func:`checked_lines` says."""
     raw = cast(TextIO, f).buffer  # bytes, so a NUL byte is found before the decoding stumbles on it
     first_line = 1  # the file's line number of the block's first line
     rest = b""
@@ -92,7 +93,7 @@ def _line_blocks(f: IO[str], path: Path, limit: int) -> Iterator[io.StringIO]:
         if first_line == 1 and text.startswith("\ufeff"):
             text = text[1:]
         first_line += chunk.count(b"\n")
-        yield io.StringIO(text)  # its lines end at "\n" alone, untranslated
+        yield text
         if not block:
             return
 

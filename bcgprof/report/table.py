@@ -1,9 +1,12 @@
 """Reading one CSV file of a report into records, streamed and checked: :func:`read_table`.
 
-The file is read line by line (see :mod:`~bcgprof.report.files`) and decoded a chunk of
-:data:`CHUNK_ROWS` rows at a time, column by column (:func:`~bcgprof.report.codec.decode_column`);
-a chunk with a bad field is decoded again field by field, so the error names the first bad
-row and column. A malformed line, a row of the wrong width or one row too many stops the read
+The file is read a block of lines at a time (see :mod:`~bcgprof.report.files`). A file as
+bcgprof writes it (no quoted field, no carriage return, no blank line, every row as wide as the
+header, every field valid) is split at its commas and decoded a block at a time, column by
+column (:func:`~bcgprof.report.codec.decode_column`), without the csv module. Any other file is
+read again from the start by the csv module and decoded a chunk of :data:`CHUNK_ROWS` rows at
+a time; a chunk with a bad field is decoded again field by field, so the error names the first
+bad row and column. A malformed line, a row of the wrong width or one row too many stops the read
 at that row. Columns the record does not know are ignored; a missing contract column is an
 error; a column appended to the schema after a report was written reads as its default.
 """
@@ -14,12 +17,13 @@ import csv
 import itertools
 from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, fields
+from operator import methodcaller
 from pathlib import Path
 from typing import Any, Optional
 
 from bcgprof.errors import ReportError
 from bcgprof.report.codec import FIX, decode_column, decode_field
-from bcgprof.report.files import checked_lines, open_report_file
+from bcgprof.report.files import checked_lines, line_blocks, open_report_file
 from bcgprof.report.schema import REQUIRED, RULES
 
 CHUNK_ROWS = 4096
@@ -44,6 +48,9 @@ def read_table(path: Path, cls: Any, cap: int, max_rows: Optional[int] = None, r
     ``rows_hint`` says where ``max_rows`` comes from, for the message when it is passed.
     """
     path = Path(path)
+    plain = _read_plain(path, cls, cap, max_rows)
+    if plain is not None:
+        return plain
     with open_report_file(path, cap) as f:
         reader = csv.reader(checked_lines(f, path), strict=True)
         header = _header(path, reader)
@@ -68,6 +75,67 @@ def read_table(path: Path, cls: Any, cap: int, max_rows: Optional[int] = None, r
             records.extend(_decode_chunk(path, cls, index, chunk, chunk_lines))
             lines.extend(chunk_lines)
     return Table(path, header, records, lines)
+
+
+_NOT_PLAIN = ('"', "\r")  # a quoted field (which may hold commas and line breaks), a carriage return
+_COMMAS = methodcaller("count", ",")
+
+
+def _read_plain(path: Path, cls: Any, cap: int, max_rows: Optional[int]) -> Optional[Table]:
+    """The table of a file as bcgprof writes it, read without the csv module: None at the first thing
+    that is not as bcgprof writes it (a quote, a carriage return, a blank line, a row of another width,
+    a bad field, a row too many, a duplicate or missing column, anything :func:`line_blocks` refuses), so
+    that the csv path reads the file again and says what is wrong. For such a file the csv module
+    gives the same rows: each line split at its commas."""
+    try:
+        with open_report_file(path, cap) as f:
+            header: Optional[list[str]] = None
+            width = 0
+            decoders: list[tuple[Optional[int], Any, Any]] = []  # per field: (its column, its rule, its default)
+            records: list = []
+            lines: list[int] = []
+            line = 2  # the file's line of the next row
+            for text in line_blocks(f, path):
+                if any(c in text for c in _NOT_PLAIN):
+                    return None
+                rows = text.split("\n")
+                if rows[-1] == "":
+                    rows.pop()  # the block's last line break
+                if header is None:
+                    if not rows or not rows[0]:
+                        return None
+                    header = [h.strip() for h in rows[0].split(",")]
+                    named = [h for h in header if h]
+                    if len(set(named)) != len(named) or any(n not in header for n in REQUIRED[cls]):
+                        return None
+                    rows = rows[1:]
+                    width = len(header)
+                    index = {name: i for i, name in enumerate(header) if name in RULES[cls]}
+                    defaults = _defaults(cls)
+                    decoders = [(index.get(f.name), RULES[cls][f.name], defaults.get(f.name)) for f in fields(cls)]
+                if not rows:
+                    continue
+                if "" in rows or set(map(_COMMAS, rows)) != {width - 1}:
+                    return None
+                n = len(rows)
+                if max_rows is not None and len(records) + n > max_rows:
+                    return None
+                cells = ",".join(rows).split(",")
+                columns: list[Any] = []
+                for i, rule, default in decoders:
+                    if i is None:  # a column appended after this report was written
+                        columns.append(itertools.repeat(default, n))
+                        continue
+                    values = decode_column(cells[i::width], rule)
+                    if values is None:
+                        return None
+                    columns.append(values)
+                records.extend(map(cls, *columns))
+                lines.extend(range(line, line + n))
+                line += n
+    except ReportError:
+        return None
+    return None if header is None else Table(path, header, records, lines)
 
 
 def _header(path: Path, reader: Any) -> list[str]:
