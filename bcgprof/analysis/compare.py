@@ -9,6 +9,8 @@ summary rows are paired by (mode, rank) and bucket rows by (mode, rank, bucket).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter, itemgetter
 from typing import Optional
 
 from bcgprof.options import mode_index
@@ -64,13 +66,22 @@ class BucketComparison:
     presence: str  # both | old-only | new-only
     old: Optional[BucketRecord]
     new: Optional[BucketRecord]
-    changes: dict[str, Change] = field(default_factory=dict)
+
+    @cached_property
+    def changes(self) -> dict[str, Change]:
+        """Each of :data:`BUCKET_METRICS` in both reports; empty when a side is missing. Built when first
+        asked for: a comparison holds 100,000 pairs, and sorting, gating and drawing them read the two
+        records' figures directly."""
+        if self.old is None or self.new is None:
+            return {}
+        return _changes(self.old, self.new, BUCKET_METRICS)
 
     @property
     def growth(self) -> int:
         """Device-used growth of this bucket's capture (the sort key); 0 when one side is missing."""
-        delta = self.changes["device_used_delta_bytes"].delta if self.changes else None
-        return int(delta or 0)
+        if self.old is None or self.new is None:
+            return 0
+        return _growth(self.old.device_used_delta_bytes, self.new.device_used_delta_bytes)
 
 
 @dataclass
@@ -133,6 +144,11 @@ def _changes(old, new, metrics) -> dict[str, Change]:
     return {m: Change(m, getattr(old, m), getattr(new, m)) for m in metrics}
 
 
+def _growth(old: Optional[float], new: Optional[float]) -> int:
+    """``int(Change(...).delta or 0)``: the growth a pair is sorted by."""
+    return 0 if old is None or new is None else int((new - old) or 0)
+
+
 def _cause_changes(old: SummaryRecord, new: SummaryRecord) -> dict[str, Change]:
     from bcgprof.analysis.causes import summary_causes
 
@@ -143,10 +159,10 @@ def _cause_changes(old: SummaryRecord, new: SummaryRecord) -> dict[str, Change]:
 
 
 def _by_mode_rank(report: Report) -> dict[tuple[str, str], list[BucketRecord]]:
-    groups: dict[tuple[str, str], list[BucketRecord]] = {}
-    for r in report.buckets:
-        groups.setdefault((r.mode, str(r.rank)), []).append(r)
-    return groups
+    groups: dict[tuple[str, int], list[BucketRecord]] = {}
+    for key, r in zip(map(attrgetter("mode", "rank"), report.buckets), report.buckets):
+        groups.setdefault(key, []).append(r)
+    return {(mode, str(rank)): rows for (mode, rank), rows in groups.items()}
 
 
 def _graph_total(groups: dict[tuple[str, str], list[BucketRecord]], key: tuple[str, str], name: str) -> Optional[int]:
@@ -172,20 +188,24 @@ def compare_reports(old: Report, new: Report) -> Comparison:
             total = TotalComparison(key[0], key[1], OLD_ONLY if a is not None else NEW_ONLY, a, b)
         totals.append(total)
 
-    old_rows = {(r.mode, r.rank, r.bucket): r for r in old.buckets}
-    new_rows = {(r.mode, r.rank, r.bucket): r for r in new.buckets}
-    paired: list[BucketComparison] = []
+    row_key = attrgetter("mode", "rank", "bucket")
+    old_rows = dict(zip(map(row_key, old.buckets), old.buckets))
+    new_rows = dict(zip(map(row_key, new.buckets), new.buckets))
+    modes = {m: mode_index(m) for m in {k[0] for k in old_rows} | {k[0] for k in new_rows}}
+    paired: list[tuple[tuple, BucketComparison]] = []  # (sort key, pair): largest growth first
     one_sided: list[BucketComparison] = []
-    for mode, rank, bucket in set(old_rows) | set(new_rows):
-        ra, rb = old_rows.get((mode, rank, bucket)), new_rows.get((mode, rank, bucket))
-        if ra is not None and rb is not None:
-            paired.append(BucketComparison(mode, rank, bucket, BOTH, ra, rb, _changes(ra, rb, BUCKET_METRICS)))
-        else:
-            one_sided.append(BucketComparison(mode, rank, bucket, OLD_ONLY if ra is not None else NEW_ONLY, ra, rb))
-
-    def pool_growth(c: BucketComparison) -> int:
-        return int(c.changes["pool_delta_bytes"].delta or 0)
-
-    paired.sort(key=lambda c: (-c.growth, -pool_growth(c), mode_index(c.mode), c.rank, c.bucket))
-    one_sided.sort(key=lambda c: (mode_index(c.mode), c.rank, c.presence, c.bucket))
-    return Comparison(old, new, totals, paired + one_sided, run_differences(old.run, new.run))
+    for (mode, rank, bucket), ra in old_rows.items():
+        rb = new_rows.get((mode, rank, bucket))
+        if rb is None:
+            one_sided.append(BucketComparison(mode, rank, bucket, OLD_ONLY, ra, None))
+            continue
+        pair = BucketComparison(mode, rank, bucket, BOTH, ra, rb)
+        # BucketComparison.growth, then the pool's
+        growth = _growth(ra.device_used_delta_bytes, rb.device_used_delta_bytes)
+        paired.append(((-growth, -_growth(ra.pool_delta_bytes, rb.pool_delta_bytes), modes[mode], rank, bucket), pair))
+    for (mode, rank, bucket), rb in new_rows.items():
+        if (mode, rank, bucket) not in old_rows:
+            one_sided.append(BucketComparison(mode, rank, bucket, NEW_ONLY, None, rb))
+    paired.sort(key=itemgetter(0))  # the keys differ: (mode, rank, bucket) is one pair's
+    one_sided.sort(key=lambda c: (modes[c.mode], c.rank, c.presence, c.bucket))
+    return Comparison(old, new, totals, [c for _, c in paired] + one_sided, run_differences(old.run, new.run))

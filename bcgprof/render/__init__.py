@@ -114,12 +114,13 @@ def render(view: View, fmt: str, console: Console | PlainConsole, *, wide: bool 
 
 def show_report(report, console: Console | PlainConsole, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
     """`bcgprof show`: per-mode bucket tables and the summary, in any of :data:`FORMATS`."""
-    render(show_view(report, section), fmt, console, wide=wide)
+    # json and csv are drawn from the report's data and files alone: no tables to build
+    render(show_view(report, section, tables=fmt in ("table", "markdown")), fmt, console, wide=wide)
 
 
 def show_comparison(cmp, console: Console | PlainConsole, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
     """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)."""
-    render(compare_view(cmp, section), fmt, console, wide=wide)
+    render(compare_view(cmp, section, tables=fmt != "json"), fmt, console, wide=wide)  # json: the data alone
 
 
 def print_gate(result, console: Console | PlainConsole) -> None:

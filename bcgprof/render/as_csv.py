@@ -23,4 +23,5 @@ def sheets_csv(sheets: list[Sheet]) -> str:
 
 
 def render_csv(view: View) -> str:
-    return view.csv_text if view.csv_text is not None else sheets_csv(view.sheets)
+    text = view.csv_output()
+    return text if text is not None else sheets_csv(view.sheets)

@@ -39,7 +39,13 @@ def _scalar(value: Any) -> str:
         return _ENCODER.encode(strict_json(value))
 
 
+_SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
+
+
 def _flat(items: Any) -> bool:
+    """Whether no item is a dict, list or tuple (``items``: a list or a dict's values, read twice at most)."""
+    if _SCALAR_TYPES.issuperset(map(type, items)):  # the common case, at C speed (a row of 100,000)
+        return True
     return not any(isinstance(v, (dict, list, tuple)) for v in items)
 
 
@@ -55,4 +61,4 @@ def _dump(value: Any, depth: int) -> str:
 
 
 def render_json(view: View) -> str:
-    return _dump(view.data, 0) + "\n"
+    return _dump(view.json_data(), 0) + "\n"

@@ -62,3 +62,15 @@ class View:
     title: str = ""  # a markdown heading over everything (the gate's job summary)
     headline: Optional[Line] = None  # the verdict: last in a table, first in markdown
     hint: str = ""  # how to see what a narrow table leaves out
+    # data and csv_text built only by the renderer that draws them (a report of 100,000 rows drawn as a
+    # table needs neither): when set, they stand for data and csv_text
+    make_data: Optional[Callable[[], Any]] = None
+    make_csv: Optional[Callable[[], str]] = None
+
+    def json_data(self) -> Any:
+        """The JSON document (built now when the view was given :attr:`make_data`)."""
+        return self.make_data() if self.make_data is not None else self.data
+
+    def csv_output(self) -> Optional[str]:
+        """The exact csv output, when the view has one (built now when given :attr:`make_csv`)."""
+        return self.make_csv() if self.make_csv is not None else self.csv_text

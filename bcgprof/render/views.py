@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional, TypedDict
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report.summaries import needs_free_bytes
-from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
+from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds, pct_change
 from bcgprof.vocab import Experts
 
 if TYPE_CHECKING:
@@ -261,20 +261,21 @@ def report_csv(report: Report, section: str = "all") -> str:
     return f"# buckets\n{buckets}\n# summary\n{summary}"
 
 
-def show_view(report: Report, section: str = "all") -> View:
-    """`bcgprof show`: per-mode bucket tables and the summary."""
+def show_view(report: Report, section: str = "all", *, tables: bool = True) -> View:
+    """`bcgprof show`: per-mode bucket tables and the summary (``tables=False``: no tables, for output
+    drawn from the view's data or csv text alone)."""
     sheets = []
-    if section in ("all", "buckets"):
+    if tables and section in ("all", "buckets"):
         sheets += bucket_sheets(report)
-    if section in ("all", "summary"):
+    if tables and section in ("all", "summary"):
         sheets.append(summary_sheet(report))
     verdict = verdict_line(report)
     return View(
         head=[Line(f": {run_line(report)}", lead=str(report.path))] + _status_lines(report),
         sheets=sheets,
         foot=[Line(verdict)] if verdict and section != "buckets" else [],
-        data=report_json(report, section),
-        csv_text=report_csv(report, section),
+        make_data=lambda: report_json(report, section),
+        make_csv=lambda: report_csv(report, section),
         hint=WIDE_HINT,
     )
 
@@ -368,6 +369,7 @@ def compare_bucket_sheet(cmp: Comparison) -> Sheet:
         Column("device_used_change_pct", "change %", _pct_signed, drop=1),
     ]
     sheet = Sheet("buckets", "per-bucket deltas, largest device-used growth first", columns)
+    rows = sheet.rows
     for c in cmp.buckets:
         old, new = c.old, c.new
         if c.presence == BOTH:
@@ -375,22 +377,31 @@ def compare_bucket_sheet(cmp: Comparison) -> Sheet:
                 raise ValueError(f"{c.mode} rank {c.rank} bucket {c.bucket} is marked as in both reports, "
                                  "but a side has no row")
             status = old.status if old.status == new.status else f"{old.status} -> {new.status}"
-            pool, dev = c.changes["pool_delta_bytes"], c.changes["device_used_delta_bytes"]
-            row = {"pool_change_bytes": pool.delta, "device_used_change_bytes": dev.delta,
-                   "device_used_change_pct": dev.pct, "_style": _growth_style(dev.delta)}
-        else:
-            status = _presence_text(c.presence)
-            row = {"pool_change_bytes": None, "device_used_change_bytes": None, "device_used_change_pct": None,
-                   "_style": "yellow"}
-        row.update({
-            "mode": c.mode, "rank": c.rank, "bucket": c.bucket, "status": status,
+            # c.changes' pool and device-used deltas and percent, from the rows (100,000 pairs)
+            old_pool, new_pool = old.pool_delta_bytes, new.pool_delta_bytes
+            old_dev, new_dev = old.device_used_delta_bytes, new.device_used_delta_bytes
+            dev_delta = _change(old_dev, new_dev)
+            rows.append({"pool_change_bytes": _change(old_pool, new_pool), "device_used_change_bytes": dev_delta,
+                         "device_used_change_pct": pct_change(old_dev, new_dev), "_style": _growth_style(dev_delta),
+                         "mode": c.mode, "rank": c.rank, "bucket": c.bucket, "status": status,
+                         "old_pool_delta_bytes": old_pool, "new_pool_delta_bytes": new_pool,
+                         "old_device_used_delta_bytes": old_dev, "new_device_used_delta_bytes": new_dev})
+            continue
+        rows.append({
+            "pool_change_bytes": None, "device_used_change_bytes": None, "device_used_change_pct": None,
+            "_style": "yellow", "mode": c.mode, "rank": c.rank, "bucket": c.bucket,
+            "status": _presence_text(c.presence),
             "old_pool_delta_bytes": old.pool_delta_bytes if old else None,
             "new_pool_delta_bytes": new.pool_delta_bytes if new else None,
             "old_device_used_delta_bytes": old.device_used_delta_bytes if old else None,
             "new_device_used_delta_bytes": new.device_used_delta_bytes if new else None,
         })
-        sheet.rows.append(row)
     return sheet
+
+
+def _change(old, new):
+    """``Change(metric, old, new).delta``."""
+    return None if old is None or new is None else new - old
 
 
 class DeltaJSON(TypedDict):
@@ -422,12 +433,12 @@ def comparison_json(cmp: Comparison, section: str = "all") -> dict:
         row: dict[str, str | int | DeltaJSON | None] = {
             "mode": c.mode, "rank": _rank_text(c.rank), "bucket": c.bucket, "presence": c.presence,
             "old_status": c.old.status if c.old else None, "new_status": c.new.status if c.new else None}
+        both = c.old is not None and c.new is not None  # c.changes holds the figures
         for metric in ("pool_delta_bytes", "device_used_delta_bytes", "non_torch_delta_bytes",
                        "retained_output_bytes", "peak_transient_bytes"):
-            change_or_none = c.changes.get(metric)
-            row[metric] = DeltaJSON(old=getattr(c.old, metric) if c.old else None,
-                                    new=getattr(c.new, metric) if c.new else None,
-                                    delta=change_or_none.delta if change_or_none else None)
+            old = getattr(c.old, metric) if c.old else None
+            new = getattr(c.new, metric) if c.new else None
+            row[metric] = DeltaJSON(old=old, new=new, delta=_change(old, new) if both else None)
         buckets.append(row)
     data = {"old": str(cmp.old.path), "new": str(cmp.new.path), "differences": cmp.differences,
             "totals": totals, "buckets": buckets}
@@ -438,12 +449,13 @@ def comparison_json(cmp: Comparison, section: str = "all") -> dict:
     return data
 
 
-def compare_view(cmp: Comparison, section: str = "all") -> View:
-    """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)."""
+def compare_view(cmp: Comparison, section: str = "all", *, tables: bool = True) -> View:
+    """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)
+    (``tables=False``: no tables, for output drawn from the view's data alone)."""
     sheets = []
-    if section in ("all", "summary"):
+    if tables and section in ("all", "summary"):
         sheets.append(totals_sheet(cmp))
-    if section in ("all", "buckets"):
+    if tables and section in ("all", "buckets"):
         sheets.append(compare_bucket_sheet(cmp))
     head = [Line(f": {run_line(cmp.old)}", lead=f"OLD {cmp.old.path}"),
             Line(f": {run_line(cmp.new)}", lead=f"NEW {cmp.new.path}")]
@@ -452,7 +464,7 @@ def compare_view(cmp: Comparison, section: str = "all") -> View:
             head.append(Line(f"{side} is {report.run.status}: its totals cover only the finished rows", WARNING))
     if cmp.differences:
         head.append(Line("the reports differ: " + "; ".join(cmp.differences), WARNING))
-    return View(head=head, sheets=sheets, data=comparison_json(cmp, section), hint=WIDE_HINT)
+    return View(head=head, sheets=sheets, make_data=lambda: comparison_json(cmp, section), hint=WIDE_HINT)
 
 
 # ---------------------------------------------------------------- gate
@@ -542,7 +554,7 @@ def gate_view(result: GateResult) -> View:
     return View(head=head, sheets=gate_sheets(result), foot=foot,
                 title=f"bcgprof gate: {'PASS' if result.passed else 'FAIL'}",
                 headline=Line(gate_headline(result), GOOD if result.passed else BAD), hint=GATE_HINT,
-                data=result.to_json())
+                make_data=result.to_json)
 
 
 # ---------------------------------------------------------------- estimate

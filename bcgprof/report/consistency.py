@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Container
 from dataclasses import fields
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from pathlib import Path
 from typing import Optional
 
@@ -68,6 +71,8 @@ def check_bucket_rows(path: Path, run: RunInfo, rows: list[BucketRecord], lines:
     place = {m: i for i, m in enumerate(run.modes)}
     sequences = {m: capture_sequence(run, m) for m in run.modes}
     positions = {m: {b: i for i, b in enumerate(seq)} for m, seq in sequences.items()}
+    if _rows_agree(run, rows, place, positions, sequences, path):
+        return
     listed = set(run.buckets)
     latest: dict[int, int] = {}  # rank -> the place in run.modes of its last mode seen
     seen: dict[tuple, int] = {}
@@ -109,7 +114,39 @@ def check_bucket_rows(path: Path, run: RunInfo, rows: list[BucketRecord], lines:
     _check_no_gaps(path, run, sequences, seen, counts)
 
 
-def _check_no_gaps(path: Path, run: RunInfo, sequences: dict[str, list[int]], seen: dict[tuple, int],
+def _rows_agree(run: RunInfo, rows: list[BucketRecord], place: dict[str, int], positions: dict[str, dict[int, int]],
+                sequences: dict[str, list[int]], path: Path) -> bool:
+    """Whether :func:`check_bucket_rows`'s row-by-row checks would all pass, found a column at a time at
+    C speed (100,000 rows); the gaps are then checked as there. False at the first doubt: the rows are
+    then checked one by one, and the first bad one named."""
+    modes = list(map(attrgetter("mode"), rows))
+    ranks = list(map(attrgetter("rank"), rows))
+    buckets = list(map(attrgetter("bucket"), rows))
+    if not place.keys() >= set(modes) or (ranks and max(ranks) >= run.tp):
+        return False
+    keys = list(zip(modes, ranks, buckets))
+    seen = set(keys)
+    if len(seen) != len(keys):  # a row repeated
+        return False
+    orders = list(map(attrgetter("order"), rows))
+    for mode in set(modes):  # each row's order is its bucket's place in the mode's capture sequence
+        rows_of_mode = list(map(eq, repeat(mode), modes))
+        wanted = list(map(positions[mode].get, compress(buckets, rows_of_mode)))
+        if None in wanted or wanted != list(compress(orders, rows_of_mode)):
+            return False
+    places = list(map(place.__getitem__, modes))
+    for rank in set(ranks):  # each rank's rows follow run.json's mode order
+        seq = list(compress(places, map(eq, repeat(rank), ranks)))
+        if seq != sorted(seq):
+            return False
+    diffs = list(map(attrgetter("replay_max_abs_diff"), rows))
+    if any(rows[i].status == BucketStatus.OK for i, d in enumerate(diffs) if d is not None and d > REPLAY_ATOL):
+        return False
+    _check_no_gaps(path, run, sequences, seen, Counter(zip(modes, ranks)))
+    return True
+
+
+def _check_no_gaps(path: Path, run: RunInfo, sequences: dict[str, list[int]], seen: Container[tuple],
                    counts: Counter) -> None:
     """A mode's rows are the first buckets of its sequence; a complete run has all of them."""
     complete = run.status == RunStatus.COMPLETE

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from operator import attrgetter
+from operator import add, attrgetter
 from typing import Optional
 
 from bcgprof.options import MODES
@@ -21,8 +21,8 @@ def summarize(records: list[BucketRecord]) -> list[SummaryRecord]:
     graph executables included); pool bytes are the pool after the last bucket.
     """
     groups: dict[tuple[str, int], list[BucketRecord]] = {}
-    for r in records:
-        groups.setdefault((r.mode, r.rank), []).append(r)
+    for key, r in zip(map(attrgetter("mode", "rank"), records), records):
+        groups.setdefault(key, []).append(r)
     out = [_totals(mode, rank, rows) for (mode, rank), rows in groups.items()]
     ranks = sorted({r.rank for r in records})
     if len(ranks) > 1:
@@ -40,8 +40,8 @@ def _totals(mode: str, rank: int, rows: list[BucketRecord]) -> SummaryRecord:
     def total(name: str) -> int:
         return sum(map(attrgetter(name), rows))
 
-    ok = sum(1 for r in rows if r.status == BucketStatus.OK)
-    ms = sum(r.warmup_ms + r.capture_ms for r in rows)
+    ok = list(map(attrgetter("status"), rows)).count(BucketStatus.OK)
+    ms = sum(map(add, map(attrgetter("warmup_ms"), rows), map(attrgetter("capture_ms"), rows)))  # in capture order
     return SummaryRecord(
         mode=mode, rank=str(rank), buckets=ok, failed=len(rows) - ok, segments=total("segments"),
         pool_bytes=rows[-1].pool_bytes, torch_reserved_bytes=total("torch_reserved_delta_bytes"),
