@@ -13,7 +13,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -157,16 +157,23 @@ def capture(
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )
     if len(layer_counts) == 1:
-        raise typer.Exit(_run_capture(opts))
+        raise typer.Exit(_run_capture(opts)[0])
     # one report per layer count, each in its own directory under --out
     from bcgprof.measure.runner import default_out
 
     parent = Path(out) if out is not None else default_out(spec.name)
+    runs = [dataclasses.replace(opts, num_layers=n, out=parent / f"layers-{n}") for n in layer_counts]
     codes = []
-    for n in layer_counts:
-        codes.append(_run_capture(dataclasses.replace(opts, num_layers=n, out=parent / f"layers-{n}")))
-        if codes[-1] == EXIT_INTERRUPTED:
-            break
+    handoff = None  # the next depth's first mode, started while this depth's last mode works
+    try:
+        for run, then in zip(runs, [*runs[1:], None]):
+            code, handoff = _run_capture(run, then=then, prestarted=handoff)
+            codes.append(code)
+            if code == EXIT_INTERRUPTED:
+                break
+    finally:
+        if handoff is not None:
+            handoff.cancel()
     raise typer.Exit(max(codes))
 
 
@@ -186,22 +193,28 @@ def _layer_counts(text: Optional[str], depth: int) -> list[Optional[int]]:
     return counts
 
 
-def _run_capture(opts) -> int:
-    """Run the capture under a progress bar, then show the report; return the exit code."""
+def _run_capture(opts, *, then=None, prestarted=None) -> tuple[int, Any]:
+    """Run the capture under a progress bar, then show the report; return the exit code and the
+    handoff to the next capture (``then``; see runner.run_capture)."""
     from bcgprof.measure import runner
     from bcgprof.render import print_capture_result
     from bcgprof.render.progress import CaptureProgress
     from bcgprof.report import read_report
 
     with CaptureProgress(stderr_console()) as progress:
-        outcome = runner.run_capture(opts, progress.handle)
+        outcome = runner.run_capture(opts, progress.handle, then=then, prestarted=prestarted)
     if not outcome.reporter:  # a torchrun rank other than 0: rank 0 shows the report
-        return outcome.exit_code
-    print_capture_result(read_report(outcome.out), stdout_console())
-    flush_stdout()
+        return outcome.exit_code, outcome.handoff
+    try:
+        print_capture_result(read_report(outcome.out), stdout_console())
+        flush_stdout()
+    except BaseException:
+        if outcome.handoff is not None:
+            outcome.handoff.cancel()
+        raise
     if outcome.exit_code:
         note(f"capture {outcome.status} ({outcome.message or 'interrupted'}); the finished rows are in {outcome.out}")
-    return outcome.exit_code
+    return outcome.exit_code, outcome.handoff
 
 
 def _check_packed_experts(spec: ModelSpec, tp: int) -> None:

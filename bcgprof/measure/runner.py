@@ -9,7 +9,8 @@ reads the report afterwards.
 Fixed cost per mode is kept low by starting the next mode's processes while the current
 mode works: they import everything, then wait. A mode's processes are released only
 after the previous mode's processes have exited, so no mode ever measures another's
-memory.
+memory. A list of captures (``--num-layers 2,4``) hands on the same way: while one capture's
+last mode works, the next capture's first mode starts (``then``, ``prestarted``).
 
 Events (dicts with an ``event`` key): ``begin`` (the run: out, model, layers, dtype,
 buckets, modes, tp, total), ``memory_source``, ``start``, ``bucket``, ``verify``,
@@ -50,6 +51,9 @@ class CaptureOutcome:
     exit_code: int  # 0 complete, 1 a mode failed, 130 interrupted
     message: str = ""  # which modes failed, and how
     reporter: bool = True  # False on torchrun ranks other than 0 (rank 0 holds the report)
+    # the next capture's first mode (run_capture's ``then``), started and waiting: pass it to that
+    # capture's run_capture as ``prestarted``, or cancel() it
+    handoff: Optional[_ModeProcesses] = None
 
 
 def _now() -> str:
@@ -189,10 +193,36 @@ def _prepare(opts: CaptureOptions):
     return opts, spec, buckets
 
 
-def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> CaptureOutcome:
-    """Run every mode and write the report; :class:`BcgprofError` for input refused before any work."""
+def _handoff_options(then: Optional[CaptureOptions]) -> Optional[CaptureOptions]:
+    """``then`` as its own run_capture will pass it to its mode processes, when its first mode can be
+    started early: one process per mode on a GPU machine, a new --out directory named in advance."""
+    if then is None or then.tp > 1 or then.in_process or not then.out or not _driver_loaded():
+        return None
+    try:
+        prepared, spec, _ = _prepare(then)
+        out = _report_dir(prepared, spec)
+    except BcgprofError:  # its own run refuses it, in its turn
+        return None
+    return dataclasses.replace(prepared, out=str(out))
+
+
+def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: Optional[CaptureOptions] = None,
+                prestarted: Optional[_ModeProcesses] = None) -> CaptureOutcome:
+    """Run every mode and write the report; :class:`BcgprofError` for input refused before any work.
+
+    ``then``: the capture that follows this one (the next of a --num-layers list); its first mode's
+    processes start while this capture's last mode works and come back as the outcome's ``handoff``.
+    ``prestarted``: this capture's first mode, so started by the capture before it."""
     emit = on_event or (lambda event: None)
-    opts, spec, buckets = _prepare(opts)
+    try:
+        opts, spec, buckets = _prepare(opts)
+    except BaseException:
+        if prestarted is not None:
+            prestarted.cancel()
+        raise
+    if prestarted is not None and (opts.tp > 1 or opts.in_process):
+        prestarted.cancel()  # not this capture's kind of process
+        prestarted = None
     launcher: Optional[ModeLauncher]
     if opts.tp > 1:
         from bcgprof.measure import dist
@@ -219,10 +249,12 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> Captur
     else:
         out = _report_dir(opts, spec)
         opts = dataclasses.replace(opts, out=str(out))  # a dated default name is fixed once
-        launcher = None if opts.in_process else ModeLauncher(opts, out)
+        launcher = None if opts.in_process else ModeLauncher(opts, out, then=_handoff_options(then))
         made = not out.exists()
         try:
-            if launcher is not None and _driver_loaded():  # the first mode imports while this process checks the GPU
+            if launcher is not None and prestarted is not None:
+                launcher.adopt(prestarted)
+            elif launcher is not None and _driver_loaded():  # the first mode imports while this process checks the GPU
                 out.mkdir(parents=True, exist_ok=True)
                 launcher.prestart()
             dev = check_gpu(opts.device)
@@ -241,14 +273,26 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None) -> Captur
 
     codes: dict[str, int] = {}
     interrupted = False
+    handoff = None
     if launcher is None:
         codes, interrupted = _run_modes_in_process(opts, out, emit)
     else:
         try:
             codes, interrupted = launcher.run_all(emit)
+            handoff, launcher.handoff = launcher.handoff, None
         finally:
             launcher.close()
-    return _finish(out, opts, codes, interrupted)
+    if handoff is not None and interrupted:
+        handoff.cancel()
+        handoff = None
+    try:
+        outcome = _finish(out, opts, codes, interrupted)
+    except BaseException:
+        if handoff is not None:
+            handoff.cancel()
+        raise
+    outcome.handoff = handoff
+    return outcome
 
 
 def _run_modes_in_process(opts: CaptureOptions, out: Path, emit: Emit) -> tuple[dict[str, int], bool]:
@@ -404,14 +448,24 @@ class ModeLauncher:
     """Runs the modes of a capture one after another, each in fresh processes, the next
     mode's processes started (importing, waiting) while the current one works."""
 
-    def __init__(self, opts: CaptureOptions, out: Path, grace_s: float = PEER_GRACE_S):
+    def __init__(self, opts: CaptureOptions, out: Path, grace_s: float = PEER_GRACE_S,
+                 then: Optional[CaptureOptions] = None):
         self.opts, self.out, self.grace_s = opts, out, grace_s
         self._next: Optional[_ModeProcesses] = None
+        self.then = then  # prepared (see _handoff_options): its first mode starts during this run's last
+        self.handoff: Optional[_ModeProcesses] = None  # ... and waits here for its own run
 
     def prestart(self) -> None:
         """Start the first mode's processes now (they import, then wait for ``go``)."""
         if self._next is None and self.opts.modes:
             self._next = _ModeProcesses(self.opts, self.opts.modes[0], self.out)
+
+    def adopt(self, first: _ModeProcesses) -> None:
+        """The first mode's processes, started by the capture before this one."""
+        if first.mode != (self.opts.modes[0] if self.opts.modes else None) or self._next is not None:
+            first.cancel()
+            return
+        self._next = first
 
     def run_all(self, on_event: Emit) -> tuple[dict[str, int], bool]:
         codes: dict[str, int] = {}
@@ -424,6 +478,10 @@ class ModeLauncher:
                 current.go()
                 if i + 1 < len(modes):
                     self._next = _ModeProcesses(self.opts, modes[i + 1], self.out)
+                elif self.then is not None and self.then.modes:
+                    first = Path(cast(str, self.then.out))
+                    first.mkdir(parents=True, exist_ok=True)
+                    self.handoff = _ModeProcesses(self.then, self.then.modes[0], first)
                 codes[mode] = current.relay(on_event, self.grace_s)
                 if codes[mode] == EXIT_INTERRUPTED:
                     return codes, True
@@ -438,9 +496,11 @@ class ModeLauncher:
         return procs.relay(on_event, self.grace_s)
 
     def close(self) -> None:
-        if self._next is not None:
-            self._next.cancel()
-            self._next = None
+        """Cancel what was started and not run: the next mode, and a handoff nobody took."""
+        for procs in (self._next, self.handoff):
+            if procs is not None:
+                procs.cancel()
+        self._next = self.handoff = None
 
 
 # ---------------------------------------------------------------- under torchrun

@@ -369,7 +369,7 @@ def captured(monkeypatch):
 
     calls = Calls()
 
-    def fake_run_capture(opts, on_event=None):
+    def fake_run_capture(opts, on_event=None, **_):
         from bcgprof.measure.runner import CaptureOutcome
 
         calls.append(opts)
@@ -432,7 +432,7 @@ def test_capture_rejects_bad_input_before_any_gpu_work(captured, args, message):
 def test_capture_user_errors_from_the_runner_are_one_line(monkeypatch):
     import bcgprof.measure.runner
 
-    def no_gpu(opts, on_event=None):
+    def no_gpu(opts, on_event=None, **_):
         raise NoGPUError("no CUDA device found: `bcgprof capture` needs a GPU")
 
     monkeypatch.setattr(bcgprof.measure.runner, "run_capture", no_gpu)

@@ -72,7 +72,7 @@ def test_capture_progress_goes_to_stderr(monkeypatch):
     import bcgprof.measure.runner
     from bcgprof.measure.runner import CaptureOutcome
 
-    def fake_run_capture(opts, on_event=None):
+    def fake_run_capture(opts, on_event=None, **_):
         on_event({"event": "begin", "model": "m", "layers": 2, "dtype": "bfloat16", "buckets": [4, 2],
                   "modes": ["floor"], "out": "r", "total": 1})
         on_event({"event": "bucket", "mode": "floor", "bucket": 4, "pool_bytes": 1 << 20, "status": "oom",

@@ -316,7 +316,7 @@ def captured(monkeypatch):
 
     calls = []
 
-    def fake(opts, on_event=None):
+    def fake(opts, on_event=None, **_):
         calls.append(opts)
         return bcgprof.measure.runner.CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
 

@@ -148,3 +148,81 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
         runner.run_capture(CaptureOptions(buckets="4,8", modes=["shared", "floor"], out=str(out)))
     assert started == [("shared", str(out))] and cancelled == [True]
     assert not out.exists()
+
+
+def _fake_capture_machine(monkeypatch, interrupt=None):
+    """The runner on a fake GPU with fake mode processes: every process and its go, exit or cancel, in
+    order. ``interrupt``: (layers, mode) whose process exits as interrupted."""
+    import bcgprof.measure.runner as runner
+
+    log = []
+
+    class FakeProcesses:
+        def __init__(self, opts, mode, out):
+            assert out.is_dir() and str(out) == opts.out  # its log lives in its own report
+            self.opts, self.mode = opts, mode
+            log.append(("start", opts.num_layers, mode))
+
+        def go(self):
+            log.append(("go", self.opts.num_layers, self.mode))
+
+        def relay(self, on_event, grace_s):
+            log.append(("exited", self.opts.num_layers, self.mode))
+            return EXIT_INTERRUPTED if (self.opts.num_layers, self.mode) == interrupt else 0
+
+        def cancel(self):
+            log.append(("cancel", self.opts.num_layers, self.mode))
+
+    def new_report(opts, spec, buckets, dev, extra=None):
+        return ReportWriter(runner._report_dir(opts, spec), RunInfo(
+            model=spec.name, config_hash=spec.config_hash, buckets=buckets, modes=list(opts.modes),
+            layers=opts.num_layers, status=RunStatus.RUNNING, ended_at=""))
+
+    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
+    monkeypatch.setattr(runner, "check_gpu", lambda device: device)
+    monkeypatch.setattr(runner, "_new_report", new_report)
+    return runner, log
+
+
+def test_the_next_depth_starts_while_the_last_mode_of_this_one_works(tmp_path, monkeypatch):
+    """--num-layers 2,4: the 4-layer capture's first mode is started once the 2-layer capture's last mode
+    has its go, released only after that mode exited, and with the options its own run gives its modes."""
+    import dataclasses
+
+    runner, log = _fake_capture_machine(monkeypatch)
+    two = CaptureOptions(buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2")
+    four = dataclasses.replace(two, num_layers=4, out=tmp_path / "layers-4")
+    first = runner.run_capture(two, then=four)
+    assert first.exit_code == 0 and first.handoff is not None
+    second = runner.run_capture(four, prestarted=first.handoff)
+    assert second.exit_code == 0 and second.handoff is None
+    assert log == [("start", 2, "shared"), ("go", 2, "shared"), ("start", 2, "floor"), ("exited", 2, "shared"),
+                   ("go", 2, "floor"), ("start", 4, "shared"), ("exited", 2, "floor"),
+                   ("go", 4, "shared"), ("start", 4, "floor"), ("exited", 4, "shared"),
+                   ("go", 4, "floor"), ("exited", 4, "floor")]
+    handed, own = first.handoff.opts, runner._handoff_options(dataclasses.replace(four, out=tmp_path / "again"))
+    assert handed == dataclasses.replace(own, out=str(tmp_path / "layers-4"))
+    assert json.loads((tmp_path / "layers-4" / "run.json").read_text())["status"] == "complete"
+
+
+def test_an_interrupted_depth_cancels_the_next_one_it_started(tmp_path, monkeypatch):
+    import dataclasses
+
+    runner, log = _fake_capture_machine(monkeypatch, interrupt=(2, "floor"))
+    two = CaptureOptions(buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2")
+    outcome = runner.run_capture(two, then=dataclasses.replace(two, num_layers=4, out=tmp_path / "layers-4"))
+    assert outcome.exit_code == EXIT_INTERRUPTED and outcome.handoff is None
+    assert log[-2:] == [("exited", 2, "floor"), ("cancel", 4, "shared")]
+
+
+def test_no_handoff_into_a_directory_that_holds_a_report(tmp_path, monkeypatch, write_report):
+    """A next capture whose --out already holds a report gets no process (its log would land there); its
+    own run refuses it."""
+    import dataclasses
+
+    runner, log = _fake_capture_machine(monkeypatch)
+    taken = write_report("layers-4")
+    two = CaptureOptions(buckets="4,8", modes=["floor"], num_layers=2, out=tmp_path / "layers-2")
+    outcome = runner.run_capture(two, then=dataclasses.replace(two, num_layers=4, out=taken))
+    assert outcome.handoff is None and all(entry[1] == 2 for entry in log)
