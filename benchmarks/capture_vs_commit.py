@@ -10,7 +10,9 @@ it, and prints per phase the median seconds of each tree and their ratio (new / 
 build, pre-warm, eager warm-up, capture, measure, verify, and the whole command. Last, whether
 the two trees' reports agree at zero tolerance (`bcgprof gate --per-bucket --rel-tol 0
 --abs-tol-mib 0`, every figure of every bucket). The phase times are read from each report's
-run.json (``extra.modes``). Needs a CUDA GPU; figures are wall-clock seconds on that GPU.
+run.json (``extra.modes``). With ``--num-layers 2,4`` among the capture arguments, each tree
+writes one report per layer count: the phases are summed over them and each pair is gated.
+Needs a CUDA GPU; figures are wall-clock seconds on that GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ def archive(ref: str, into: Path) -> Path:
     return into
 
 
+def report_dirs(out: Path) -> list[Path]:
+    """The reports one capture wrote: ``out`` itself, or one ``layers-N`` directory per layer count."""
+    if (out / "run.json").exists():
+        return [out]
+    found = sorted(p for p in out.glob("layers-*") if (p / "run.json").exists())
+    if not found:
+        raise SystemExit(f"error: {out} holds no report (no run.json, no layers-*/run.json)")
+    return found
+
+
 def capture(tree: Path, out: Path, args: list[str], log: Path) -> dict:
     """One capture from ``tree``; its phases in seconds (summed over modes) and the command's wall."""
     env = dict(os.environ, PYTHONPATH=str(tree))
@@ -49,8 +61,9 @@ def capture(tree: Path, out: Path, args: list[str], log: Path) -> dict:
     wall = time.perf_counter() - start
     if rc != 0:
         raise SystemExit(f"error: the capture from {tree} exited {rc}; see {log}")
-    modes = json.loads((out / "run.json").read_text()).get("extra", {}).get("modes", {})
-    phases = {p: sum(float(m.get(p) or 0.0) for m in modes.values()) for p in PARTS}
+    modes = [m for d in report_dirs(out)
+             for m in json.loads((d / "run.json").read_text()).get("extra", {}).get("modes", {}).values()]
+    phases = {p: sum(float(m.get(p) or 0.0) for m in modes) for p in PARTS}
     phases["startup_s"] = wall - sum(phases.values())
     phases["wall_s"] = wall
     return phases
@@ -77,10 +90,13 @@ def main(argv=None) -> int:
             print(f"round {n + 1}: {name} ({trees[name]})", file=sys.stderr, flush=True)
             times[name].append(capture(trees[name], out / f"{name}-{n + 1}", args.capture_args,
                                        out / f"{name}-{n + 1}.log"))
-    gate = subprocess.run([sys.executable, "-m", "bcgprof", "gate", "--baseline", str(out / "old-1"), "--current",
-                           str(out / "new-1"), "--per-bucket", "--rel-tol", "0", "--abs-tol-mib", "0"],
-                          cwd=HERE, env=dict(os.environ, PYTHONPATH=str(HERE)), capture_output=True, text=True)
-    (out / "gate.txt").write_text(gate.stdout + gate.stderr)
+    pairs = list(zip(report_dirs(out / "old-1"), report_dirs(out / "new-1"), strict=True))
+    gates = [subprocess.run([sys.executable, "-m", "bcgprof", "gate", "--baseline", str(a), "--current", str(b),
+                             "--per-bucket", "--rel-tol", "0", "--abs-tol-mib", "0"],
+                            cwd=HERE, env=dict(os.environ, PYTHONPATH=str(HERE)), capture_output=True, text=True)
+             for a, b in pairs]
+    (out / "gate.txt").write_text("".join(g.stdout + g.stderr for g in gates))
+    failed = next((g.returncode for g in gates if g.returncode != 0), 0)
     label = args.commit or str(args.tree)
     print(f"bcgprof capture {' '.join(args.capture_args)}: {label} (old) vs the working tree (new), "
           f"median of {args.rounds} run(s) each, seconds")
@@ -89,11 +105,11 @@ def main(argv=None) -> int:
         a = statistics.median(t[key] for t in times["old"])
         b = statistics.median(t[key] for t in times["new"])
         print(f"{NAMES[key]:<15} {a:8.1f} {b:8.1f} {(b / a if a > 0 else float('nan')):8.2f}")
-    verdict = "agree (PASS)" if gate.returncode == 0 else f"differ (gate exit {gate.returncode}; see gate.txt)"
-    print(f"zero-tolerance gate, every bucket: the two reports {verdict}")
+    verdict = "agree (PASS)" if not failed else f"differ (gate exit {failed}; see gate.txt)"
+    print(f"zero-tolerance gate, every bucket: the two trees' {len(pairs)} report(s) {verdict}")
     print(f"reports and logs: {out}", file=sys.stderr)
     (out / "times.json").write_text(json.dumps(times, indent=1))
-    return 0 if gate.returncode == 0 else 1
+    return 0 if not failed else 1
 
 
 if __name__ == "__main__":
