@@ -36,6 +36,10 @@ class NoGPUError(BcgprofError):
     pass
 
 
+class AdviceError(BcgprofError):
+    """Input the advisor cannot use (a lengths file, a budget, a mode)."""
+
+
 class CaptureError(BcgprofError):
     """A capture refused before any GPU work (bad options, an existing report, ...), or a
     bucket the capture cannot take (recorded as that bucket's ``error`` row)."""

@@ -17,11 +17,8 @@ warm-up cache, pool growth and executables) is within SIZE; that reads the predi
 budget check made, so it adds no replay, but the search then goes on to more padded lists.
 The trade-off curve carries the same constraint.
 
-**Expected padding**, wherever bcgprof prints it, is padded tokens over requested tokens:
-the tokens computed for nothing, divided by the tokens the requests asked for (full chunks
-included). Lengths 3, 5 and 10 on the list 4,8 pad 1 + 3 + 2 = 6 tokens (10 runs as a chunk
-of 8 and a remainder of 2 in bucket 4) of 18 requested: 33.3%. :func:`padding_pct` is the
-one definition.
+**Expected padding**, wherever bcgprof prints it, is padded tokens over requested tokens (full
+chunks included): :mod:`bcgprof.analysis.padding` defines it and reads the request lengths.
 
 The search: a dynamic programme over the sorted candidates finds, for every budget in whole
 MiB, the list with the least padding when each bucket costs a fixed amount on top of the
@@ -51,8 +48,8 @@ budget above the largest bucket alone; more for a model that charges each bucket
 which the largest bucket's freed space absorbs) and lists of ``k`` buckets of ``E`` allocator
 events each:
 
-* each programme: O(n U) time and memory (:func:`_hull_programme`: one convex hull of lines a
-  budget, each line joining and leaving it once, vectorised over the budgets; the O(n^2 U)
+* each programme (:mod:`bcgprof.analysis.programme`): O(n U) time and memory (one convex hull of
+  lines a budget, each line joining and leaving it once, vectorised over the budgets; the O(n^2 U)
   table it replaces gives the same lists, ties included); its O(U) lists are read along its
   back-pointers with their paddings and bounds, O(U k), and built only when replayed;
 * each prediction: O(k E log) for the replay, each allocator step bisecting the free lists
@@ -70,19 +67,19 @@ On the 74-bucket default profile (``reports/gpt-oss-20b-h200-traced``) that is a
 most of it reading the traces; ``benchmarks/advise_scaling.py`` times 256 to 4,096 buckets.
 """
 
+
 from __future__ import annotations
 
-import csv
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from bcgprof.analysis.bands import TOO_WIDE
+from bcgprof.analysis.padding import Padding, length_weights, padding_of, padding_pct, read_lengths
 from bcgprof.analysis.predict import (
     BucketProfile,
     ModePrediction,
@@ -91,17 +88,20 @@ from bcgprof.analysis.predict import (
     list_band,
     predict_buckets,
 )
-from bcgprof.errors import BcgprofError
-from bcgprof.inputs import open_regular_text
+from bcgprof.analysis.programme import (
+    brute_force,
+    level_lists,
+    most_units,
+    optimise,
+    padding_levels,
+    pareto_lists,
+    programme,
+)
+from bcgprof.errors import AdviceError
 from bcgprof.report import Report
-from bcgprof.text import printable
 
 MIB = 1 << 20
 ADVISE_MODES = ("shared-largest", "shared", "per-bucket")
-
-
-class AdviceError(BcgprofError):
-    """Input the advisor cannot use (exit 2)."""
 
 
 @dataclass
@@ -137,358 +137,6 @@ class Advice:
         if self.free_bytes is None or self.needs_free_bytes is None:
             return None
         return self.free_bytes - self.needs_free_bytes
-
-
-# ---------------------------------------------------------------- lengths
-
-
-MAX_LENGTHS_FILE_BYTES = 256 * 2 ** 20  # about 30 million token counts
-MAX_LENGTHS = 50_000_000
-MAX_REQUEST_TOKENS = 2 ** 31 - 1  # longer than any context window
-
-
-def read_lengths(path: Path) -> list[int]:
-    """Token counts, one per row, from a CSV file (a header row is allowed; the first column is read).
-
-    Only a regular file of at most :data:`MAX_LENGTHS_FILE_BYTES` is read, row by row, so a bad row is
-    found without reading the rest.
-    """
-    what = "--lengths"
-    values: list[int] = []
-    with open_regular_text(Path(path), what, MAX_LENGTHS_FILE_BYTES) as f:
-        try:
-            for lineno, row in enumerate(csv.reader(f), start=1):
-                if not row or not row[0].strip():
-                    continue
-                cell = row[0].strip()
-                if len(cell) > 20 or not cell.lstrip("+-").isdigit():
-                    if lineno == 1:
-                        continue  # a header
-                    raise AdviceError(f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
-                                      "integer per row")
-                value = int(cell)
-                if not 1 <= value <= MAX_REQUEST_TOKENS:
-                    raise AdviceError(f"{what} {path}:{lineno}: a token count is from 1 to {MAX_REQUEST_TOKENS}, "
-                                      f"got {value}")
-                values.append(value)
-                if len(values) > MAX_LENGTHS:
-                    raise AdviceError(f"{what} {path} holds more than {MAX_LENGTHS} token counts; pass a sample")
-        except (UnicodeDecodeError, csv.Error) as e:
-            raise AdviceError(f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
-                              "counts") from None
-    if not values:
-        raise AdviceError(f"{what} {path} holds no token counts")
-    return values
-
-
-def length_weights(candidates: list[int], lengths: Optional[Sequence[int]]) -> tuple[np.ndarray, float, str]:
-    """Per-token-count weights over 1..max (the remainders after chunking at the largest bucket), the
-    requested tokens they stand for (full chunks included), and a description of the source."""
-    top = candidates[-1]
-    weights = np.zeros(top + 1)
-    if lengths is None:
-        weights[1:] = 1.0
-        return weights, float(top * (top + 1) // 2), f"uniform over 1..{top} tokens"
-    for t in lengths:
-        rem = t % top
-        if rem:
-            weights[rem] += 1.0
-    requested = float(sum(lengths))
-    return weights, requested, f"{len(lengths)} observed lengths ({requested:.0f} tokens)"
-
-
-def padding_pct(buckets: Sequence[int], weights: np.ndarray, requested_tokens: float) -> float:
-    """Expected padding in percent: padded tokens over requested tokens (the module docstring's definition)."""
-    return 100.0 * padding_of(buckets, weights) / requested_tokens if requested_tokens else 0.0
-
-
-# ---------------------------------------------------------------- the search
-
-
-class _Padding:
-    """Weighted padded tokens from cumulative sums: ``pad(lo, b)``, of the counts in ``(lo, b]`` run in bucket
-    ``b``, is ``b * (W(b) - W(lo)) - (T(b) - T(lo))`` (``W``: the weight of the counts up to a value, ``T``:
-    their weighted tokens); :func:`padding_of` summed over a list's gaps, in O(1) a gap."""
-
-    def __init__(self, weights: np.ndarray):
-        self.cw = np.cumsum(weights)  # weight of counts <= x
-        self.ct = np.cumsum(weights * np.arange(len(weights), dtype=float))  # weighted tokens of counts <= x
-
-    def pad(self, lo: int, b: int) -> float:
-        return float(b * (self.cw[b] - self.cw[lo]) - (self.ct[b] - self.ct[lo]))
-
-    def of(self, buckets: Sequence[int]) -> float:
-        total, lo = 0.0, 0
-        for b in buckets:  # ascending, as padding_of adds them
-            total += self.pad(lo, b)
-            lo = b
-        return total
-
-
-def _padding_table(candidates: list[int], weights: np.ndarray) -> np.ndarray:
-    """pad[i, j]: padded tokens (weighted) of the counts in (candidates[i], candidates[j]] run in bucket j;
-    i = -1 (row 0 here) for counts from 1."""
-    n = len(candidates)
-    tokens = np.arange(len(weights), dtype=float)
-    cw = np.cumsum(weights)  # weight of counts <= x
-    ct = np.cumsum(weights * tokens)  # weighted tokens of counts <= x
-    pad = np.full((n + 1, n), np.inf)
-    bounds = [0] + candidates
-    for j, b in enumerate(candidates):
-        for i in range(j + 1):
-            lo = bounds[i]
-            w = cw[b] - cw[lo]
-            t = ct[b] - ct[lo]
-            pad[i, j] = b * w - t
-    return pad
-
-
-def _programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """best[j][u]: least padding of counts <= cand[j] with cand[j] chosen, spending at most u units on the
-    chosen buckets below the largest; back[j][u]: the chosen bucket before j (-1: none; -2: out of reach).
-    Ties go to the earliest bucket before j (none first). Integer weights (counts: what advise passes) take
-    :func:`_hull_programme`, O(n * units); others the O(n^2 * units) table, with the same results."""
-    if _integral(cand, weights):
-        return _hull_programme(cand, costs, units, weights)
-    return _table_programme(cand, costs, units, weights)
-
-
-def _table_programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    n = len(cand)
-    pad = _padding_table(cand, weights)
-    inf = np.inf
-    best = np.full((n, units + 1), inf)
-    back = np.full((n, units + 1), -2, dtype=np.int64)
-    for j in range(n):
-        c = 0 if j == n - 1 else int(costs[j])
-        if c <= units:
-            best[j, c:] = pad[0, j]  # nothing chosen below j
-            back[j, c:] = -1
-        for i in range(j):
-            if c > units:
-                break
-            shifted = np.full(units + 1, inf)
-            shifted[c:] = best[i, : units + 1 - c] + pad[i + 1, j]
-            better = shifted < best[j]
-            best[j][better] = shifted[better]
-            back[j][better] = i
-    return best, back
-
-
-EXACT_INTERCEPT = 2 ** 48  # the hull's lines: intercepts and slopes below these, and buckets below
-EXACT_SLOPE = 2 ** 27  # EXACT_BUCKET, keep every comparison exact in float64
-EXACT_BUCKET = 2 ** 21
-
-
-def _integral(cand: Sequence[int], weights: np.ndarray) -> bool:
-    """Whether the weights are counts small enough for :func:`_hull_programme`'s exact arithmetic (every count
-    bcgprof accepts: at most 50 million lengths, buckets up to 2^20 tokens)."""
-    w = np.asarray(weights[: cand[-1] + 1], dtype=float)
-    if cand[-1] >= EXACT_BUCKET or np.any(w < 0) or np.any(w != np.floor(w)):
-        return False
-    total = float(w.sum())
-    tokens = float(np.dot(w, np.arange(len(w), dtype=float)))
-    return total < EXACT_SLOPE and cand[-1] * total + tokens < EXACT_INTERCEPT
-
-
-def _hull_programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_programme` in O(n * units) amortised (the convex hull trick, one hull per budget).
-
-    The padding of a gap below bucket ``x`` is ``K(x) + A_i - x * B_i``: ``K`` depends on the bucket only,
-    ``A_i`` is the least padding up to candidate ``i`` (for the budget) plus ``T`` there, ``B_i`` is ``W``
-    there. So for each budget the best bucket before ``x`` is the lowest of the lines ``A_i - x * B_i`` at
-    ``x``. Buckets come in rising order and lines in rising ``B``, so each budget keeps the lower hull of
-    its lines in a deque, each line with the first bucket (row) at which it is strictly below the line
-    before it: a row drops from the front the lines that start below their successor by then, and a new
-    line drops from the back the lines it starts below no later than they start below theirs (they can
-    never be the first least again). Each line joins and leaves each budget's hull at most once. Ties go
-    to the earlier line, as in :func:`_table_programme`; every figure is an integer below 2^53 (see
-    :func:`_integral`), so values, rows and ties are exactly the table's. Vectorised over the budgets.
-    """
-    n, width = len(cand), units + 1
-    cw = np.cumsum(weights)
-    ct = np.cumsum(weights * np.arange(len(weights), dtype=float))
-    lo = np.array([0] + list(cand[:-1]))
-    slope, offset = cw[lo], ct[lo]  # line r is candidate r - 1 (r = 0: nothing below)
-    xs = np.asarray(cand, dtype=float)
-    best = np.full((n + 1, width), np.inf)  # row r: line r's least padding for each budget (row 0: nothing, 0)
-    best[0] = 0.0
-    flat = best.reshape(-1)
-    back = np.full((n, width), -2, dtype=np.int32)
-    hull = np.zeros((n + 1) * width, dtype=np.int32)  # budget w's hull: its lines at p * width + w, head <= p < tail
-    start = np.zeros((n + 1) * width, dtype=np.int32)  # the row from which each is below the one before it (n: never)
-    budgets = np.arange(width, dtype=np.int64)
-    head = budgets.copy()  # as indices into hull (p * width + w), so that a step is + width
-    tail = head + width
-    stride = np.int64(width)  # (int32 lines times it stay int64)
-    for j in range(n):
-        c = 0 if j == n - 1 else int(costs[j])
-        if c > units:
-            continue
-        x, m = int(cand[j]), width - c
-        front = np.flatnonzero(tail[:m] - head[:m] > width)
-        while front.size:  # the front: lines whose successor is below them from this row on
-            front = front[start[head[front] + width] <= j]
-            head[front] += width
-            front = front[tail[front] - head[front] > width]
-        line = hull[head[:m]]
-        best[j + 1, c:] = flat[line * stride + budgets[:m]] + (x * (cw[x] - slope[line]) - (ct[x] - offset[line]))
-        back[j, c:] = line - 1
-        if j == n - 1:
-            break
-        r = j + 1  # the new line, in every budget it reaches
-        a_new, b_new = best[r, c:] + offset[r], slope[r]
-        first = np.empty(width - c, dtype=np.int64)  # the row from which it is below the hull's last line
-        act: Optional[np.ndarray]
-        lay, act = budgets[c:], None  # act: the budgets still looking, as positions in lay (None: all)
-        while True:  # the back
-            at = tail[lay] - width
-            last = hull[at]
-            da = (a_new if act is None else a_new[act]) - (flat[last * stride + lay] + offset[last])
-            db = b_new - slope[last]
-            # below it at x when x * db > da: rows past da / db (exact: see _integral); parallel: never or from
-            # the next row on
-            level = db == 0
-            if level.any():
-                q = np.searchsorted(xs, da / np.where(level, 1, db), side="right")
-                q[level] = np.where(da[level] < 0, 0, n)
-            else:
-                q = np.searchsorted(xs, da / db, side="right")
-            np.maximum(q, j + 1, out=q)
-            if act is None:
-                first[:] = q
-            else:
-                first[act] = q
-            drop = (q <= start[at]) & (at > head[lay])
-            if not drop.any():
-                break
-            lay = lay[drop]
-            tail[lay] -= width
-            act = np.flatnonzero(drop) if act is None else act[drop]
-        joins = first < n  # a line never below the last one is never the first least
-        lay = budgets[c:][joins]
-        at = tail[lay]
-        hull[at] = r
-        start[at] = first[joins]
-        tail[lay] += width
-    return best[1:], back
-
-
-def _trace(cand: list[int], costs: Sequence[int], back: np.ndarray, u: int) -> list[int]:
-    """The list the programme chose with ``u`` units: the largest bucket, then back to the smallest."""
-    last = len(cand) - 1
-    chosen, j = [], last
-    while j >= 0:
-        chosen.append(cand[j])
-        i = int(back[j, u])
-        u -= 0 if j == last else int(costs[j])
-        j = i
-    return sorted(chosen)
-
-
-def _levels(row: np.ndarray) -> np.ndarray:
-    """The units where the least padding falls (and is reached): one list each."""
-    levels = np.flatnonzero(np.concatenate(([True], row[1:] < row[:-1])))
-    return levels[np.isfinite(row[levels])]
-
-
-def _paths(costs: Sequence[int], back: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """:func:`_trace` of every level at once: row s holds each list's s-th bucket from the largest down (as a
-    candidate index; -1 past its smallest)."""
-    last = back.shape[0] - 1
-    cost = np.asarray(list(costs)[:-1] + [0], dtype=np.int64)
-    at, u = np.full(len(levels), last, dtype=np.int64), levels.astype(np.int64)
-    rows = []
-    while True:
-        rows.append(at.copy())
-        on = np.flatnonzero(at >= 0)
-        if not on.size:
-            break
-        nxt = back[at[on], u[on]].astype(np.int64)
-        u[on] -= cost[at[on]]
-        at[on] = nxt
-    return np.array(rows[:-1], dtype=np.int16 if last < 2 ** 15 else np.int32)
-
-
-def optimise(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
-             ) -> tuple[Optional[list[int]], np.ndarray]:
-    """Least padding subject to ``fixed + sum(costs of chosen) <= budget`` (costs in MiB, the last candidate always
-    chosen and its cost in ``fixed``). Returns the chosen buckets (None if nothing fits) and the best padding for
-    every budget fixed..budget (the trade-off curve, indexed by units above ``fixed``)."""
-    cand = list(candidates)
-    units = budget - fixed
-    if units < 0:
-        return None, np.full(max(budget + 1, 1), np.inf)
-    best, back = _programme(cand, costs, units, weights)
-    row = best[-1]  # at most u units: falls as u grows
-    if not np.isfinite(row[units]):
-        return None, row
-    u = int(np.flatnonzero(row <= row.min())[0])  # the cheapest way to the least padding
-    return _trace(cand, costs, back, u), row
-
-
-def pareto_lists(candidates: Sequence[int], costs: Sequence[int], fixed: int, weights: np.ndarray,
-                 units: Optional[int] = None) -> list[list[int]]:
-    """Every list that is optimal (least padding) for some budget under additive ``costs`` (MiB), cheapest
-    first: one per padding level of the trade-off curve; with ``units``, those costing at most that (the same
-    lists: the programme up to ``u`` units does not depend on what lies above)."""
-    cand = list(candidates)
-    total = sum(int(c) for c in costs)
-    best, back = _programme(cand, costs, total if units is None else max(0, min(units, total)), weights)
-    return [_trace(cand, costs, back, int(u)) for u in _levels(best[-1])]
-
-
-def brute_force(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
-                ) -> tuple[Optional[list[int]], float]:
-    """The same optimum by trying every subset (small candidate sets; tests)."""
-    from itertools import combinations
-
-    cand = list(candidates)
-    n = len(cand)
-    best, best_pad = None, math.inf
-    for k in range(n):
-        for subset in combinations(range(n - 1), k):
-            cost = fixed + sum(int(costs[i]) for i in subset)
-            if cost > budget:
-                continue
-            chosen = [cand[i] for i in subset] + [cand[-1]]
-            p = padding_of(chosen, weights)
-            if p < best_pad - 1e-9:
-                best, best_pad = chosen, p
-    return best, best_pad
-
-
-def padding_of(buckets: Sequence[int], weights: np.ndarray) -> float:
-    """Weighted padded tokens of a bucket list (every count runs in the smallest bucket that holds it)."""
-    total, lo = 0.0, 0
-    for b in sorted(buckets):
-        counts = np.arange(lo + 1, b + 1)
-        total += float(np.sum((b - counts) * weights[lo + 1: b + 1]))
-        lo = b
-    return total
-
-
-def _most_units(costs: Sequence[int], weights: Sequence[int], room: float) -> float:
-    """The most ``costs`` a set of buckets whose ``weights`` add up to at most ``room`` can add up to: the
-    fractional knapsack's optimum, an upper bound on any set's (weights at most 0 are taken, and give room)."""
-    c, w = np.asarray(costs, dtype=float), np.asarray(weights, dtype=float)
-    free = w <= 0
-    room -= float(w[free].sum())
-    if room < 0:
-        return 0.0
-    total = float(c[free].sum())
-    c, w = c[~free], w[~free]
-    order = np.argsort(-c / w, kind="stable")
-    c, w = c[order], w[order]
-    spent = np.cumsum(w)
-    whole = int(np.searchsorted(spent, room, side="right"))
-    total += float(c[:whole].sum())
-    if whole < len(c):
-        total += c[whole] * (room - (spent[whole - 1] if whole else 0.0)) / w[whole]
-    return total
 
 
 def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths: Optional[Sequence[int]] = None,
@@ -607,7 +255,7 @@ class _Search:
                  free: Optional[int] = None):
         self.mode, self.predicted, self.replayer = mode, predicted, profile.replayer
         self.free = free  # the second constraint: the free memory the capture may need
-        self.weights, self.requested, self.padding = weights, requested, _Padding(weights)
+        self.weights, self.requested, self.padding = weights, requested, Padding(weights)
         self.candidates = candidates
         top = candidates[-1]
         first = alone.buckets[0]
@@ -665,8 +313,8 @@ class _Search:
         least = self.fixed_bytes + int(self.band[1:].min())
         outside = [self.outside[b] for b in below]
         with_kept = [self.outside[b] + self.kept[b] for b in below]
-        most = min(_most_units(costs[:-1], outside, budget - least - self.alone_pool),
-                   _most_units(costs[:-1], with_kept, budget - least - self.kept_first))
+        most = min(most_units(costs[:-1], outside, budget - least - self.alone_pool),
+                   most_units(costs[:-1], with_kept, budget - least - self.kept_first))
         return min(sum(int(c) for c in costs), math.ceil(most))
 
     def add_programme(self, pool: list[int], costs: Sequence[int], units: int) -> None:
@@ -674,11 +322,11 @@ class _Search:
         their paddings and bounds read along the programme's back-pointers, unbuilt."""
         units = max(0, min(units, sum(int(c) for c in costs)))
         self.cells += len(pool) * (units + 1)
-        best, back = _programme(pool, costs, units, self.weights)
+        best, back = programme(pool, costs, units, self.weights)
         row = best[-1]
-        levels = _levels(row)
+        levels = padding_levels(row)
         del best
-        paths = _paths(costs, back, levels)
+        paths = level_lists(costs, back, levels)
         del back
         below = paths[1:].astype(np.int64)
         on = below >= 0
@@ -897,5 +545,5 @@ def advice_json(advice: Advice) -> dict:
             "notes": advice.notes}
 
 
-__all__ = ["Advice", "AdviceError", "PredictionError", "advice_json", "advise", "brute_force", "optimise",
-           "padding_of", "pareto_lists", "read_lengths"]
+__all__ = ["Advice", "AdviceError", "PredictionError", "advice_json", "advise", "brute_force", "length_weights",
+           "optimise", "padding_of", "padding_pct", "pareto_lists", "read_lengths"]

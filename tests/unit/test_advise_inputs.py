@@ -1,4 +1,4 @@
-"""advise's inputs and its one definition of padding."""
+"""advise's inputs and the one definition of padding (bcgprof.analysis.padding)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import os
 import numpy as np
 import pytest
 
-import bcgprof.analysis.advise as advise_module
-from bcgprof.analysis.advise import padding_pct, read_lengths
+import bcgprof.analysis.padding as padding_module
+from bcgprof.analysis.padding import padding_pct, read_lengths
 from bcgprof.errors import BcgprofError
 
 
 def test_padding_is_padded_over_requested_tokens_by_hand():
     # lengths 3, 5, 10 on the list 4,8: 3 -> 4 (1), 5 -> 8 (3), 10 -> a chunk of 8 and 2 -> 4 (2): 6 of 18
     lengths = [3, 5, 10]
-    weights, requested, _ = advise_module.length_weights([4, 8], lengths)
+    weights, requested, _ = padding_module.length_weights([4, 8], lengths)
     assert requested == 18
     assert padding_pct([4, 8], weights, requested) == pytest.approx(100 * 6 / 18)
     # every count in its own bucket pads nothing
@@ -24,7 +24,7 @@ def test_padding_is_padded_over_requested_tokens_by_hand():
 
 def test_uniform_padding_by_hand():
     # counts 1..4 uniformly, list 2,4: 1 -> 2 (1), 3 -> 4 (1): 2 padded of 1+2+3+4 = 10 requested
-    weights, requested, source = advise_module.length_weights([2, 4], None)
+    weights, requested, source = padding_module.length_weights([2, 4], None)
     assert requested == 10 and "uniform" in source
     assert padding_pct([2, 4], weights, requested) == pytest.approx(20.0)
     assert np.array_equal(weights, [0, 1, 1, 1, 1])
@@ -57,7 +57,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 
 
 def test_an_oversized_lengths_file_names_the_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(advise_module, "MAX_LENGTHS_FILE_BYTES", 1000)
+    monkeypatch.setattr(padding_module, "MAX_LENGTHS_FILE_BYTES", 1000)
     big = tmp_path / "big.csv"
     big.write_text("5\n" * 1000)
     with pytest.raises(BcgprofError, match="over the cap of 1000 bytes"):

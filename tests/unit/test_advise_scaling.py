@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import bcgprof.analysis.replay as replay
-from bcgprof.analysis.advise import _hull_programme, _table_programme, advise
+from bcgprof.analysis.advise import advise
+from bcgprof.analysis.programme import hull_programme, table_programme
 from bcgprof.analysis.predict import predict_buckets
 
 MIB = 1 << 20
@@ -67,7 +68,7 @@ def test_the_hull_programme_is_the_table_on_integer_weights():
         weights = np.zeros(cand[-1] + 1)
         weights[1:] = rng.integers(0, 4, size=cand[-1]) * (rng.random(cand[-1]) < 0.5)
         units = int(rng.integers(0, 20))
-        table, hull = _table_programme(cand, costs, units, weights), _hull_programme(cand, costs, units, weights)
+        table, hull = table_programme(cand, costs, units, weights), hull_programme(cand, costs, units, weights)
         assert np.array_equal(table[0], hull[0]) and np.array_equal(table[1], hull[1]), (cand, costs, units)
 
 

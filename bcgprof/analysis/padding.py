@@ -1,0 +1,131 @@
+"""Request lengths and the padding a bucket list makes of them.
+
+A prefill batch of ``t`` tokens runs in the smallest captured bucket ``b >= t`` and computes
+``b - t`` tokens for nothing; a batch longer than the largest bucket is cut into chunks of the
+largest bucket, and only its remainder pads. **Expected padding** is padded tokens over
+requested tokens (full chunks included): lengths 3, 5 and 10 on the list 4,8 pad 1 + 3 + 2 = 6
+tokens (10 runs as a chunk of 8 and a remainder of 2 in bucket 4) of 18 requested: 33.3%.
+:func:`padding_pct` is the one definition; the token counts come from ``advise --lengths``
+(:func:`read_lengths`) or are uniform over the profiled range (:func:`length_weights`).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from bcgprof.errors import AdviceError
+from bcgprof.inputs import open_regular_text
+from bcgprof.text import printable
+
+MAX_LENGTHS_FILE_BYTES = 256 * 2 ** 20  # about 30 million token counts
+MAX_LENGTHS = 50_000_000
+MAX_REQUEST_TOKENS = 2 ** 31 - 1  # longer than any context window
+
+
+def read_lengths(path: Path) -> list[int]:
+    """Token counts, one per row, from a CSV file (a header row is allowed; the first column is read).
+
+    Only a regular file of at most :data:`MAX_LENGTHS_FILE_BYTES` is read, row by row, so a bad row is
+    found without reading the rest.
+    """
+    what = "--lengths"
+    values: list[int] = []
+    with open_regular_text(Path(path), what, MAX_LENGTHS_FILE_BYTES) as f:
+        try:
+            for lineno, row in enumerate(csv.reader(f), start=1):
+                if not row or not row[0].strip():
+                    continue
+                cell = row[0].strip()
+                if len(cell) > 20 or not cell.lstrip("+-").isdigit():
+                    if lineno == 1:
+                        continue  # a header
+                    raise AdviceError(f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
+                                      "integer per row")
+                value = int(cell)
+                if not 1 <= value <= MAX_REQUEST_TOKENS:
+                    raise AdviceError(f"{what} {path}:{lineno}: a token count is from 1 to {MAX_REQUEST_TOKENS}, "
+                                      f"got {value}")
+                values.append(value)
+                if len(values) > MAX_LENGTHS:
+                    raise AdviceError(f"{what} {path} holds more than {MAX_LENGTHS} token counts; pass a sample")
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise AdviceError(f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
+                              "counts") from None
+    if not values:
+        raise AdviceError(f"{what} {path} holds no token counts")
+    return values
+
+
+def length_weights(candidates: list[int], lengths: Optional[Sequence[int]]) -> tuple[np.ndarray, float, str]:
+    """Per-token-count weights over 1..max (the remainders after chunking at the largest bucket), the
+    requested tokens they stand for (full chunks included), and a description of the source."""
+    top = candidates[-1]
+    weights = np.zeros(top + 1)
+    if lengths is None:
+        weights[1:] = 1.0
+        return weights, float(top * (top + 1) // 2), f"uniform over 1..{top} tokens"
+    for t in lengths:
+        rem = t % top
+        if rem:
+            weights[rem] += 1.0
+    requested = float(sum(lengths))
+    return weights, requested, f"{len(lengths)} observed lengths ({requested:.0f} tokens)"
+
+
+def padding_pct(buckets: Sequence[int], weights: np.ndarray, requested_tokens: float) -> float:
+    """Expected padding in percent: padded tokens over requested tokens (the module docstring's definition)."""
+    return 100.0 * padding_of(buckets, weights) / requested_tokens if requested_tokens else 0.0
+
+
+
+def padding_of(buckets: Sequence[int], weights: np.ndarray) -> float:
+    """Weighted padded tokens of a bucket list (every count runs in the smallest bucket that holds it)."""
+    total, lo = 0.0, 0
+    for b in sorted(buckets):
+        counts = np.arange(lo + 1, b + 1)
+        total += float(np.sum((b - counts) * weights[lo + 1: b + 1]))
+        lo = b
+    return total
+
+
+class Padding:
+    """Weighted padded tokens from cumulative sums: ``pad(lo, b)``, of the counts in ``(lo, b]`` run in bucket
+    ``b``, is ``b * (W(b) - W(lo)) - (T(b) - T(lo))`` (``W``: the weight of the counts up to a value, ``T``:
+    their weighted tokens); :func:`padding_of` summed over a list's gaps, in O(1) a gap."""
+
+    def __init__(self, weights: np.ndarray):
+        self.cw = np.cumsum(weights)  # weight of counts <= x
+        self.ct = np.cumsum(weights * np.arange(len(weights), dtype=float))  # weighted tokens of counts <= x
+
+    def pad(self, lo: int, b: int) -> float:
+        return float(b * (self.cw[b] - self.cw[lo]) - (self.ct[b] - self.ct[lo]))
+
+    def of(self, buckets: Sequence[int]) -> float:
+        total, lo = 0.0, 0
+        for b in buckets:  # ascending, as padding_of adds them
+            total += self.pad(lo, b)
+            lo = b
+        return total
+
+
+def padding_table(candidates: list[int], weights: np.ndarray) -> np.ndarray:
+    """pad[i, j]: padded tokens (weighted) of the counts in (candidates[i], candidates[j]] run in bucket j;
+    i = -1 (row 0 here) for counts from 1."""
+    n = len(candidates)
+    tokens = np.arange(len(weights), dtype=float)
+    cw = np.cumsum(weights)  # weight of counts <= x
+    ct = np.cumsum(weights * tokens)  # weighted tokens of counts <= x
+    pad = np.full((n + 1, n), np.inf)
+    bounds = [0] + candidates
+    for j, b in enumerate(candidates):
+        for i in range(j + 1):
+            lo = bounds[i]
+            w = cw[b] - cw[lo]
+            t = ct[b] - ct[lo]
+            pad[i, j] = b * w - t
+    return pad
