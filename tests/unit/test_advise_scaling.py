@@ -12,8 +12,8 @@ import pytest
 
 import bcgprof.analysis.replay as replay
 from bcgprof.analysis.advise import advise
-from bcgprof.analysis.programme import hull_programme, table_programme
 from bcgprof.analysis.predict import predict_buckets
+from bcgprof.analysis.programme import hull_programme, table_programme
 
 MIB = 1 << 20
 HEADROOM = 64 * MIB  # above the largest bucket alone: the same budget headroom at every size

@@ -1,8 +1,8 @@
 """Package hygiene, checked on the source: every module of bcgprof imports on its own, in an
 interpreter that has loaded no other bcgprof module (no module relies on another having
 been imported first, no import cycle breaks an import); the module-level import graph,
-imports under ``if TYPE_CHECKING`` included, has no cycle; and no module imports another
-module's private (underscore) names.
+imports under ``if TYPE_CHECKING`` included, has no cycle; no module imports another
+module's private (underscore) names; and no module is longer than 600 lines.
 """
 
 from __future__ import annotations
@@ -168,3 +168,12 @@ def test_the_private_import_scan_sees_both_forms():
         "bcgprof.d": "import bcgprof.a as a\na.y\n",
     }
     assert private_imports(sources) == {("bcgprof.b", "bcgprof.a", "_x"), ("bcgprof.c", "bcgprof.a", "_x")}
+
+
+MAX_MODULE_LINES = 600  # one job per module: a module past this does several
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {name: n for name, path in _sources().items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
