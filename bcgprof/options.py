@@ -10,7 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from bcgprof.vocab import BucketStatus, Experts, GraphKind, Mode, Order, Phase, RunStatus, Verify, Weights, words
+from bcgprof.vocab import (
+    BucketStatus,
+    Experts,
+    GraphKind,
+    Mode,
+    Order,
+    Phase,
+    RunStatus,
+    Verify,
+    WarmupOutput,
+    Weights,
+    words,
+)
 
 # The words of each choice, from bcgprof.vocab (modes in the order they run and are shown).
 MODES = words(Mode)
@@ -24,6 +36,7 @@ EXPERTS = words(Experts)
 # DecoderModel sets packed_experts; tests check the two agree)
 PACKED_EXPERT_FAMILIES = ("gpt_oss",)
 VERIFY_CHOICES = words(Verify)
+WARMUP_OUTPUTS = words(WarmupOutput)
 STATUSES = words(BucketStatus)  # of one bucket
 RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
 
@@ -48,6 +61,7 @@ class CaptureOptions:
     context_len: int = 4096  # decode: tokens of KV cache per sequence
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
     warmup: int = 2
+    warmup_output: str = "held"  # one of WARMUP_OUTPUTS
     device: str = "cuda:0"
     out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
     verify: str = "smallest-largest"  # one of VERIFY_CHOICES

@@ -93,6 +93,13 @@ class Experts(StrEnum):
     PACKED = "packed"  # gpt-oss's MXFP4 blocks and scales as stored, decoded inside the fused MoE's GEMMs
 
 
+class WarmupOutput(StrEnum):
+    """What happens to an eager warm-up run's output while the next run executes."""
+
+    HELD = "held"  # kept until the next run returns (the committed reports were measured so)
+    FREED = "freed"  # dropped before the next run, as SGLang's warm-up discards each run's result
+
+
 class Verify(StrEnum):
     """Which buckets a capture replays against an eager forward."""
 

@@ -107,9 +107,18 @@ def _fmt_list(values: list) -> str:
     return ",".join(str(v) for v in values) or "none"
 
 
+def _warmup(run: RunInfo) -> Optional[str]:
+    """A report's eager warm-up: its runs per bucket and whether each run's output was held during the next
+    (reports written before ``--warmup-output`` held it); None when run.json does not say."""
+    runs = run.extra.get("warmup")
+    if runs is None:
+        return None
+    return f"{runs} run(s) a bucket, outputs {run.extra.get('warmup_output', 'held')}"
+
+
 def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
     """What makes two reports measure different things: model, GPU, buckets, layers, dtype, phase, modes, TP,
-    graph kind (breakable or full) and capture order.
+    graph kind (breakable or full), capture order and the eager warm-up (its peaks are part of the figures).
 
     Each entry is one sentence naming both values. An empty list means the reports are comparable.
     """
@@ -137,6 +146,9 @@ def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
             out.append(f"{label} differ: {a} vs {b}")
     if sorted(old.modes) != sorted(new.modes):
         out.append(f"modes differ: {','.join(old.modes) or 'none'} vs {','.join(new.modes) or 'none'}")
+    warm_old, warm_new = _warmup(old), _warmup(new)
+    if warm_old is not None and warm_new is not None and warm_old != warm_new:
+        out.append(f"warm-up differs: {warm_old} vs {warm_new}")
     return out
 
 

@@ -22,7 +22,7 @@ from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_consol
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import DEFAULT_MODEL, MODES
-from bcgprof.vocab import Experts, GraphKind, Mode, Order, Phase, Verify, Weights
+from bcgprof.vocab import Experts, GraphKind, Mode, Order, Phase, Verify, WarmupOutput, Weights
 
 if TYPE_CHECKING:
     from bcgprof.spec import ModelSpec
@@ -92,6 +92,12 @@ def capture(
                                                      "own output, in the pool, is the shared buffer), floor (the "
                                                      "largest bucket alone)."),
     warmup: int = typer.Option(2, min=0, help="Eager warm-up runs per bucket before its capture."),
+    warmup_output: WarmupOutput = typer.Option(WarmupOutput.HELD, "--warmup-output",
+                                               help="held: each warm-up run's output stays alive while the next run "
+                                                    "executes (the committed reports); freed: it is dropped first, as "
+                                                    "SGLang's warm-up discards each run's result. Changes the peak "
+                                                    "figures (peak transient, device peak) and what the warm-up "
+                                                    "leaves cached."),
     device: str = typer.Option("cuda:0", help="CUDA device, cuda:K."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
                                                                  "Default: reports/<model>-<timestamp>."),
@@ -152,7 +158,8 @@ def capture(
 
     opts = CaptureOptions(
         model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
-        max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup, device=device, out=out,
+        max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup,
+        warmup_output=warmup_output.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )

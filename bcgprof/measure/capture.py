@@ -42,7 +42,7 @@ from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.measure import sites
 from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.measure.tracing import AllocatorRecorder
-from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES
+from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES, WARMUP_OUTPUTS
 from bcgprof.report import BucketRecord
 from bcgprof.report.traces import TracePhase
 
@@ -113,6 +113,7 @@ class Capturer:
         *,
         mode: str = "per-bucket",
         warmup: int = 2,
+        warmup_output: str = "held",
         device: Optional[torch.device] = None,
         memory: Optional[DeviceMemory] = None,
         sample_interval_ms: float = 2.0,
@@ -134,6 +135,8 @@ class Capturer:
         if mode == "shared-largest" and order != "largest-first":
             raise CaptureError("shared-largest keeps the largest bucket's own output as the shared buffer, so the "
                                "largest bucket must be captured first; use --order largest-first")
+        if warmup_output not in WARMUP_OUTPUTS:
+            raise CaptureError(f"unknown warm-up output {warmup_output!r}; use one of {', '.join(WARMUP_OUTPUTS)}")
         if not torch.cuda.is_available():
             raise NoGPUError("no CUDA device: capture needs a GPU")
         if not buckets:
@@ -154,6 +157,7 @@ class Capturer:
         self.order = order
         self.breakable = graph == "breakable"
         self.warmup = warmup
+        self.free_warmup_output = warmup_output == "freed"
         self.device = torch.device(device) if device is not None else self.inputs[0].device
         self.memory = memory or DeviceMemory(self.device)
         self.sampler = PeakSampler(self.memory, sample_interval_ms)
@@ -251,6 +255,8 @@ class Capturer:
             start = time.perf_counter()
             warm = None
             for _ in range(self.warmup):
+                if self.free_warmup_output:
+                    warm = None  # the previous run's output goes before this run allocates, as in SGLang's warm-up
                 warm = self._eager(bucket)
             if warm is None:  # no warm-up asked for: the shape still has to be known
                 warm = self._eager(bucket)
@@ -383,6 +389,7 @@ def capture_buckets(
     *,
     mode: str = "per-bucket",
     warmup: int = 2,
+    warmup_output: str = "held",
     verify: str = "smallest-largest",
     refill: Callable[[Sequence[torch.Tensor], torch.Generator], None] = default_refill,
     sample_interval_ms: float = 2.0,
@@ -398,9 +405,11 @@ def capture_buckets(
     dimension grows with the bucket. Graphs share one pool and are captured largest
     first (``order="smallest-first"`` reverses that); ``graph="full"`` captures each
     bucket as one graph, breaks included. ``on_record`` sees each record as soon as its
-    bucket is measured.
+    bucket is measured. ``warmup_output="freed"`` drops each eager warm-up run's output before the
+    next run, as SGLang's warm-up does (``"held"``, the default, keeps it until the next run returns).
     """
-    capturer = Capturer(fn, inputs, buckets, mode=mode, warmup=warmup, sample_interval_ms=sample_interval_ms,
+    capturer = Capturer(fn, inputs, buckets, mode=mode, warmup=warmup, warmup_output=warmup_output,
+                        sample_interval_ms=sample_interval_ms,
                         shared_output=shared_output, order=order, graph=graph)
     try:
         for record in capturer.run():

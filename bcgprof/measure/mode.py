@@ -156,7 +156,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
 
     assert workload is not None  # built here, or this rank returned above with every rank's failure
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
-    capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup, device=group.device,
+    capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup,
+                        warmup_output=opts.warmup_output, device=group.device,
                         memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank,
                         order=opts.order, graph=opts.graph, record_sites=(mode == "floor"),
                         history_on=opts.snapshot)

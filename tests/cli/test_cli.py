@@ -390,6 +390,7 @@ def test_capture_defaults_reach_run_capture(captured):
 
 
 def test_capture_options_reach_run_capture(captured, tmp_path):
+    from bcgprof.options import CaptureOptions
     from bcgprof.spec import presets_dir
 
     checkpoint = tmp_path / "ckpt"
@@ -399,7 +400,7 @@ def test_capture_options_reach_run_capture(captured, tmp_path):
     result = run("capture", "--model", checkpoint, "--weights", "safetensors", "--num-layers", "4", "--phase",
                  "prefill", "--buckets", "1,2,4", "--max-tokens", "8192", "--max-bs", "64", "--modes", "shared,floor",
                  "--warmup", "3", "--device", "cuda:1", "--out", tmp_path / "r", "--verify", "all", "--in-process",
-                 "--sample-interval-ms", "0.5", "--tp", "2", "--seed", "7")
+                 "--sample-interval-ms", "0.5", "--tp", "2", "--seed", "7", "--warmup-output", "freed")
     assert result.exit_code == 0, result.stderr
     (opts,) = captured
     assert (opts.model, opts.weights, opts.num_layers, opts.phase, opts.buckets) == (
@@ -408,6 +409,8 @@ def test_capture_options_reach_run_capture(captured, tmp_path):
         8192, 64, ["shared", "floor"], 3, "cuda:1")
     assert (opts.out, opts.verify, opts.in_process, opts.sample_interval_ms, opts.tp, opts.seed) == (
         tmp_path / "r", "all", True, 0.5, 2, 7)
+    assert opts.warmup_output == "freed"
+    assert CaptureOptions.from_json(opts.to_json()).warmup_output == "freed"  # as a mode's process gets it
 
 
 def test_capture_exit_code_is_run_captures(captured):
@@ -423,6 +426,7 @@ def test_capture_exit_code_is_run_captures(captured):
     (("--modes", "shared,shared"), "names a mode twice"),
     (("--device", "cpu"), "--device 'cpu' is not a CUDA device"),
     (("--model", "gpt-oss-21b"), "unknown model 'gpt-oss-21b'"),
+    (("--warmup-output", "kept"), "--warmup-output"),
 ])
 def test_capture_rejects_bad_input_before_any_gpu_work(captured, args, message):
     assert message in refused(run("capture", *args))

@@ -90,3 +90,35 @@ def test_a_different_graph_kind_or_order_is_a_mismatch_the_gate_refuses_unless_a
         gate_reports(read_report(base), read_report(other))
     result = gate_reports(read_report(base), read_report(other), GateOptions(allow_mismatch=True))
     assert any("graph kinds differ" in n for n in result.notes)
+
+
+def test_a_different_warm_up_is_a_mismatch_and_an_older_report_held_its_outputs(report_copy):
+    """The warm-up's eager peak is part of the peak figures: runs per bucket and whether each run's output was
+    held during the next must agree; a report written before --warmup-output held it."""
+    import json
+
+    import pytest
+
+    from bcgprof.analysis.gate import GateMismatchError, gate_reports
+
+    base, other = report_copy("baseline"), report_copy("grown")
+
+    def set_warmup(path, **extra):
+        data = json.loads((path / "run.json").read_text())
+        data["extra"] = {k: v for k, v in data.get("extra", {}).items() if k not in ("warmup", "warmup_output")}
+        data["extra"].update(extra)
+        (path / "run.json").write_text(json.dumps(data))
+
+    set_warmup(base, warmup=2)  # written before the option: held
+    set_warmup(other, warmup=2, warmup_output="held")
+    assert run_differences(read_report(base).run, read_report(other).run) == []
+    set_warmup(other, warmup=2, warmup_output="freed")
+    assert run_differences(read_report(base).run, read_report(other).run) == [
+        "warm-up differs: 2 run(s) a bucket, outputs held vs 2 run(s) a bucket, outputs freed"]
+    with pytest.raises(GateMismatchError, match="warm-up differs"):
+        gate_reports(read_report(base), read_report(other))
+    set_warmup(other, warmup=1, warmup_output="held")
+    assert run_differences(read_report(base).run, read_report(other).run) == [
+        "warm-up differs: 2 run(s) a bucket, outputs held vs 1 run(s) a bucket, outputs held"]
+    set_warmup(other)  # run.json does not say: nothing to compare
+    assert run_differences(read_report(base).run, read_report(other).run) == []

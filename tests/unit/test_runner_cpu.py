@@ -226,3 +226,14 @@ def test_no_handoff_into_a_directory_that_holds_a_report(tmp_path, monkeypatch, 
     two = CaptureOptions(buckets="4,8", modes=["floor"], num_layers=2, out=tmp_path / "layers-2")
     outcome = runner.run_capture(two, then=dataclasses.replace(two, num_layers=4, out=taken))
     assert outcome.handoff is None and all(entry[1] == 2 for entry in log)
+
+
+def test_the_capturer_refuses_an_unknown_warm_up_output_before_it_needs_a_gpu():
+    import pytest
+    import torch
+
+    from bcgprof.errors import CaptureError
+    from bcgprof.measure.capture import Capturer
+
+    with pytest.raises(CaptureError, match="unknown warm-up output 'kept'; use one of held, freed"):
+        Capturer(lambda x: x, [torch.zeros(4)], [4], warmup_output="kept")
