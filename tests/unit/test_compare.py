@@ -122,3 +122,16 @@ def test_a_different_warm_up_is_a_mismatch_and_an_older_report_held_its_outputs(
         "warm-up differs: 2 run(s) a bucket, outputs held vs 1 run(s) a bucket, outputs held"]
     set_warmup(other)  # run.json does not say: nothing to compare
     assert run_differences(read_report(base).run, read_report(other).run) == []
+
+
+def test_the_run_line_names_freed_warm_up_outputs_only(report_copy):
+    import json
+
+    from bcgprof.render.views import run_line
+
+    path = report_copy("baseline")
+    assert "warm-up" not in run_line(read_report(path))  # held, or written before the field
+    data = json.loads((path / "run.json").read_text())
+    data.setdefault("extra", {})["warmup_output"] = "freed"
+    (path / "run.json").write_text(json.dumps(data))
+    assert "weights; warm-up outputs freed)" in run_line(read_report(path))
