@@ -4,7 +4,9 @@
 # still brings back what finished. Run from the repository root:
 #   OUT=dir JOBS="name|expected_s|capture args;..." [GATE="name=reports/baseline ..."] bash tests/gpu/lists_proof.sh
 # A job starts only when its expected seconds fit in what is left of BUDGET_S (default 570).
-# GATE pairs a captured report with a committed one for a zero-tolerance per-bucket gate.
+# GATE pairs a captured report with a committed one (or, by an absolute path such as $OUT/r/NAME, with
+# another captured here) for a zero-tolerance per-bucket gate; a pair ending in :allow-mismatch gates
+# reports whose run settings differ (say --warmup 1 against 2).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 HERE=$PWD
@@ -32,8 +34,11 @@ for job in "${jobs[@]}"; do
 done
 for pair in ${GATE:-}; do
   name=${pair%%=*}; base=${pair#*=}
+  more=()
+  if [[ $base == *:allow-mismatch ]]; then base=${base%:allow-mismatch}; more=(--allow-mismatch); fi
   [[ -f $R/$name/run.json ]] || continue
-  zgate "$HERE/$base" "$R/$name"
+  [[ $base == /* ]] || base=$HERE/$base  # a committed report, or (absolute) one captured above: $OUT/r/NAME
+  zgate "$base" "$R/$name" ${more[@]+"${more[@]}"}
   tar -rf "$OUT/reports.tar" -C "$R" "$name.gate"
 done
 say "total $((SECONDS - start)) s"
