@@ -444,6 +444,17 @@ def _watch(procs: list, done: threading.Event, grace_s: float) -> None:
         done.wait(0.5)
 
 
+def _start_first(opts: CaptureOptions) -> Optional[_ModeProcesses]:
+    """The first mode's processes of the capture ``opts`` (prepared, its --out named), started early; None
+    when they cannot be (its directory cannot be made, no process starts): its own run then says why."""
+    out = Path(cast(str, opts.out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return _ModeProcesses(opts, opts.modes[0], out)
+    except OSError:
+        return None
+
+
 class ModeLauncher:
     """Runs the modes of a capture one after another, each in fresh processes, the next
     mode's processes started (importing, waiting) while the current one works."""
@@ -479,9 +490,7 @@ class ModeLauncher:
                 if i + 1 < len(modes):
                     self._next = _ModeProcesses(self.opts, modes[i + 1], self.out)
                 elif self.then is not None and self.then.modes:
-                    first = Path(cast(str, self.then.out))
-                    first.mkdir(parents=True, exist_ok=True)
-                    self.handoff = _ModeProcesses(self.then, self.then.modes[0], first)
+                    self.handoff = _start_first(self.then)
                 codes[mode] = current.relay(on_event, self.grace_s)
                 if codes[mode] == EXIT_INTERRUPTED:
                     return codes, True

@@ -237,3 +237,17 @@ def test_the_capturer_refuses_an_unknown_warm_up_output_before_it_needs_a_gpu():
 
     with pytest.raises(CaptureError, match="unknown warm-up output 'kept'; use one of held, freed"):
         Capturer(lambda x: x, [torch.zeros(4)], [4], warmup_output="kept")
+
+
+def test_a_next_depth_that_cannot_start_early_leaves_this_one_alone(tmp_path, monkeypatch):
+    """The next capture's directory cannot be made (a file is in the way): this capture finishes, nothing is
+    handed on, and the next capture's own run will say why."""
+    import dataclasses
+
+    runner, log = _fake_capture_machine(monkeypatch)
+    (tmp_path / "blocked").write_text("a file")
+    two = CaptureOptions(buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2")
+    outcome = runner.run_capture(two, then=dataclasses.replace(two, num_layers=4,
+                                                               out=tmp_path / "blocked" / "layers-4"))
+    assert outcome.exit_code == 0 and outcome.handoff is None
+    assert [entry for entry in log if entry[1] == 4] == []
