@@ -99,6 +99,9 @@ ALTERATIONS = {
                                                                           for ln in lines[1:]]),
     "no final line break": lambda lines, h: "\n".join(lines).rstrip("\n"),
     "the header alone": lambda lines, h: lines[0] + "\n",
+    "a byte-order mark": lambda lines, h: "\ufeff" + "\n".join(lines),
+    "a tab inside a number": lambda lines, h: _field(lines, h, 6, "pool_bytes", "1\t2"),
+    "a text field with a space": lambda lines, h: _field(lines, h, 5, "detail", "out of memory"),
 }
 
 
