@@ -200,10 +200,16 @@ def _handoff_options(then: Optional[CaptureOptions]) -> Optional[CaptureOptions]
         return None
     try:
         prepared, spec, _ = _prepare(then)
-        out = _report_dir(prepared, spec)
+        return _with_out(prepared, spec)[0]
     except BcgprofError:  # its own run refuses it, in its turn
         return None
-    return dataclasses.replace(prepared, out=str(out))
+
+
+def _with_out(opts: CaptureOptions, spec) -> tuple[CaptureOptions, Path]:
+    """A single-GPU capture's options as its mode processes get them: --out fixed (a dated default name is
+    fixed once), never over an existing report."""
+    out = _report_dir(opts, spec)
+    return dataclasses.replace(opts, out=str(out)), out
 
 
 def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: Optional[CaptureOptions] = None,
@@ -247,8 +253,7 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: 
                              {"tp_launch": "spawn", "tp_environment": dist.tp_environment()})
         launcher = ModeLauncher(opts, writer.path)
     else:
-        out = _report_dir(opts, spec)
-        opts = dataclasses.replace(opts, out=str(out))  # a dated default name is fixed once
+        opts, out = _with_out(opts, spec)
         launcher = None if opts.in_process else ModeLauncher(opts, out, then=_handoff_options(then))
         made = not out.exists()
         try:
