@@ -36,7 +36,17 @@ once by a later allocation of the same pool, unless it was used on another strea
 (``recordStream``), in which case ``free`` defers it (``deferred_blocks`` /
 ``needs_events_deferred_until_no_capture``) until no capture is underway. The allocator's
 trace records that moment as ``free_completed``; the replay frees a block there, so deferred
-frees need no rule of their own. Expandable segments and ``roundup_power2_divisions`` are not
+frees need no rule of their own.
+
+Where a new segment lies (``cudaMalloc``'s address) is the driver's choice, and the traces record
+it only for the profile's own run. It only breaks best-fit ties, yet a tie decided the other way
+can change which blocks merge later and grow a pool (on the H200: 308 MiB on a Llama-3.1-8B list,
+96 MiB on a Qwen3-30B-A3B list). A replay gives a segment the address the profile's allocator gave
+the recorded one where that is free; otherwise above every segment so far (``below=False``, the
+rule that reproduces every list captured from the full profiles) or below every segment
+(``below=True``: the driver's addresses mostly descend, two in three of the committed traces'
+graph-pool segments came below every earlier one). Predictions replay both and report where they
+differ (:mod:`bcgprof.analysis.replay`). Expandable segments and ``roundup_power2_divisions`` are not
 modelled (:func:`check_settings` refuses traces recorded with them).
 
 Invariants: every byte of every segment belongs to exactly one block; no two free blocks of
@@ -59,6 +69,7 @@ K_MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
 K_ROUND_LARGE = 2 << 20  # kRoundLarge: larger segments come in 2 MiB steps
 UNLIMITED = 2 ** 64 - 1  # max_split_size when unset (SIZE_MAX)
 SEGMENT_GAP = 1 << 36  # spacing of made-up segment addresses (64 GiB: larger than any segment)
+MADE_UP_START = 1 << 60  # below=True: the first made-up address lies below this (above any real address)
 
 
 class AllocatorError(ValueError):
@@ -134,8 +145,9 @@ class Pool:
     above its size is ``get_free_block``'s ``lower_bound``.
     """
 
-    def __init__(self, settings: Settings = Settings()):
+    def __init__(self, settings: Settings = Settings(), below: bool = False):
         self.settings = settings
+        self.below = below  # where a segment without a usable recorded address goes (see the module's notes)
         self.segments: dict[int, int] = {}  # base address -> bytes
         self._bases: list[int] = []  # the segments' base addresses, sorted (a new segment's overlap test bisects)
         self.reserved = 0
@@ -149,7 +161,8 @@ class Pool:
         """Allocate ``requested`` bytes on ``stream``; returns the block and whether a segment was added.
 
         ``at``: the address to give a new segment, when one is needed and it overlaps none
-        (a recorded address); otherwise the segment goes above every segment so far.
+        (a recorded address); otherwise the segment goes above every segment so far (below them all when
+        the pool was made with ``below``).
         """
         size = round_size(requested)
         small = is_small(size)
@@ -193,7 +206,10 @@ class Pool:
         return self._blocks[addr]
 
     def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
-        if at is None or at in self.segments or self._overlaps(at, size):
+        if (at is None or at in self.segments or self._overlaps(at, size)) and self.below:
+            lowest = self._bases[0] if self._bases else MADE_UP_START  # segments never leave a graph pool
+            at = (lowest // SEGMENT_GAP - (-(-size // SEGMENT_GAP)) - 1) * SEGMENT_GAP
+        elif at is None or at in self.segments or self._overlaps(at, size):
             at = self._top
         self._top = max(self._top, -(-(at + size) // SEGMENT_GAP) * SEGMENT_GAP + SEGMENT_GAP)
         self.segments[at] = size
@@ -277,7 +293,7 @@ class Pool:
 
     def clone(self) -> Pool:
         """An independent copy (same addresses, same free lists)."""
-        twin = Pool(self.settings)
+        twin = Pool(self.settings, self.below)
         twin.segments = dict(self.segments)
         twin._bases = list(self._bases)
         twin.reserved = self.reserved

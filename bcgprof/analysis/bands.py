@@ -60,6 +60,7 @@ class Residual:
     buckets: int
     predicted_bytes: int
     measured_bytes: int
+    interpolated: int = 0  # buckets of the list the profile lacked
 
     @property
     def error_bytes(self) -> int:
@@ -142,7 +143,8 @@ def parse_calibration(data: Any, path: str = "") -> Calibration:
             key={k: str(e["key"][k]) for k in KEY_FIELDS}, model=str(e["model"]), gpu=str(e["gpu"]),
             profile=str(e["profile"]),
             residuals=tuple(Residual(str(r["report"]), str(r["mode"]), int(r["buckets"]), int(r["predicted_bytes"]),
-                                     int(r["measured_bytes"])) for r in e["residuals"]))
+                                     int(r["measured_bytes"]), int(r.get("interpolated", 0)))
+                            for r in e["residuals"]))
             for e in data["lists"])
         layers = tuple(LayerCheck(
             model=str(c["model"]), gpu=str(c["gpu"]), config_hash=str(c["config_hash"]),
@@ -197,12 +199,25 @@ class ListBands:
         key = run_key(run)
         groups = [e for e in cal.lists if e.key == key]
         self.run, self.mode, self.profile = run, mode, profile
-        self.residuals = [r for e in groups for r in e.residuals if r.mode == mode and r.report not in exclude]
+        mine = [r for e in groups for r in e.residuals if r.mode == mode and r.report not in exclude]
+        self.residuals = [r for r in mine if not r.interpolated]  # lists drawn from their profile's buckets
+        self.interpolated = [r for r in mine if r.interpolated]  # lists with buckets their profile lacked
         self.profiles = sorted({e.profile for e in groups})
 
-    def band(self, buckets: int) -> Band:
-        """The band of a ``buckets``-bucket list's device-used total."""
+    def band(self, buckets: int, interpolated: int = 0) -> Band:
+        """The band of a ``buckets``-bucket list's device-used total; ``interpolated``: how many of its buckets
+        the profile lacks (their executables are their neighbours', so lists like it are the evidence too)."""
         what = f"{self.run.model} on {self.run.gpu_name or 'its GPU'}"  # the mode: the band's own row
+        if interpolated and self.residuals:
+            wider = ListBands.__new__(ListBands)
+            wider.run, wider.mode, wider.profile, wider.profiles = self.run, self.mode, self.profile, self.profiles
+            wider.residuals, wider.interpolated = self.residuals + self.interpolated, []
+            band = wider.band(buckets)
+            n = len(self.interpolated)
+            note = (f"; {n} of those lists had buckets their profile lacked" if n else
+                    "; no measured list of this configuration had buckets its profile lacked, so the interpolated "
+                    "buckets' executables are unchecked here")
+            return Band(band.below, band.above, band.source + note, band.lists, band.max_abs_error_bytes)
         if not self.residuals:
             step = buckets * QUANTUM
             return Band(step, step, f"graph executables: no held-out lists of {what} (torch "
@@ -252,6 +267,8 @@ def leave_one_out(cal: Calibration, runs: dict[str, RunInfo]) -> list[LooCheck]:
     for e in cal.lists:
         others = Calibration(lists=(e,))
         for r in e.residuals:
+            if r.interpolated:
+                continue  # evidence for interpolated lists only; the check is of the bands of lists drawn from profiles
             band = ListBands(runs[e.profile], r.mode, others, e.profile, exclude=[r.report]).band(r.buckets)
             out.append(LooCheck(e.profile, r, band))
     return out

@@ -5,7 +5,9 @@
   first, with allocator traces), every other report of the same configuration
   (:func:`bcgprof.analysis.bands.run_key`) whose bucket list differs from the profile's and is drawn from
   it is predicted from the profile, mode by mode, and its measured device-used total kept beside
-  the prediction. A repeat capture of the profile's own list is not held out.
+  the prediction. A list within the profile's range with buckets it lacks counts too (they are
+  interpolated; the residual records how many). Where the two segment placements replay different
+  pools, the band spans both, so the residual is taken from the nearer one. A repeat capture of the profile's own list is not held out.
 * **Layer checks.** For every directory holding captures of one configuration at two or more
   layer counts, the layer prediction at the full depth, mode by mode, against the first (by name)
   full-depth capture of that configuration with the same bucket list.
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bcgprof.analysis.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
-from bcgprof.analysis.predict import bucket_profile, predict_buckets, predict_layers
+from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, predict_layers
 from bcgprof.errors import BcgprofError
 from bcgprof.report import Report, RunInfo, read_report
 from bcgprof.report.traces import trace_name
@@ -83,17 +85,24 @@ def held_out(profile: Report, reports: Sequence[Report], root: Path) -> ListEvid
     residuals = []
     for report in sorted(reports, key=lambda r: _name(r, root)):
         if (report.path == profile.path or run_key(report.run) != key or report.run.buckets == profile.run.buckets
-                or not set(report.run.buckets) <= profiled):
+                or not min(profiled) <= min(report.run.buckets) <= max(report.run.buckets) <= max(profiled)):
             continue
         for mode in report.modes():
             if mode not in p.rows:
                 continue
             rows = _mode_rows(report, mode)
-            pred = predict_buckets(profile, [r.bucket for r in rows], [mode], profile=p).mode(mode)
+            try:
+                pred = predict_buckets(profile, [r.bucket for r in rows], [mode], profile=p).mode(mode)
+            except PredictionError:
+                continue  # a bucket that cannot be interpolated from this profile
             if pred is None:
                 continue
-            residuals.append(Residual(_name(report, root), mode, len(rows), pred.device_used_bytes,
-                                      _total(report, mode)))
+            measured, point = _total(report, mode), pred.device_used_bytes
+            if pred.other_placement_pool_bytes is not None:  # the band spans both placements: the residual is
+                other = point + pred.other_placement_pool_bytes - pred.pool_bytes  # what lies beyond the nearer
+                point = min((point, other), key=lambda v: abs(measured - v))
+            interpolated = sum(1 for r in pred.buckets if r.interpolated_from)
+            residuals.append(Residual(_name(report, root), mode, len(rows), point, measured, interpolated))
     return ListEvidence(key, profile.run.model, profile.run.gpu_name, _name(profile, root), tuple(residuals))
 
 

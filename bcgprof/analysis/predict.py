@@ -22,7 +22,10 @@ does the driver memory of the graph executables, which NVML sees and the allocat
   the mode's NVML staircase (:mod:`bcgprof.analysis.executables`), the first's as the profile's first
   row. The band comes from measured residuals of held-out lists (:mod:`bcgprof.analysis.bands`). A report
   captured before traces were recorded is refused (its layer extrapolation still works).
-  Buckets that were not profiled are refused, not interpolated.
+  A bucket inside the profiled range that was not profiled is interpolated
+  (:mod:`bcgprof.analysis.replay_interpolate`; labelled so, row by row); one outside it is refused. Where
+  the driver's address for a new segment decides a best-fit tie, the list is replayed with such segments
+  placed above and below the others, and the band spans both.
 """
 
 from __future__ import annotations
@@ -37,12 +40,15 @@ from bcgprof.analysis.executables import later_executables
 from bcgprof.analysis.fit import Fit, least_squares
 from bcgprof.analysis.headroom import Headroom, headroom_json, measured_headroom, traced_headroom
 from bcgprof.analysis.replay import Replayer, ReplayError
+from bcgprof.analysis.replay_interpolate import line_size
 from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
 from bcgprof.vocab import Mode, Order
 
 LABEL = "predicted, not measured"
+MIB = 1 << 20
+MAX_LISTED = 8  # interpolated buckets named in a note
 SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps, and so does NVML's count
 STEADY_LAYERS = 4  # from this depth on the graph pool's rows equal the full model's (measured on three models)
 
@@ -64,6 +70,7 @@ class BucketPrediction:
     non_torch_delta_bytes: int
     device_used_delta_bytes: int
     retained_output_bytes: int
+    interpolated_from: Optional[tuple[int, int]] = None  # not profiled: the profiled buckets it was drawn from
 
 
 @dataclass
@@ -80,6 +87,7 @@ class ModePrediction:
     band_lists: int = 0  # held-out lists behind the band (bucket lists; 0: no evidence)
     band_max_abs_error_bytes: Optional[int] = None  # the largest residual among them
     headroom: Optional[Headroom] = None  # the free memory the list needs (bucket lists; None for layer predictions)
+    other_placement_pool_bytes: Optional[int] = None  # the pool with new segments placed the other way, if it differs
 
     @property
     def band_too_wide(self) -> bool:
@@ -341,11 +349,12 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
     list needs; ``free``: check it against that many bytes free when the first bucket's warm-up begins."""
     p = profile or bucket_profile(report)
     wanted = sorted(set(int(b) for b in buckets), reverse=True)
-    missing = [b for b in wanted if b not in p.output]
-    if missing:
-        raise PredictionError(f"bucket{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
-                              f"{'were' if len(missing) > 1 else 'was'} not profiled in {report.path}; predict a "
-                              "list drawn from the profiled buckets")
+    low, high = min(p.output), max(p.output)
+    beyond = [b for b in wanted if not low <= b <= high]
+    if beyond:
+        raise PredictionError(f"bucket{'s' if len(beyond) > 1 else ''} {', '.join(map(str, beyond))} "
+                              f"{'lie' if len(beyond) > 1 else 'lies'} outside the profiled buckets of {report.path} "
+                              f"({low} to {high}); predict a list within them, or profile a wider range")
     if report.run.order != Order.LARGEST_FIRST:
         raise PredictionError("bucket-list predictions model largest-first capture; profile with the default order")
     top = wanted[0]
@@ -356,7 +365,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
         notes.append("needs free: an upper bound; the profile's larger pre-warm left blocks that its later warm-ups "
                      "reused, so with a smaller largest bucket each warm-up may cache more (gpt-oss-20b, 8192 first: "
                      "38-90 MiB more, measured)")
-    out = []
+    out, drawn = [], {}
     for mode in [m for m in (modes or report.modes()) if m in p.rows]:
         rows = p.rows[mode]
         first = rows.get(p.largest)
@@ -364,39 +373,93 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
             continue
         try:
             replay = p.replayer.replay(mode, wanted)
+            other = p.replayer.other_placement().replay(mode, wanted)
         except ReplayError as e:
             raise PredictionError(str(e)) from None
         predicted, before = [], 0
         for order, (bucket, pool, source) in enumerate(zip(replay.buckets, replay.pool_bytes, replay.sources, strict=True)):
+            between = p.replayer.interpolated(source, bucket)
+            if between:
+                drawn[bucket] = between
             if order == 0:  # the list's largest bucket: the mode's one-off costs are the profile's first bucket's
                 src = rows.get(bucket) or first
                 outside = _outside_first(mode, first, p, top)
                 non_torch = first.non_torch_delta_bytes
-                retained = p.output[top]
+                retained = _output(p, top)
                 if source != mode:
                     notes.append(f"{mode}: bucket {bucket} keeps its own output, so its events are those of the "
                                  f"{source} capture of it")
             else:
-                src = rows[bucket]
+                src = _row(p, mode, bucket)
                 outside = src.torch_reserved_delta_bytes - src.pool_delta_bytes
-                non_torch = p.executables[mode][bucket]  # from the staircase, not the row's rounded delta
-                retained = p.output[bucket] if mode == Mode.PER_BUCKET else 0
+                non_torch = _executables(p, mode, bucket)  # from the staircase, not the row's rounded delta
+                retained = _output(p, bucket) if mode == Mode.PER_BUCKET else 0
             predicted.append(BucketPrediction(
                 mode=mode, bucket=bucket, order=order, segments=src.segments, graph_nodes=src.graph_nodes,
                 pool_bytes=pool, pool_delta_bytes=pool - before, outside_pool_delta_bytes=outside,
                 non_torch_delta_bytes=non_torch, device_used_delta_bytes=pool - before + outside + non_torch,
-                retained_output_bytes=retained))
+                retained_output_bytes=retained, interpolated_from=between))
             before = pool
-        band = p.bands[mode].band(len(predicted))
+        interpolated = sum(1 for r in predicted if r.interpolated_from)
+        band = p.bands[mode].band(len(predicted), interpolated)
         result = _banded(_mode(mode, predicted, 0.0, 0.0), band)
-        result.exact = replay.exact
+        result.exact = replay.exact and not interpolated  # recorded events only
         result.headroom = _headroom(p, mode, predicted, replay.sources, free)
         result.band_source = f"{POOL_REPLAYED}; {band.source}"
+        shift = other.pool_bytes[-1] - replay.pool_bytes[-1]
+        if other.pool_bytes != replay.pool_bytes:
+            # the driver's address for a segment the profile never made is unknown: the band spans both placements
+            result.other_placement_pool_bytes = other.pool_bytes[-1]
+            result.low_bytes += min(0, shift)
+            result.high_bytes += max(0, shift)
+            result.band_source += (f"; with new segments placed below the others instead of above, the pool ends "
+                                   f"{shift / MIB:+.0f} MiB away: the band spans both")
+            notes.append(f"{mode}: where the driver puts the segments this list makes decides {abs(shift) / MIB:.0f} "
+                         "MiB of the pool (best-fit ties); the band spans both placements")
         out.append(result)
     out.sort(key=lambda m: mode_index(m.mode))
+    if drawn:
+        listed = ", ".join(f"{b} ({lo}-{hi})" for b, (lo, hi) in sorted(drawn.items())[:MAX_LISTED])
+        more = f" and {len(drawn) - MAX_LISTED} more" if len(drawn) > MAX_LISTED else ""
+        notes.append(f"interpolated (not profiled; each allocation's size on the line between the profiled buckets "
+                     f"around it): {listed}{more}")
     notes += _too_wide_notes(out, ": the evidence does not pin this list down (see the band's source)")
     return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name, layers=int(report.run.layers),
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
+
+
+def _neighbours(profiled: Sequence[int], bucket: int) -> tuple[int, int]:
+    """The profiled buckets just below and just above ``bucket`` (inside the profiled range)."""
+    return max(b for b in profiled if b < bucket), min(b for b in profiled if b > bucket)
+
+
+def _output(p: BucketProfile, bucket: int) -> int:
+    """The bucket's output bytes: measured, or on the line between its profiled neighbours (rows x width)."""
+    if bucket in p.output:
+        return p.output[bucket]
+    lo, hi = _neighbours(list(p.output), bucket)
+    return line_size(bucket, lo, p.output[lo], hi, p.output[hi])
+
+
+def _row(p: BucketProfile, mode: str, bucket: int) -> BucketRecord:
+    """The bucket's measured row; for a bucket not profiled, the nearer neighbour's among the later buckets (its
+    graphs, nodes and memory outside the pool: the same kernels, launched on a few more or fewer tokens)."""
+    rows = p.rows[mode]
+    if bucket in rows:
+        return rows[bucket]
+    near = sorted((b for b in rows if b != p.largest), key=lambda b: (abs(b - bucket), b))
+    return rows[near[0]]
+
+
+def _executables(p: BucketProfile, mode: str, bucket: int) -> int:
+    """A later bucket's graph executables from the mode's staircase; a bucket not profiled costs the mean of its
+    neighbours' (an executable's bytes follow its graphs and nodes, which it shares with them)."""
+    each = p.executables[mode]
+    if bucket in each:
+        return each[bucket]
+    lo, hi = _neighbours(list(p.rows[mode]), bucket)
+    known = [each[b] for b in (lo, hi) if b in each]
+    return round(sum(known) / len(known)) if known else 0
 
 
 def _headroom(p: BucketProfile, mode: str, rows: list[BucketPrediction], sources: Sequence[str],
@@ -406,9 +469,9 @@ def _headroom(p: BucketProfile, mode: str, rows: list[BucketPrediction], sources
     growth, outside = {}, {}
     for row, source in zip(rows, sources, strict=True):
         g = p.replayer.warmup.get(source, {}).get(row.bucket)
-        measured = p.rows.get(source, {}).get(row.bucket)
-        if g is None or measured is None:
+        if g is None or source not in p.rows:
             return None
+        measured = _row(p, source, row.bucket)
         growth[row.bucket] = g
         outside[row.bucket] = measured.torch_reserved_delta_bytes - measured.pool_delta_bytes
     upside = 0
@@ -474,7 +537,7 @@ def _outside_first(mode: str, first: BucketRecord, p: BucketProfile, top: int) -
     measured = first.torch_reserved_delta_bytes - first.pool_delta_bytes
     if mode == Mode.SHARED and top != p.largest:
         # the buffer is sized for the list's largest bucket
-        return measured - _round_up(p.output[p.largest]) + _round_up(p.output[top])
+        return measured - _round_up(p.output[p.largest]) + _round_up(_output(p, top))
     return measured
 
 
@@ -488,6 +551,7 @@ def prediction_json(pred: Prediction) -> dict:
                    "exact": m.exact, "band_source": m.band_source,
                    "band_low_bytes": m.low_bytes, "band_high_bytes": m.high_bytes, "band_lists": m.band_lists,
                    "band_max_abs_error_bytes": m.band_max_abs_error_bytes, "band_too_wide": m.band_too_wide,
+                   "other_placement_pool_bytes": m.other_placement_pool_bytes,
                    **headroom_json(m.headroom),
                    "rows": [{"bucket": r.bucket, "order": r.order, "segments": r.segments,
                              "graph_nodes": r.graph_nodes, "pool_bytes": r.pool_bytes,
@@ -495,6 +559,8 @@ def prediction_json(pred: Prediction) -> dict:
                              "outside_pool_delta_bytes": r.outside_pool_delta_bytes,
                              "non_torch_delta_bytes": r.non_torch_delta_bytes,
                              "device_used_delta_bytes": r.device_used_delta_bytes,
-                             "retained_output_bytes": r.retained_output_bytes} for r in m.buckets]}
+                             "retained_output_bytes": r.retained_output_bytes,
+                             "interpolated_from": list(r.interpolated_from) if r.interpolated_from else None}
+                            for r in m.buckets]}
                   for m in pred.modes],
     }

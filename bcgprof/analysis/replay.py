@@ -54,6 +54,7 @@ from typing import Optional
 from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings, round_size
 from bcgprof.analysis.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
 from bcgprof.analysis.replay_fold import ALLOC, FREE, boundaries, find_period, free_index, rename, signature
+from bcgprof.analysis.replay_interpolate import interpolate_ops
 from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool, read_trace, trace_name
 from bcgprof.vocab import Mode
 
@@ -61,6 +62,8 @@ CACHE_STATES = 256  # replay states kept (each holds a pool's blocks)
 MEMO_BLOCKS = 64  # a state of at most this many blocks is looked up by its content before a bucket is replayed
 MEMO_STATES = 8192  # bucket replays remembered that way
 MODE_BITS = 40  # an event key is (trace number << MODE_BITS) | allocation number
+FIRST_INTERPOLATED = 1 << 12  # trace numbers from here on name interpolated buckets' events
+BUCKET_BITS = 21  # a bucket is at most 1048576 tokens or sequences
 
 
 class ReplayError(TraceError):
@@ -81,6 +84,7 @@ class BucketOps:
     complete: bool = True
     frees: dict = field(default_factory=dict)  # key -> index of the op that frees it
     fold: Optional[tuple[int, int, int]] = None  # a repeating region (bcgprof.analysis.replay_fold.find_period)
+    between: Optional[tuple[int, int]] = None  # interpolated: the profiled buckets below and above it
 
 
 def _bucket_ops(trace: Trace, number: int) -> tuple[dict[int, BucketOps], list[int]]:
@@ -183,15 +187,18 @@ class PoolReplay:
 class Replayer:
     """Replays the traces of one report; states after each list prefix are cached."""
 
-    def __init__(self, traces: dict[str, Trace | Path]):
-        """``traces``: mode -> its trace, or the path of its file (read when first needed)."""
+    def __init__(self, traces: dict[str, Trace | Path], below: bool = False):
+        """``traces``: mode -> its trace, or the path of its file (read when first needed). ``below``: where a
+        segment without a usable recorded address goes (:class:`bcgprof.analysis.allocator.Pool`)."""
         self.traces = dict(traces)
+        self.below = below
+        self._twin: Optional[Replayer] = None
         self.settings: dict[str, Settings] = {}
         self.ops: dict[str, dict[int, BucketOps]] = {}
         self.order: dict[str, list[int]] = {}
         self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
         self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
-        self.position: dict[str, dict[int, int]] = {}  # mode -> bucket -> its place in the capture order
+        self.position: dict[str, dict[int, float]] = {}  # mode -> bucket -> its place in the capture order (an interpolated bucket: between its neighbours)
         self.crossing: dict[str, list[int]] = {}  # mode -> places of buckets whose capture frees earlier blocks
         self.kept: dict[str, dict[int, int]] = {}  # mode -> bucket -> rounded bytes it allocates that are never freed
         self._numbers = {mode: n + 1 for n, mode in enumerate(sorted(self.traces))}
@@ -214,6 +221,17 @@ class Replayer:
             if path.exists():
                 found[mode] = path
         return cls(found) if found else None
+
+    def other_placement(self) -> Replayer:
+        """A replayer of the same traces that puts segments without a recorded address the other way (above
+        or below every segment): where the two differ, the driver's address choice decides the pool. It shares
+        what this one has read and interpolated."""
+        if self._twin is None:
+            twin = Replayer(self.traces, not self.below)
+            for name in ("settings", "ops", "order", "warmup", "leftover", "position", "crossing", "kept", "_numbers"):
+                setattr(twin, name, getattr(self, name))  # the same dicts: a trace read by either serves both
+            twin._twin, self._twin = self, twin
+        return self._twin
 
     def has(self, mode: str) -> bool:
         """Whether ``mode``'s trace is there (read and prepared on the first call)."""
@@ -255,12 +273,61 @@ class Replayer:
                 raise ReplayError(f"the report has no {source} trace to replay {mode}'s bucket {b} from; "
                                   f"capture with --modes including {source}")
             if b not in self.ops[source]:
-                raise ReplayError(f"bucket {b} has no events in the {source} trace; re-capture the report")
+                self._interpolate(source, b)
             if not self.ops[source][b].complete:
                 raise ReplayError(f"the {source} trace of bucket {b} is incomplete (events were lost while "
                                   "recording); re-capture the report")
             out.append((b, source))
         return out
+
+    def _interpolate(self, source: str, bucket: int) -> BucketOps:
+        """Events for ``bucket``, which ``source``'s trace lacks, from the profiled buckets around it
+        (:mod:`bcgprof.analysis.replay_interpolate`); refused outside the profiled range or where they differ."""
+        ops = self.ops[source]
+        profiled = [b for b, o in ops.items() if o.between is None]
+        lower = max((b for b in profiled if b < bucket), default=None)
+        upper = min((b for b in profiled if b > bucket), default=None)
+        if lower is None or upper is None:
+            raise ReplayError(f"bucket {bucket} lies outside the profiled buckets ({min(profiled)} to "
+                              f"{max(profiled)}); profile a range that includes it")
+        low, high = ops[lower], ops[upper]
+        for b, o in ((lower, low), (upper, high)):
+            if not o.complete:
+                raise ReplayError(f"the {source} trace of bucket {b} is incomplete (events were lost while "
+                                  f"recording), so bucket {bucket} cannot be drawn from it; re-capture the report")
+            if o.cross or o.unknown:
+                raise ReplayError(f"bucket {bucket} cannot be interpolated: the {source} capture of {b} frees blocks "
+                                  "of another bucket; profile it")
+        # a key of its own for every (trace, bucket): trace numbers from FIRST_INTERPOLATED on, the bucket below
+        number = ((FIRST_INTERPOLATED | self._numbers[source]) << BUCKET_BITS) | bucket
+        events, why = interpolate_ops(bucket, lower, low.ops, upper, high.ops, number << MODE_BITS)
+        if why and source == Mode.SHARED_LARGEST and upper == self.order[source][0] and self.has(Mode.SHARED):
+            # shared-largest's first bucket keeps its own output; a later bucket's capture is what shared's capture
+            # of that bucket does (copy the output out, free it)
+            alike = self.ops[Mode.SHARED].get(upper)
+            if alike is not None and alike.complete and not alike.cross and not alike.unknown:
+                events, why = interpolate_ops(bucket, lower, low.ops, upper, alike.ops, number << MODE_BITS)
+        if why:
+            raise ReplayError(f"bucket {bucket} cannot be interpolated: {why}; profile it")
+        made = ops[bucket] = BucketOps(bucket, source, events, between=(lower, upper))
+        made.frees = free_index(events)
+        made.fold = find_period(events, made.frees)
+        # captured right after the larger neighbour (largest first): frees inside captures of buckets left out
+        # of a list are applied by place, and this one sits between its neighbours
+        self.position[source][bucket] = self.position[source][upper] + 0.5
+        self.kept[source][bucket] = _kept_bytes({bucket: made})[bucket]
+        growth = self.warmup.get(source, {})
+        if lower in growth and upper in growth:  # the larger of the neighbours' warm-ups (see predict's notes)
+            near = (growth[lower], growth[upper])
+            peaks = [g.allocated_peak_bytes for g in near]
+            growth[bucket] = WarmupGrowth(max(g.reserved_bytes for g in near),
+                                          None if None in peaks else max(p or 0 for p in peaks))
+        return made
+
+    def interpolated(self, source: str, bucket: int) -> Optional[tuple[int, int]]:
+        """The profiled buckets ``bucket``'s events in ``source`` were drawn from; None when it was profiled."""
+        ops = self.ops.get(source, {}).get(bucket)
+        return ops.between if ops is not None else None
 
     def _first_of(self, mode: str, bucket: int) -> bool:
         order = self.order.get(mode) if self.has(mode) else None
@@ -313,7 +380,7 @@ class Replayer:
                 return held  # replayed already (read it, do not change it)
             state = held.clone()
         else:
-            state = _State(Pool(self.settings[plan[0][1]]), {}, {}, [])
+            state = _State(Pool(self.settings[plan[0][1]], self.below), {}, {}, [])
         shared = len(path)
         parent = path[-1] if path else root
         for n in range(kept + 1, len(plan)):

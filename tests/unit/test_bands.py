@@ -121,8 +121,11 @@ def test_every_committed_list_is_inside_its_band_and_the_band_is_under_two_perce
             measured = read_report(ROOT / r.report)
             rows = sorted((x for x in measured.buckets if x.mode == r.mode), key=lambda x: x.order)
             m = predict_buckets(profile, [x.bucket for x in rows], [r.mode], profile=p).mode(r.mode)
-            assert m is not None and m.exact
+            assert m is not None and m.exact == (not r.interpolated)
             assert m.low_bytes <= r.measured_bytes <= m.high_bytes, (r.report, r.mode)
+            if m.other_placement_pool_bytes is not None:  # the band spans both placements: flagged when wide
+                assert m.band_too_wide == (m.high_bytes - m.low_bytes > 0.02 * m.device_used_bytes)
+                continue
             assert not m.band_too_wide and m.high_bytes - m.low_bytes <= 0.02 * m.device_used_bytes
             assert m.band_lists >= 2 and f"held-out list(s) of {profile.run.model} on NVIDIA H200" in m.band_source
 

@@ -126,9 +126,11 @@ def test_the_json_says_exact_and_where_the_band_comes_from(profile):
         assert m["exact"] is True and "replayed exactly" in m["band_source"]
 
 
-def test_buckets_not_profiled_are_refused(profile):
-    with pytest.raises(PredictionError, match="not profiled"):
-        predict_buckets(profile, [1000, 4096])
+def test_buckets_outside_the_profiled_range_are_refused(profile):
+    with pytest.raises(PredictionError, match=r"8192 lies outside the profiled buckets .* \(64 to 4096\)"):
+        predict_buckets(profile, [8192, 1024])
+    with pytest.raises(PredictionError, match="buckets 8192, 32 lie outside"):
+        predict_buckets(profile, [8192, 32])
 
 
 def test_a_report_without_traces_keeps_everything_but_list_predictions(tmp_path):

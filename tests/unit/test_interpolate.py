@@ -1,0 +1,129 @@
+"""Buckets the profile did not capture, interpolated between the profiled buckets around them (no GPU).
+
+On the synthetic profile (tests/traced_profile.py, whose requests are lines in tokens) an
+interpolated bucket's events are the ones its own capture makes, so a list with buckets that
+were never profiled predicts what capturing it gives, row by row. On the committed H200 traces:
+a profiled bucket left out and interpolated from its neighbours gives the profile's own rows
+back, and lists captured on the H200 are predicted from other, sparser traced lists: pool rows
+as measured where the two segment placements agree, and the measured device used inside the
+band everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, prediction_json
+from bcgprof.analysis.replay import Replayer
+from bcgprof.analysis.replay_fold import ALLOC, FREE
+from bcgprof.analysis.replay_interpolate import interpolate_ops, line_size
+from bcgprof.report import read_report
+
+from traced_profile import MODES, capture, write_profile
+
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    return write_profile(tmp_path_factory.mktemp("traced") / "profile")
+
+
+def test_a_size_is_on_the_line_between_the_neighbours_rounded_up():
+    assert line_size(1024, 512, 1000, 2048, 4000) == 2000
+    assert line_size(600, 512, 1000, 1024, 2001) == 1173  # 1172.05 rounds up
+    assert line_size(700, 512, 64, 1024, 64) == 64  # a size that does not change with tokens stays
+
+
+def test_neighbours_whose_events_differ_in_more_than_sizes_are_refused():
+    lower = [(ALLOC, 100, 0, 1, 0, 0), (FREE, 1)]
+    upper = [(ALLOC, 200, 0, 7, 0, 0), (ALLOC, 8, 0, 8, 0, 0), (FREE, 7)]
+    ops, why = interpolate_ops(150, 100, lower, 200, upper, 1 << 40)
+    assert ops == [] and "differ in more than their sizes" in why
+    ops, why = interpolate_ops(150, 100, lower, 200, [(ALLOC, 200, 1, 7, 0, 0), (FREE, 7)], 1 << 40)
+    assert ops == [] and why  # another stream
+    ops, why = interpolate_ops(150, 100, lower, 200, [(ALLOC, 200, 0, 7, 5, 0), (FREE, 7)], 1 << 40)
+    assert why == "" and ops == [(ALLOC, 150, 0, (1 << 40) | 1, 0, -1), (FREE, (1 << 40) | 1)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_list_with_buckets_never_profiled_predicts_what_capturing_it_gives(profile, mode):
+    for chosen in ([3584, 2560, 768, 96], [4096, 3000, 1100, 200], [2500, 700], [4000, 65]):
+        measured, _ = capture(mode, chosen)
+        pred = predict_buckets(profile, chosen, [mode]).mode(mode)
+        assert [r.pool_bytes for r in pred.buckets] == [r.pool_bytes for r in measured], chosen
+        drawn = [r.bucket for r in pred.buckets if r.interpolated_from]
+        kept = sorted(chosen, reverse=True)[:1] if mode == "floor" else sorted(chosen, reverse=True)
+        assert drawn == [b for b in kept if b not in profile.run.buckets]
+        assert pred.exact == (not drawn)  # interpolated events are not recorded ones
+
+
+def test_interpolated_rows_are_labelled_in_the_json_and_the_notes(profile):
+    pred = predict_buckets(profile, [4096, 2500, 64])
+    data = prediction_json(pred)
+    rows = {r["bucket"]: r for r in data["modes"][0]["rows"]}
+    assert rows[2500]["interpolated_from"] == [2048, 3072] and rows[4096]["interpolated_from"] is None
+    assert any(n.startswith("interpolated (not profiled") and "2500 (2048-3072)" in n for n in pred.notes)
+    assert all(m["exact"] is False for m in data["modes"] if m["mode"] != "floor")
+    per_bucket = next(m for m in pred.modes if m.mode == "per-bucket")
+    retained = {r.bucket: r.retained_output_bytes for r in per_bucket.buckets}
+    assert retained[2500] == (retained[64] // 64) * 2500  # an output is rows x width
+
+
+def _traced(name: str) -> Path:
+    path = REPORTS / name
+    if not (path / "traces-per-bucket.csv.gz").exists():
+        pytest.skip(f"{name} is not in this checkout")
+    return path
+
+
+@pytest.mark.parametrize("name,left_out", [("llama-3.1-8b-h200-traced", [15360, 9728, 2304, 832, 144, 12]),
+                                           ("gpt-oss-20b-h200-traced", [14848, 6144, 640, 28])])
+def test_a_profiled_bucket_left_out_and_interpolated_gives_the_profiles_rows_back(name, left_out):
+    path = _traced(name)
+    whole = Replayer.load(path, ["per-bucket", "shared"])
+    for mode in ("per-bucket", "shared"):
+        assert whole.has(mode)
+        order = whole.order[mode]
+        truth = whole.replay(mode, order).pool_bytes
+        for bucket in left_out:
+            again = Replayer(whole.traces)
+            assert again.has(mode)
+            del again.ops[mode][bucket]
+            replay = again.replay(mode, order)
+            assert again.interpolated(mode, bucket) is not None
+            assert replay.pool_bytes == truth, (mode, bucket)
+
+
+# Lists captured on the H200, predicted from other traced lists of the same model that lack some of their
+# buckets (subset20 holds 20 random buckets, third every third one of the 74).
+CROSS = [("llama-3.1-8b-h200-third", "llama-3.1-8b-h200-range512"),
+         ("llama-3.1-8b-h200-third", "llama-3.1-8b-h200-subset20"),
+         ("llama-3.1-8b-h200-subset20", "llama-3.1-8b-h200-tophalf")]
+
+
+@pytest.mark.parametrize("source,target", CROSS)
+def test_lists_captured_on_the_h200_are_predicted_from_sparser_traced_lists(source, target):
+    profile, measured = read_report(_traced(source)), read_report(_traced(target))
+    p = bucket_profile(profile)
+    wanted = measured.run.buckets
+    assert set(wanted) - set(profile.run.buckets)  # something to interpolate
+    pred = predict_buckets(profile, wanted, profile=p)
+    for m in pred.modes:
+        rows = sorted((r for r in measured.buckets if r.mode == m.mode), key=lambda r: r.order)
+        total = next(s.device_used_bytes for s in measured.summary if s.mode == m.mode)
+        assert m.low_bytes <= total <= m.high_bytes, (m.mode, m.low_bytes, total, m.high_bytes)
+        if m.other_placement_pool_bytes is None:
+            assert [r.pool_bytes for r in m.buckets] == [r.pool_bytes for r in rows], m.mode
+        else:  # the driver's placement decided a tie: the measured pool is one of the two replays
+            assert rows[-1].pool_bytes in (m.pool_bytes, m.other_placement_pool_bytes), m.mode
+    assert any(m.other_placement_pool_bytes is not None for m in pred.modes) == ("subset20" in source)
+
+
+def test_a_bucket_between_neighbours_whose_kernels_differ_is_refused():
+    path = _traced("gpt-oss-20b-h200-traced")  # its captures change shape between 1024 and 1280 tokens
+    with pytest.raises(PredictionError, match="bucket 1100 cannot be interpolated: the captures of 1024 and 1280 "
+                                              "differ in more than their sizes"):
+        predict_buckets(read_report(path), [16384, 1100], ["per-bucket"])
