@@ -93,8 +93,9 @@ def predict(
     layers: Optional[int] = typer.Option(None, "--layers", min=1, max=MAX_PREDICT_LAYERS,
                                          help=f"Layer count to predict, 1 to {MAX_PREDICT_LAYERS} "
                                               "(default: the model's full depth)."),
-    buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list, drawn from the "
-                                          "profiled buckets, to predict from one profile."),
+    buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list within the "
+                                          "profiled range, to predict from one profile (buckets between "
+                                          "profiled ones are interpolated and labelled so)."),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
     rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
                               "them)."),
