@@ -206,11 +206,12 @@ class Pool:
         return self._blocks[addr]
 
     def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
-        if (at is None or at in self.segments or self._overlaps(at, size)) and self.below:
-            lowest = self._bases[0] if self._bases else MADE_UP_START  # segments never leave a graph pool
-            at = (lowest // SEGMENT_GAP - (-(-size // SEGMENT_GAP)) - 1) * SEGMENT_GAP
-        elif at is None or at in self.segments or self._overlaps(at, size):
-            at = self._top
+        if at is None or at in self.segments or self._overlaps(at, size):
+            if self.below:
+                lowest = self._bases[0] if self._bases else MADE_UP_START  # segments never leave a graph pool
+                at = (lowest // SEGMENT_GAP - (-(-size // SEGMENT_GAP)) - 1) * SEGMENT_GAP
+            else:
+                at = self._top
         self._top = max(self._top, -(-(at + size) // SEGMENT_GAP) * SEGMENT_GAP + SEGMENT_GAP)
         self.segments[at] = size
         insort(self._bases, at)

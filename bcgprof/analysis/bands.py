@@ -208,23 +208,14 @@ class ListBands:
         """The band of a ``buckets``-bucket list's device-used total; ``interpolated``: how many of its buckets
         the profile lacks (their executables are their neighbours', so lists like it are the evidence too)."""
         what = f"{self.run.model} on {self.run.gpu_name or 'its GPU'}"  # the mode: the band's own row
-        if interpolated and self.residuals:
-            wider = ListBands.__new__(ListBands)
-            wider.run, wider.mode, wider.profile, wider.profiles = self.run, self.mode, self.profile, self.profiles
-            wider.residuals, wider.interpolated = self.residuals + self.interpolated, []
-            band = wider.band(buckets)
-            n = len(self.interpolated)
-            note = (f"; {n} of those lists had buckets their profile lacked" if n else
-                    "; no measured list of this configuration had buckets its profile lacked, so the interpolated "
-                    "buckets' executables are unchecked here")
-            return Band(band.below, band.above, band.source + note, band.lists, band.max_abs_error_bytes)
         if not self.residuals:
             step = buckets * QUANTUM
             return Band(step, step, f"graph executables: no held-out lists of {what} (torch "
                                     f"{self.run.torch_version or '?'}, driver {self.run.driver or '?'}): one NVML "
                                     "step (2 MiB) per bucket either way, a guess, not evidence")
-        errors = [r.error_bytes for r in self.residuals]
-        longest = max(r.buckets for r in self.residuals)
+        residuals = self.residuals + self.interpolated if interpolated else self.residuals
+        errors = [r.error_bytes for r in residuals]
+        longest = max(r.buckets for r in residuals)
         scale = max(1.0, buckets / longest)
         worst = max(abs(e) for e in errors)
         # The residuals' signs are mixed: the evidence gives the error's size, not its direction.
@@ -237,6 +228,10 @@ class ListBands:
         others = [p for p in self.profiles if p != self.profile]
         if self.profile and others and self.profile not in self.profiles:
             text += f"; the residuals were predicted from {', '.join(others)}"
+        if interpolated:
+            text += (f"; {len(self.interpolated)} of those lists had buckets their profile lacked" if self.interpolated
+                     else "; no measured list of this configuration had buckets its profile lacked, so the "
+                          "interpolated buckets' executables are unchecked here")
         return Band(half, half, text, len(errors), worst)
 
 

@@ -7,7 +7,8 @@
   it is predicted from the profile, mode by mode, and its measured device-used total kept beside
   the prediction. A list within the profile's range with buckets it lacks counts too (they are
   interpolated; the residual records how many). Where the two segment placements replay different
-  pools, the band spans both, so the residual is taken from the nearer one. A repeat capture of the profile's own list is not held out.
+  pools, the band spans both, so the residual is taken from the nearer one. A repeat capture of
+  the profile's own list is not held out.
 * **Layer checks.** For every directory holding captures of one configuration at two or more
   layer counts, the layer prediction at the full depth, mode by mode, against the first (by name)
   full-depth capture of that configuration with the same bucket list.

@@ -40,7 +40,7 @@ from bcgprof.analysis.executables import later_executables
 from bcgprof.analysis.fit import Fit, least_squares
 from bcgprof.analysis.headroom import Headroom, headroom_json, measured_headroom, traced_headroom
 from bcgprof.analysis.replay import Replayer, ReplayError
-from bcgprof.analysis.replay_interpolate import line_size
+from bcgprof.analysis.replay_interpolate import line_size, neighbours
 from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
@@ -428,16 +428,13 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                       bucket_list=sorted(wanted), modes=out, basis=[str(report.path)], notes=notes)
 
 
-def _neighbours(profiled: Sequence[int], bucket: int) -> tuple[int, int]:
-    """The profiled buckets just below and just above ``bucket`` (inside the profiled range)."""
-    return max(b for b in profiled if b < bucket), min(b for b in profiled if b > bucket)
-
-
 def _output(p: BucketProfile, bucket: int) -> int:
     """The bucket's output bytes: measured, or on the line between its profiled neighbours (rows x width)."""
     if bucket in p.output:
         return p.output[bucket]
-    lo, hi = _neighbours(list(p.output), bucket)
+    around = neighbours(p.output, bucket)
+    assert around is not None  # predict_buckets refused buckets outside the profiled range
+    lo, hi = around
     return line_size(bucket, lo, p.output[lo], hi, p.output[hi])
 
 
@@ -457,8 +454,7 @@ def _executables(p: BucketProfile, mode: str, bucket: int) -> int:
     each = p.executables[mode]
     if bucket in each:
         return each[bucket]
-    lo, hi = _neighbours(list(p.rows[mode]), bucket)
-    known = [each[b] for b in (lo, hi) if b in each]
+    known = [each[b] for b in neighbours(p.rows[mode], bucket) or () if b in each]
     return round(sum(known) / len(known)) if known else 0
 
 

@@ -54,7 +54,7 @@ from typing import Optional
 from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings, round_size
 from bcgprof.analysis.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
 from bcgprof.analysis.replay_fold import ALLOC, FREE, boundaries, find_period, free_index, rename, signature
-from bcgprof.analysis.replay_interpolate import interpolate_ops
+from bcgprof.analysis.replay_interpolate import interpolate_ops, neighbours
 from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool, read_trace, trace_name
 from bcgprof.vocab import Mode
 
@@ -285,11 +285,11 @@ class Replayer:
         (:mod:`bcgprof.analysis.replay_interpolate`); refused outside the profiled range or where they differ."""
         ops = self.ops[source]
         profiled = [b for b, o in ops.items() if o.between is None]
-        lower = max((b for b in profiled if b < bucket), default=None)
-        upper = min((b for b in profiled if b > bucket), default=None)
-        if lower is None or upper is None:
+        around = neighbours(profiled, bucket)
+        if around is None:
             raise ReplayError(f"bucket {bucket} lies outside the profiled buckets ({min(profiled)} to "
                               f"{max(profiled)}); profile a range that includes it")
+        lower, upper = around
         low, high = ops[lower], ops[upper]
         for b, o in ((lower, low), (upper, high)):
             if not o.complete:

@@ -7,8 +7,9 @@ sizes change with the token count. Most sizes are a straight line in tokens (act
 rows x width); a few carry a ceiling (a kernel's blocks of tokens, an alignment), where the
 line between the two neighbours can be short or long by one of the allocator's 512-byte steps.
 Each size is therefore taken from the line through the neighbours, rounded up; how far that is
-from a captured bucket is measured by leaving profiled buckets out
-(:func:`bcgprof.analysis.bands.interpolation_evidence`), not assumed.
+from a captured bucket is measured, not assumed: profiled buckets left out and interpolated, and
+lists captured on the H200 predicted from sparser traced lists (``tests/unit/test_interpolate.py``;
+the calibration keeps such lists as evidence, :mod:`bcgprof.analysis.calibrate`).
 
 Where the neighbours' events differ in anything but sizes (a kernel that changes its
 workspace or its launch shape between them), or a capture frees another bucket's blocks,
@@ -17,9 +18,17 @@ the bucket is refused: the events in between are not known. Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Optional
 
 from bcgprof.analysis.replay_fold import ALLOC, FREE
+
+
+def neighbours(profiled: Iterable[int], bucket: int) -> Optional[tuple[int, int]]:
+    """The profiled buckets just below and just above ``bucket``; None outside the profiled range."""
+    below = [b for b in profiled if b < bucket]
+    above = [b for b in profiled if b > bucket] if below else []
+    return (max(below), min(above)) if above else None
 
 
 def line_size(bucket: int, lower: int, lower_size: int, upper: int, upper_size: int) -> int:
