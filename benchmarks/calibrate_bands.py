@@ -1,9 +1,10 @@
 """Regenerate ``bcgprof/analysis/bands.json``, the evidence behind prediction bands, from the committed reports.
 
 Every held-out list of a traced profile's configuration is predicted from the profile and its measured
-device-used total kept; every layer set is predicted at full depth and checked against the full-depth
-capture (:mod:`bcgprof.analysis.calibrate`). Prints each residual, the leave-one-out check (does the band the
-other held-out lists give contain each list?) and the layer checks.
+device-used total kept; every layer set is predicted at full depth (device used and the free memory it
+needs) and checked against the full-depth capture (:mod:`bcgprof.analysis.calibrate`). Prints each
+residual, the leave-one-out check (does the band the other held-out lists give contain each list?), the
+layer checks and the layer predictions' needs-free band.
 
     python benchmarks/calibrate_bands.py            # writes bcgprof/analysis/bands.json
     python benchmarks/calibrate_bands.py --check    # exit 1 if the shipped file is stale
@@ -21,7 +22,7 @@ MIB = 1 << 20
 
 
 def main(argv: list[str]) -> int:
-    from bcgprof.analysis.bands import calibration_json, leave_one_out, write_calibration
+    from bcgprof.analysis.bands import calibration_json, layer_needs_free_band, leave_one_out, write_calibration
     from bcgprof.analysis.calibrate import build
     from bcgprof.report import read_report
 
@@ -44,7 +45,12 @@ def main(argv: list[str]) -> int:
         err = lc.predicted_bytes - lc.measured_bytes
         print(f"layers {lc.model:15} {lc.mode:15} {lc.layers:3d} layers  error {err / MIB:+6.1f} MiB "
               f"({100 * err / lc.measured_bytes:+.2f}%)  band {(lc.low_bytes - lc.predicted_bytes) / MIB:+.1f} to "
-              f"{(lc.high_bytes - lc.predicted_bytes) / MIB:+.1f} MiB  {'inside' if lc.inside else 'OUTSIDE'}")
+              f"{(lc.high_bytes - lc.predicted_bytes) / MIB:+.1f} MiB  {'inside' if lc.inside else 'OUTSIDE'}"
+              + (f"  needs free {lc.measured_needs_free_bytes / MIB:.0f} MiB, error "
+                 f"{lc.needs_free_error_bytes / MIB:+.1f} MiB" if lc.needs_free_error_bytes is not None
+                 and lc.measured_needs_free_bytes is not None else ""))
+    band, source = layer_needs_free_band(cal)
+    print(f"layer predictions' needs-free band: ±{band / MIB:.1f} MiB ({source})")
     if args.check:
         shipped = json.loads(args.out.read_text()) if args.out.exists() else None
         if shipped != calibration_json(cal):

@@ -94,10 +94,20 @@ class LayerCheck:
     measured_bytes: int
     low_bytes: int
     high_bytes: int
+    # the free memory the capture needed: predicted (layers) and measured (full depth); None where unknown
+    predicted_needs_free_bytes: Optional[int] = None
+    measured_needs_free_bytes: Optional[int] = None
 
     @property
     def inside(self) -> bool:
         return self.low_bytes <= self.measured_bytes <= self.high_bytes
+
+    @property
+    def needs_free_error_bytes(self) -> Optional[int]:
+        """Measured minus predicted needs-free."""
+        if self.predicted_needs_free_bytes is None or self.measured_needs_free_bytes is None:
+            return None
+        return self.measured_needs_free_bytes - self.predicted_needs_free_bytes
 
 
 @dataclass(frozen=True)
@@ -150,13 +160,19 @@ def parse_calibration(data: Any, path: str = "") -> Calibration:
             model=str(c["model"]), gpu=str(c["gpu"]), config_hash=str(c["config_hash"]),
             inputs=tuple(str(i) for i in c["inputs"]), full=str(c["full"]), mode=str(c["mode"]),
             layers=int(c["layers"]), predicted_bytes=int(c["predicted_bytes"]),
-            measured_bytes=int(c["measured_bytes"]), low_bytes=int(c["low_bytes"]), high_bytes=int(c["high_bytes"]))
+            measured_bytes=int(c["measured_bytes"]), low_bytes=int(c["low_bytes"]), high_bytes=int(c["high_bytes"]),
+            predicted_needs_free_bytes=_optional_int(c.get("predicted_needs_free_bytes")),
+            measured_needs_free_bytes=_optional_int(c.get("measured_needs_free_bytes")))
             for c in data["layers"])
         loo = {str(k): int(v) for k, v in data.get("leave_one_out", {}).items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{path or 'the calibration'} is malformed ({e!r}); regenerate it with "
                                f"{REGENERATE}") from None
     return Calibration(lists, layers, loo, path)
+
+
+def _optional_int(v: Any) -> Optional[int]:
+    return None if v is None else int(v)
 
 
 def write_calibration(cal: Calibration, path: Path) -> Path:
@@ -288,3 +304,23 @@ def layer_band_source(run: RunInfo, calibration: Optional[Calibration] = None) -
     return (f"{LAYER_FORMULA}; checked against full-depth captures of {', '.join(models)} on {', '.join(gpus)}: "
             f"{inside} of {len(cal.layers)} mode totals inside their band, largest error {pct:+.2f}% "
             f"({worst.model}, {worst.mode}); {'this model is among them' if mine else 'this model is not among them'}")
+
+
+def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[int, str]:
+    """How far a layer prediction's needs-free may be off either way, and what says so: the largest
+    |measured - predicted| over the committed full-depth captures' modes, plus one NVML step (the
+    residuals' signs are mixed, so the band is symmetric). With no such check: one NVML step, and the
+    source says it is unchecked."""
+    cal = shipped_calibration() if calibration is None else calibration
+    checks = [c for c in cal.layers if c.needs_free_error_bytes is not None]
+    if not checks:
+        return QUANTUM, "one NVML step; not checked against any full-depth capture"
+    worst = max(checks, key=lambda c: abs(c.needs_free_error_bytes or 0))
+    err = worst.needs_free_error_bytes or 0
+    models = sorted({c.model for c in checks})
+    close = sum(abs(c.needs_free_error_bytes or 0) <= 2 * QUANTUM for c in checks)
+    return abs(err) + QUANTUM, (
+        f"the largest |measured - predicted| over {len(checks)} mode(s) of full-depth captures "
+        f"({', '.join(models)}), {abs(err) / MIB:.1f} MiB ({worst.model}, {worst.mode}), plus one NVML step; "
+        f"{close} of them within two steps")
+

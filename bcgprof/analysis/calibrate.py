@@ -27,6 +27,7 @@ from bcgprof.analysis.bands import Calibration, LayerCheck, ListEvidence, Residu
 from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, predict_layers
 from bcgprof.errors import BcgprofError
 from bcgprof.report import Report, RunInfo, read_report
+from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report.traces import trace_name
 from bcgprof.vocab import BucketStatus, Order, RunStatus
 
@@ -142,7 +143,10 @@ def layer_checks(reports: Sequence[Report], root: Path) -> list[LayerCheck]:
                 model=target.run.model, gpu=target.run.gpu_name, config_hash=target.run.config_hash,
                 inputs=tuple(_name(r, root) for r in members), full=_name(target, root), mode=m.mode,
                 layers=int(target.run.layers), predicted_bytes=m.device_used_bytes,
-                measured_bytes=_total(target, m.mode), low_bytes=m.low_bytes, high_bytes=m.high_bytes))
+                measured_bytes=_total(target, m.mode), low_bytes=m.low_bytes, high_bytes=m.high_bytes,
+                predicted_needs_free_bytes=m.headroom.needs_free_bytes if m.headroom else None,
+                measured_needs_free_bytes=needs_free_bytes([r for r in target.buckets
+                                                                if r.mode == m.mode and r.rank == 0])))
     return checks
 
 

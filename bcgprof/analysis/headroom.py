@@ -135,6 +135,7 @@ class Headroom:
     first_oom_certain: bool = False
     first_oom_free_bytes: Optional[int] = None  # free before that bucket
     upper_bound: bool = False  # the needs are upper bounds (a list whose largest bucket is not the profile's)
+    band_bytes: int = 0  # how far a predicted need may be off either way (layer predictions; 0: exact or bound)
     verify_fits: Optional[bool] = None  # with --free, all buckets captured: whether bcgprof's check fits (None: may)
 
     @property
@@ -166,6 +167,12 @@ class Headroom:
     def fits(self) -> Optional[bool]:
         return None if self.free_bytes is None else self.first_oom is None
 
+    @property
+    def fits_within_band(self) -> bool:
+        """It fits, by less than the band of a predicted need: it may still run out."""
+        return bool(self.fits) and self.free_bytes is not None and \
+            self.free_bytes - self.needs_free_bytes < self.band_bytes
+
     def _before(self) -> list[int]:
         out, kept = [], 0
         for b in self.buckets:
@@ -183,18 +190,21 @@ class Headroom:
             if free >= b.need_bytes:
                 continue
             self.first_oom, self.first_oom_free_bytes = b, free
+            # within the band of a predicted need, the outcome is not certain either way
             if free >= b.warmup_bytes:
-                self.first_oom_phase, self.first_oom_certain = CAPTURE, not self.upper_bound
+                self.first_oom_phase = CAPTURE
+                self.first_oom_certain = not self.upper_bound and free < b.need_bytes - self.band_bytes
             else:
                 self.first_oom_phase = WARMUP
-                self.first_oom_certain = b.warmup_floor_bytes is not None and free < b.warmup_floor_bytes
+                self.first_oom_certain = (b.warmup_floor_bytes is not None
+                                          and free < b.warmup_floor_bytes - self.band_bytes)
             break
         self.verify_fits = None
         if self.first_oom is None and self.buckets:
             first, left = self.buckets[0], free_bytes - self.keeps_bytes
-            if left >= first.warmup_bytes:
+            if left >= first.warmup_bytes + self.band_bytes:
                 self.verify_fits = True
-            elif first.warmup_floor_bytes is not None and left < first.warmup_floor_bytes:
+            elif first.warmup_floor_bytes is not None and left < first.warmup_floor_bytes - self.band_bytes:
                 self.verify_fits = False
         return self
 
@@ -218,6 +228,25 @@ def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
         needs.append(BucketNeed(r.bucket, r.order, kept, need, warmup_bytes=need - kept + outside,
                                 warmup_floor_bytes=r.peak_transient_bytes))
     return Headroom(mode, MEASURED, needs)
+
+
+def layered_headroom(mode: str, predicted: Sequence, deep_rows: Sequence, band_bytes: int,
+                     source: str) -> Optional[Headroom]:
+    """At another layer count: each bucket's measured peak above what it kept, from the deepest few-layer
+    capture's rows (``deep_rows``), on top of what the prediction says it keeps (``predicted``: rows with
+    ``device_used_delta_bytes``, same buckets and order). The part above what a bucket keeps is its eager
+    warm-up's cache, one layer's working set at a time, so it does not grow with depth; what the buckets
+    keep (executables) does. ``band_bytes``: how far the figure may be off either way (calibrated against
+    full-depth captures, :func:`bcgprof.analysis.bands.layer_needs_free_band`)."""
+    h = measured_headroom(mode, deep_rows)
+    if h is None or [b.bucket for b in h.buckets] != [r.bucket for r in predicted]:
+        return None
+    for b, r in zip(h.buckets, predicted, strict=True):
+        above = b.need_bytes - b.kept_bytes
+        b.kept_bytes = r.device_used_delta_bytes
+        b.need_bytes = b.kept_bytes + above
+    h.source, h.band_bytes = source, band_bytes
+    return h
 
 
 def traced_headroom(mode: str, rows: Sequence, growth: dict[int, WarmupGrowth],
@@ -244,14 +273,15 @@ def headroom_json(h: Optional[Headroom]) -> dict:
     """The headroom fields of a mode's JSON entry (nulls when unknown)."""
     if h is None:
         return {"needs_free_bytes": None, "keeps_bytes": None, "tightest_bucket": None, "headroom_source": None,
-                "needs_free_upper_bound": None,
+                "needs_free_upper_bound": None, "needs_free_low_bytes": None, "needs_free_high_bytes": None,
                 "free_bytes": None, "fits": None, "first_oom_bucket": None, "first_oom_order": None,
                 "first_oom_phase": None, "first_oom_certain": None, "first_oom_free_bytes": None,
                 "needs_free_with_verify_bytes": None, "verify_fits": None}
     t = h.tightest
     return {"needs_free_bytes": h.needs_free_bytes, "keeps_bytes": h.keeps_bytes,
             "tightest_bucket": t.bucket if t else None, "headroom_source": h.source,
-            "needs_free_upper_bound": h.upper_bound, "free_bytes": h.free_bytes, "fits": h.fits,
+            "needs_free_upper_bound": h.upper_bound, "needs_free_low_bytes": h.needs_free_bytes - h.band_bytes,
+            "needs_free_high_bytes": h.needs_free_bytes + h.band_bytes, "free_bytes": h.free_bytes, "fits": h.fits,
             "first_oom_bucket": h.first_oom.bucket if h.first_oom else None,
             "first_oom_order": h.first_oom.order if h.first_oom else None,
             "first_oom_phase": h.first_oom_phase,

@@ -14,7 +14,10 @@ does the driver memory of the graph executables, which NVML sees and the allocat
   bucket's executables) is far finer than a step. That slope is a line in the layer count.
   The first bucket's executables are a later bucket's less what the driver had reserved.
   The band is twice the propagated slope error, two NVML steps, and the pool's change when
-  the deepest input is shallower than the steady depth.
+  the deepest input is shallower than the steady depth. The free memory the capture needs takes
+  each bucket's measured peak above what it kept from the deepest input (the eager warm-up's
+  cache: one layer's working set, so it does not grow with depth) on top of the predicted kept
+  bytes; its band comes from the committed full-depth captures (:func:`bcgprof.analysis.bands.layer_needs_free_band`).
 * :func:`predict_buckets` predicts another bucket list drawn from one profile: the graph pool
   by replaying the profile's allocator traces through a model of PyTorch's caching allocator
   (:mod:`bcgprof.analysis.replay`), exact for every list of profiled buckets; each bucket's torch memory
@@ -35,10 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bcgprof.analysis.bands import TOO_WIDE, Band, ListBands, layer_band_source, too_wide
+from bcgprof.analysis.bands import TOO_WIDE, Band, ListBands, layer_band_source, layer_needs_free_band, too_wide
 from bcgprof.analysis.executables import later_executables
 from bcgprof.analysis.fit import Fit, least_squares
-from bcgprof.analysis.headroom import Headroom, headroom_json, measured_headroom, traced_headroom
+from bcgprof.analysis.headroom import Headroom, headroom_json, layered_headroom, measured_headroom, traced_headroom
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.analysis.replay_interpolate import line_size, neighbours
 from bcgprof.errors import BcgprofError
@@ -51,6 +54,8 @@ MIB = 1 << 20
 MAX_LISTED = 8  # interpolated buckets named in a note
 SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps, and so does NVML's count
 STEADY_LAYERS = 4  # from this depth on the graph pool's rows equal the full model's (measured on three models)
+LAYER_HEADROOM = ("each bucket's measured peak above what it kept from the {layers}-layer capture (its eager warm-up's "
+                  "cache: one layer's working set, the same at any depth), on top of the predicted kept bytes")
 
 
 class PredictionError(BcgprofError):
@@ -141,8 +146,10 @@ def _at(xs: Sequence[int], ys: Sequence[int], x: int) -> tuple[int, float]:
 # ---------------------------------------------------------------- layers
 
 
-def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> Prediction:
-    """Every mode's totals and every bucket's row at ``layers`` (default: the model's full depth)."""
+def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
+                   free: Optional[int] = None) -> Prediction:
+    """Every mode's totals and every bucket's row at ``layers`` (default: the model's full depth), and the
+    free memory each mode needs (with ``free``: whether it fits, else the first bucket that runs out)."""
     if len(reports) < 2:
         raise PredictionError("predicting another layer count needs reports at two or more layer counts; "
                               "capture with --num-layers 2,4 and pass both with --from")
@@ -176,6 +183,7 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
         notes.append(f"the deepest capture has {counts[deepest]} layers, fewer than {STEADY_LAYERS}: its pool may "
                      "not be the full model's; the band includes its change from the next count")
     modes = []
+    free_band, free_source = layer_needs_free_band()
     rows_of = {mode: [_rows(r, mode) for r in reports] for mode in common}  # mode -> each report's rows
     steps = {}  # mode -> per-report executable bytes per later bucket, and their standard errors
     for mode, per_report in rows_of.items():
@@ -228,6 +236,11 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None) -> P
         band = 2.0 * later * each_error + later * misfit + 2 * SEGMENT_ROUND + unsettled
         result = _mode(mode, predicted, 0.0, band)
         result.band_source = layer_band_source(first.run)
+        result.headroom = layered_headroom(mode, predicted, per_report[deepest], free_band,
+                                           f"{LAYER_HEADROOM.format(layers=counts[deepest])}; band "
+                                           f"±{free_band / MIB:.1f} MiB: {free_source}")
+        if result.headroom is not None and free is not None:
+            result.headroom.check(free)
         modes.append(result)
     notes.append(_per_layer_note(reports, counts, common[0], steps.get(common[0])))
     notes += _too_wide_notes(modes, f": the extrapolation from {counts[next_deepest]} and {counts[deepest]} layers to "

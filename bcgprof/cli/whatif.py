@@ -99,9 +99,10 @@ def predict(
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
     rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
                               "them)."),
-    free: Optional[str] = typer.Option(None, "--free", metavar="SIZE", help="Check each mode (of --buckets, or "
-                                       "of the profile's own list) against SIZE free on the device (NVML) when the first bucket's warm-up "
-                                       "begins, e.g. 4GiB: whether it fits, else the first bucket that runs out."),
+    free: Optional[str] = typer.Option(None, "--free", metavar="SIZE", help="Check each mode (of --buckets, "
+                                       "of the profile's own list, or at --layers) against SIZE free on the device "
+                                       "(NVML) when the first bucket's warm-up begins, e.g. 4GiB: whether it fits, "
+                                       "else the first bucket that runs out."),
 ) -> None:
     """Predict a capture's cost without running it (no GPU needed).
 
@@ -129,13 +130,13 @@ def predict(
                                   "some")
         wanted = parse_buckets(buckets, max_tokens=max(profiled), max_bs=max(profiled))
         prediction = predict_buckets(reports[0], wanted, free=_size(free, "--free") if free is not None else None)
-    elif free is not None:
-        if len(reports) != 1 or layers is not None:
-            raise PredictionError("--free checks one profile's capture (its own list, or --buckets); give a single "
-                                  "--from and no --layers")
+    elif free is not None and len(reports) == 1 and layers is None:
         prediction = predict_own_list(reports[0], _size(free, "--free"))
     else:
-        prediction = predict_layers(reports, layers)
+        prediction = predict_layers(reports, layers, free=_size(free, "--free") if free is not None else None)
+        if free is not None and any(m.headroom is None for m in prediction.modes):
+            raise PredictionError("the deepest --from report does not record each bucket's device peak "
+                                  "(device_peak_delta_bytes); re-capture it with this bcgprof to check --free")
     render(prediction_view(prediction, rows=rows), format.value, stdout_console())
     flush_stdout()
 

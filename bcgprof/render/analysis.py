@@ -182,7 +182,8 @@ def _at_free(h: Optional[Headroom]) -> str:
     if h is None or h.free_bytes is None:
         return "-"
     if h.first_oom is None:
-        return {True: "fits", False: "fits; verify OOM", None: "fits; verify may OOM"}[h.verify_fits]
+        fits = "fits, within band" if h.fits_within_band else "fits"
+        return {True: fits, False: f"{fits}; verify OOM", None: f"{fits}; verify may OOM"}[h.verify_fits]
     how = h.first_oom_phase if h.first_oom_certain else f"{h.first_oom_phase}, may pass"
     return f"OOM at {h.first_oom.bucket} (#{h.first_oom.order + 1}, {how})"
 

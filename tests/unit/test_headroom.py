@@ -72,6 +72,22 @@ def test_an_upper_bound_never_calls_a_failure_certain():
     assert h.check(75 * MIB).first_oom_phase == CAPTURE and not h.first_oom_certain
 
 
+def test_within_the_band_of_a_predicted_need_no_outcome_is_certain():
+    h = _room()
+    h.band_bytes = 5 * MIB  # the tightest bucket needs 360 before it, give or take 5
+    h.check(358 * MIB)  # 2 short
+    assert (h.first_oom.bucket, h.first_oom_phase, h.first_oom_certain) == (200, CAPTURE, False)
+    h.check(352 * MIB)  # 8 short: beyond the band
+    assert (h.first_oom.bucket, h.first_oom_phase, h.first_oom_certain) == (200, CAPTURE, True)
+    h.check(277 * MIB)  # 177 before bucket 200: under its allocated peak (180), but within the band
+    assert (h.first_oom_phase, h.first_oom_certain) == (WARMUP, False)
+    h.check(270 * MIB)
+    assert (h.first_oom_phase, h.first_oom_certain) == (WARMUP, True)
+    assert h.check(363 * MIB).fits and h.fits_within_band
+    assert h.check(366 * MIB).fits and not h.fits_within_band
+    assert not _room().check(361 * MIB).fits_within_band  # no band: a fit is a fit
+
+
 def _row(bucket, phase, action, size, pool="other"):
     return TraceRow(bucket, phase, pool, action, 1, size, 0, None, None, 1 if "segment" in action else None)
 

@@ -39,7 +39,10 @@ def _synthetic(tmp_path, layers: int, name: str | None = None, **run_changes):
                                      retained_output_bytes=out if (mode != "shared" or order == 0) else 0,
                                      torch_reserved_delta_bytes=pool_delta + outside,
                                      device_used_delta_bytes=pool_delta + outside + non_torch,
-                                     non_torch_delta_bytes=non_torch, peak_transient_bytes=b * 70000))
+                                     non_torch_delta_bytes=non_torch, peak_transient_bytes=b * 70000,
+                                     # the warm-up's cache on top of what the bucket keeps: one layer's
+                                     # working set, the same at any depth
+                                     device_peak_delta_bytes=pool_delta + outside + non_torch + b * 9000))
     run = RunInfo(model="gpt-oss-20b", layers=layers, buckets=sorted(buckets), modes=["per-bucket", "shared", "floor"],
                   gpu_name="NVIDIA H200", config_hash="h", status="complete", hidden_size=2880, dtype="bfloat16")
     run = dataclasses.replace(run, **run_changes)
@@ -58,6 +61,19 @@ def test_layer_extrapolation_reproduces_a_capture_that_follows_the_laws(tmp_path
         assert m.pool_bytes == truth[m.mode].pool_bytes
     row = next(r for r in pred.mode("per-bucket").buckets if r.bucket == 1024)
     assert (row.segments, row.graph_nodes) == (13, 90 * 12 + 10)
+
+
+def test_the_free_memory_a_deeper_capture_needs_adds_the_executables_not_the_warm_up(tmp_path):
+    from bcgprof.report.summaries import needs_free_bytes
+
+    two, four, twelve = (_synthetic(tmp_path, n) for n in (2, 4, 12))
+    pred = predict_layers([two, four], layers=12, free=1 << 30)
+    for m in pred.modes:
+        truth = needs_free_bytes([r for r in twelve.buckets if r.mode == m.mode])
+        shallow = needs_free_bytes([r for r in four.buckets if r.mode == m.mode])
+        assert truth > shallow  # twelve layers keep more executables before the tightest bucket
+        assert abs(m.headroom.needs_free_bytes - truth) <= 0.001 * truth, m.mode
+        assert m.headroom.band_bytes > 0 and m.headroom.fits
 
 
 @pytest.mark.parametrize("change, message", [
@@ -193,6 +209,28 @@ def test_two_and_four_layers_predict_the_full_depth_captured_on_the_h200(few, fu
         assert m.pool_bytes == next(s.pool_bytes for s in measured.summary if s.mode == m.mode)
 
 
+FULL_DEPTH_SETS = LAYER_SETS + [("gpt-oss-120b-h200-layers", "gpt-oss-120b-h200"),
+                                 ("llama-3.1-70b-h200-layers", "llama-3.1-70b-h200")]
+
+
+@pytest.mark.parametrize("few, full", FULL_DEPTH_SETS)
+def test_two_and_four_layers_predict_the_free_memory_the_full_depth_needed_on_the_h200(few, full):
+    """The needs-free figure at full depth, from 2 and 4 layers, lies inside its band around the measured one;
+    the models whose warm-ups cache the same at every depth (all but Qwen3-30B-A3B's per-bucket list, where
+    the full depth cached one more MoE intermediate) within two NVML steps."""
+    from bcgprof.report.summaries import needs_free_bytes
+
+    measured = read_report(f"reports/{full}")
+    pred = predict_layers([read_report(f"reports/{few}/layers-2"), read_report(f"reports/{few}/layers-4")])
+    for m in pred.modes:
+        truth = needs_free_bytes([r for r in measured.buckets if r.mode == m.mode and r.rank == 0])
+        h = m.headroom
+        assert h is not None and truth is not None
+        assert h.needs_free_bytes - h.band_bytes <= truth <= h.needs_free_bytes + h.band_bytes, m.mode
+        if (full, m.mode) != ("qwen3-30b-a3b-h200", "per-bucket"):
+            assert abs(truth - h.needs_free_bytes) <= 2 * 2 * MIB + MIB // 8, (m.mode, truth - h.needs_free_bytes)
+
+
 def test_the_committed_gpt_oss_120b_prediction_is_what_predict_says_now():
     import json
 
@@ -272,3 +310,35 @@ def test_predict_gives_every_buckets_row_in_json_and_with_rows():
                           env={"COLUMNS": "100"}).output
     assert "every bucket, predicted" in table and "15872" in table
     assert "every bucket, predicted" not in runner.invoke(app, ["predict", "--from", "reports/gpt-oss-20b-h200-layers"]).output
+
+
+def test_predict_checks_free_memory_at_another_layer_count(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bcgprof.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["predict", "--from", "reports/llama-3.1-8b-h200-layers", "--free", "5GiB",
+                                 "-f", "json"])
+    assert result.exit_code == 0, result.output
+    modes = {m["mode"]: m for m in json.loads(result.output)["modes"]}
+    # per-bucket at 32 layers needs about 5.14 GiB: it runs out at its tightest bucket; floor needs 4.59 GiB
+    assert modes["per-bucket"]["fits"] is False and modes["per-bucket"]["first_oom_bucket"] == 14336
+    assert modes["floor"]["fits"] is True
+    for m in modes.values():
+        assert m["needs_free_low_bytes"] < m["needs_free_bytes"] < m["needs_free_high_bytes"]
+    table = runner.invoke(app, ["predict", "--from", "reports/llama-3.1-8b-h200-layers", "--free", "5GiB"],
+                          env={"COLUMNS": "100"}).output
+    assert "with --free" in table and "OOM at 14336" in table
+    # reports written before each bucket's device peak was recorded cannot answer --free
+    for n in (2, 4):
+        _synthetic(tmp_path, n)
+        old = tmp_path / f"l{n}" / "buckets.csv"
+        lines = old.read_text().splitlines()
+        col = lines[0].split(",").index("device_peak_delta_bytes")
+        old.write_text("\n".join(",".join(c for i, c in enumerate(line.split(",")) if i != col) for line in lines) + "\n")
+    refused = runner.invoke(app, ["predict", "--from", str(tmp_path / "l2"), "--from", str(tmp_path / "l4"),
+                                  "--layers", "12", "--free", "5GiB"])
+    assert refused.exit_code == 2 and "device_peak_delta_bytes" in refused.output
