@@ -222,7 +222,7 @@ def test_predict_free_on_the_profiles_own_list_and_show_say_the_same_need():
 @pytest.mark.parametrize("args, message", [
     (("--free", "4"), "--free '4' has no unit"),
     (("--free", "lots"), "--free"),
-    (("--free", "4GiB", "--layers", "8"), "--free checks one profile's capture"),
+    (("--free", "4GiB", "--layers", "8"), "needs reports at two or more layer counts"),
 ])
 def test_predict_free_refusals_are_one_line(args, message):
     assert message in refused(run("predict", "--from", "reports/llama-3.1-8b-h200", *args))
