@@ -226,3 +226,16 @@ def test_predict_free_on_the_profiles_own_list_and_show_say_the_same_need():
 ])
 def test_predict_free_refusals_are_one_line(args, message):
     assert message in refused(run("predict", "--from", "reports/llama-3.1-8b-h200", *args))
+
+
+def test_predict_json_keys_are_those_the_docs_document(traced):
+    """The contract in docs/predict-advise.md names every key predict's JSON has, and no other."""
+    import re
+    from pathlib import Path
+
+    text = Path("docs/predict-advise.md").read_text()
+    section = text[text.index("## `predict`"):text.index("## The whole model")]
+    documented = set(re.findall(r'"(\w+)":', section))
+    data = json.loads(run("predict", "--from", traced.path, "--buckets", "512,1024,2048,4096", "-f", "json").stdout)
+    actual = set(data) | {k for m in data["modes"] for k in m} | {k for m in data["modes"] for r in m["rows"] for k in r}
+    assert documented == actual, (documented - actual, actual - documented)
