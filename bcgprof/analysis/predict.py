@@ -172,6 +172,10 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
     target = layers or _full_depth(first)
     if target < 1:
         raise PredictionError(f"--layers must be at least 1, got {target}")
+    if target < STEADY_LAYERS:  # the pool rows come from another depth: only right once they have settled
+        raise PredictionError(f"{target} layers is below {STEADY_LAYERS}, where the graph pool settles (Llama-3.1-8B: "
+                              "3454 MiB at 2 layers, 3160 MiB at 4 and at 32), so it cannot be taken from another "
+                              f"depth; predict {STEADY_LAYERS} layers or more, or capture with --num-layers {target}")
     common = [m for m in first.modes() if all(_rows(r, m) for r in reports)]
     if not common:
         raise PredictionError("the reports share no mode")

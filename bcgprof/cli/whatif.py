@@ -91,8 +91,9 @@ def predict(
                                       "one to predict --buckets.",
                                       show_default=False),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, max=MAX_PREDICT_LAYERS,
-                                         help=f"Layer count to predict, 1 to {MAX_PREDICT_LAYERS} "
-                                              "(default: the model's full depth)."),
+                                         help=f"Layer count to predict, 4 to {MAX_PREDICT_LAYERS} "
+                                              "(default: the model's full depth; below 4 layers the graph pool "
+                                              "has not settled, so those counts are refused)."),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list within the "
                                           "profiled range, to predict from one profile (buckets between "
                                           "profiled ones are interpolated and labelled so)."),

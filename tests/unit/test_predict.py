@@ -275,6 +275,14 @@ def test_a_shallow_deepest_capture_widens_the_band_by_its_pools_change(tmp_path)
     assert any("fewer than 4" in n for n in widened.notes)
 
 
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_a_depth_below_where_the_pool_settles_is_refused(tmp_path, layers):
+    two, four = _synthetic(tmp_path, 2), _synthetic(tmp_path, 4)
+    with pytest.raises(PredictionError, match="below 4, where the graph pool settles"):
+        predict_layers([two, four], layers=layers)
+    assert predict_layers([two, four], layers=4).layers == 4
+
+
 def test_predict_reads_the_directory_that_a_layer_list_capture_wrote():
     from typer.testing import CliRunner
 
