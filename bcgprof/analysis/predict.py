@@ -243,7 +243,9 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
         result.headroom = layered_headroom(mode, predicted, per_report[deepest], free_band,
                                            f"{LAYER_HEADROOM.format(layers=counts[deepest])}; band "
                                            f"±{free_band / MIB:.1f} MiB: {free_source}")
-        if result.headroom is not None and free is not None:
+        if free is not None:
+            if result.headroom is None:
+                raise PredictionError(NO_PEAKS.format(path=reports[deepest].path))
             result.headroom.check(free)
         modes.append(result)
     notes.append(_per_layer_note(reports, counts, common[0], steps.get(common[0])))
@@ -313,6 +315,8 @@ def _mode(mode: str, rows: list[BucketPrediction], rms: float, misfit: float, up
 
 # ---------------------------------------------------------------- bucket lists
 
+NO_PEAKS = ("{path} does not record each bucket's device peak (device_peak_delta_bytes); re-capture it with this "
+            "bcgprof to check --free")
 NO_TRACES = ("{path} has no allocator traces (captured before they were recorded); re-capture with this bcgprof "
              "to predict other bucket lists")
 POOL_REPLAYED = "pool: replayed exactly from the allocator traces"
@@ -511,8 +515,7 @@ def predict_own_list(report: Report, free: Optional[int] = None) -> Prediction:
         rows = _rows(report, mode)
         h = measured_headroom(mode, rows)
         if h is None:
-            raise PredictionError(f"{report.path} does not record each bucket's device peak "
-                                  "(device_peak_delta_bytes); re-capture it with this bcgprof to check --free")
+            raise PredictionError(NO_PEAKS.format(path=report.path))
         used = sum(r.device_used_delta_bytes for r in rows)
         m = ModePrediction(mode=mode, device_used_bytes=used, pool_bytes=rows[-1].pool_bytes,
                            non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used,

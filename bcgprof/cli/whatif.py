@@ -119,6 +119,7 @@ def predict(
     from bcgprof.report import read_report
 
     reports = [read_report(p) for p in _layer_reports(source)]
+    free_bytes = _size(free, "--free") if free is not None else None
     if buckets is not None:
         if len(reports) != 1:
             raise PredictionError("--buckets predicts from one profile; pass a single --from")
@@ -130,14 +131,11 @@ def predict(
             raise PredictionError(f"{source[0]} lists no buckets in run.json; predict from a report that profiled "
                                   "some")
         wanted = parse_buckets(buckets, max_tokens=max(profiled), max_bs=max(profiled))
-        prediction = predict_buckets(reports[0], wanted, free=_size(free, "--free") if free is not None else None)
-    elif free is not None and len(reports) == 1 and layers is None:
-        prediction = predict_own_list(reports[0], _size(free, "--free"))
+        prediction = predict_buckets(reports[0], wanted, free=free_bytes)
+    elif free_bytes is not None and len(reports) == 1 and layers is None:
+        prediction = predict_own_list(reports[0], free_bytes)
     else:
-        prediction = predict_layers(reports, layers, free=_size(free, "--free") if free is not None else None)
-        if free is not None and any(m.headroom is None for m in prediction.modes):
-            raise PredictionError("the deepest --from report does not record each bucket's device peak "
-                                  "(device_peak_delta_bytes); re-capture it with this bcgprof to check --free")
+        prediction = predict_layers(reports, layers, free=free_bytes)
     render(prediction_view(prediction, rows=rows), format.value, stdout_console())
     flush_stdout()
 
