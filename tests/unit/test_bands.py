@@ -168,7 +168,8 @@ def test_a_longer_list_than_any_held_out_grows_the_band_in_proportion(synthetic)
 def test_evidence_counts_only_for_the_same_configuration(synthetic):
     cal = _calibration(synthetic.run, Residual("a", "shared", 4, 100 * MIB, 101 * MIB))
     assert ListBands(synthetic.run, "shared", cal).band(3).lists == 1
-    for change in ({"driver": "999.0"}, {"torch_version": "9.9"}, {"gpu_name": "another GPU"}, {"layers": 7}):
+    for change in ({"driver": "999.0"}, {"torch_version": "9.9"}, {"gpu_name": "another GPU"}, {"layers": 7},
+                   {"experts": "packed"}):
         assert ListBands(replace(synthetic.run, **change), "shared", cal).band(3).lists == 0, change
 
 
