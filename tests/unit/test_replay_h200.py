@@ -21,7 +21,8 @@ REFERENCES = {  # profile prefix -> the lists captured on the H200 besides the p
     "gpt-oss-20b-h200": ["sparse", "subset20", "snapshot", "second-13824-per-bucket",
                          "second-13824-shared-largest", "second-15360-per-bucket", "second-15360-shared-largest",
                          "advised-per-bucket", "advised-shared", "advised-shared-largest", "range512"],
-    "llama-3.1-8b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "unprofiled"],
+    "llama-3.1-8b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "unprofiled",
+                          "advised-per-bucket", "advised-shared"],
     "qwen3-30b-a3b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "step600"],
 }
 # lists with buckets the profile lacks: each allocation's size is interpolated, so the replay is not exact
