@@ -2,7 +2,7 @@
 
 Every held-out list of a traced profile's configuration is predicted from the profile and its measured
 device-used total kept; every layer set is predicted at full depth (device used and the free memory it
-needs) and checked against the full-depth capture (:mod:`bcgprof.analysis.calibrate`). Prints each
+needs) and checked against each deeper capture (:mod:`bcgprof.analysis.calibrate`). Prints each
 residual, the leave-one-out check (does the band the other held-out lists give contain each list?), the
 layer checks and the layer predictions' needs-free band.
 
@@ -43,7 +43,8 @@ def main(argv: list[str]) -> int:
     print(f"leave-one-out: {cal.leave_one_out.get('inside')} of {cal.leave_one_out.get('of')} inside")
     for lc in cal.layers:
         err = lc.predicted_bytes - lc.measured_bytes
-        print(f"layers {lc.model:15} {lc.mode:15} {lc.layers:3d} layers  error {err / MIB:+6.1f} MiB "
+        depths = "+".join(str(read_report(args.reports.parent / i).run.layers) for i in lc.inputs)
+        print(f"layers {lc.model:15} {lc.mode:15} {depths:>5} -> {lc.layers:2d} layers  error {err / MIB:+6.1f} MiB "
               f"({100 * err / lc.measured_bytes:+.2f}%)  band {(lc.low_bytes - lc.predicted_bytes) / MIB:+.1f} to "
               f"{(lc.high_bytes - lc.predicted_bytes) / MIB:+.1f} MiB  {'inside' if lc.inside else 'OUTSIDE'}"
               + (f"  needs free {lc.measured_needs_free_bytes / MIB:.0f} MiB, error "

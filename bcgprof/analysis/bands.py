@@ -12,7 +12,7 @@ out, grown in proportion to its buckets (the executables' error is per bucket). 
 band says so: one NVML step per bucket either way, stated as no evidence.
 
 Layer predictions keep their formula band (:func:`bcgprof.analysis.predict.predict_layers`); the
-evidence here is its check against full-depth captures, cited in the band's source.
+evidence here is its check against deeper captures (full and intermediate depths), cited in the band's source.
 
 The evidence ships as ``bcgprof/analysis/bands.json``, generated from the committed reports by
 ``benchmarks/calibrate_bands.py`` (:mod:`bcgprof.analysis.calibrate`); a test regenerates it and fails
@@ -82,7 +82,7 @@ class ListEvidence:
 
 @dataclass(frozen=True)
 class LayerCheck:
-    """One mode of a layer prediction (from ``inputs``) against the full-depth capture ``full``."""
+    """One mode of a layer prediction (from ``inputs``) against the deeper capture ``full`` (full depth or intermediate)."""
 
     model: str
     gpu: str
@@ -292,36 +292,37 @@ LAYER_FORMULA = "twice the propagated error of the NVML staircase slopes, plus t
 
 
 def layer_band_source(run: RunInfo, calibration: Optional[Calibration] = None) -> str:
-    """What a layer prediction's band is, and how it fared against the committed full-depth captures."""
+    """What a layer prediction's band is, and how it fared against the committed deeper captures."""
     cal = shipped_calibration() if calibration is None else calibration
     if not cal.layers:
-        return f"{LAYER_FORMULA}; not checked against any full-depth capture"
+        return f"{LAYER_FORMULA}; not checked against any deeper capture"
     models = sorted({c.model for c in cal.layers})
     gpus = sorted({c.gpu for c in cal.layers})
     inside = sum(c.inside for c in cal.layers)
     worst = max(cal.layers, key=lambda c: abs(c.predicted_bytes - c.measured_bytes) / c.measured_bytes)
     pct = 100.0 * (worst.predicted_bytes - worst.measured_bytes) / worst.measured_bytes
     mine = any(c.config_hash == run.config_hash and c.gpu == run.gpu_name for c in cal.layers)
-    return (f"{LAYER_FORMULA}; checked against full-depth captures of {', '.join(models)} on {', '.join(gpus)}: "
+    return (f"{LAYER_FORMULA}; checked against deeper captures (full and intermediate depths) of "
+            f"{', '.join(models)} on {', '.join(gpus)}: "
             f"{inside} of {len(cal.layers)} mode totals inside their band, largest error {pct:+.2f}% "
             f"({worst.model}, {worst.mode}); {'this model is among them' if mine else 'this model is not among them'}")
 
 
 def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[int, str]:
     """How far a layer prediction's needs-free may be off either way, and what says so: the largest
-    |measured - predicted| over the committed full-depth captures' modes, plus one NVML step (the
+    |measured - predicted| over the committed deeper captures' modes (full and intermediate depths), plus one NVML step (the
     residuals' signs are mixed, so the band is symmetric). With no such check: one NVML step, and the
     source says it is unchecked."""
     cal = shipped_calibration() if calibration is None else calibration
     checks = [c for c in cal.layers if c.needs_free_error_bytes is not None]
     if not checks:
-        return QUANTUM, "one NVML step; not checked against any full-depth capture"
+        return QUANTUM, "one NVML step; not checked against any deeper capture"
     worst = max(checks, key=lambda c: abs(c.needs_free_error_bytes or 0))
     err = worst.needs_free_error_bytes or 0
     models = sorted({c.model for c in checks})
     close = sum(abs(c.needs_free_error_bytes or 0) <= 2 * QUANTUM for c in checks)
     return abs(err) + QUANTUM, (
-        f"the largest |measured - predicted| over {len(checks)} mode(s) of full-depth captures "
+        f"the largest |measured - predicted| over {len(checks)} mode(s) of deeper captures (full and intermediate depths) "
         f"({', '.join(models)}), {abs(err) / MIB:.1f} MiB ({worst.model}, {worst.mode}), plus one NVML step; "
         f"{close} of them within two steps")
 

@@ -10,8 +10,9 @@
   pools, the band spans both, so the residual is taken from the nearer one. A repeat capture of
   the profile's own list is not held out.
 * **Layer checks.** For every directory holding captures of one configuration at two or more
-  layer counts, the layer prediction at the full depth, mode by mode, against the first (by name)
-  full-depth capture of that configuration with the same bucket list.
+  layer counts, the layer prediction at each deeper depth captured (full depth, and intermediate
+  depths such as 8 and 16 layers), mode by mode, against the first (by name) capture of that
+  configuration and depth with the same bucket list.
 
 Reports that cannot serve (incomplete, failed buckets, tensor-parallel, another order, unreadable)
 are passed over; :func:`build` returns them with the reason. Deterministic: the same reports give
@@ -31,7 +32,8 @@ from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report.traces import trace_name
 from bcgprof.vocab import BucketStatus, Order, RunStatus
 
-LAYER_KEY = ("config_hash", "gpu_name", "driver", "torch_version", "dtype", "phase", "graph", "weights", "order")
+LAYER_KEY = ("config_hash", "gpu_name", "driver", "torch_version", "dtype", "phase", "graph", "weights", "order",
+             "experts")
 
 
 def _name(report: Report, root: Path) -> str:
@@ -120,7 +122,8 @@ def _layer_key(run: RunInfo) -> tuple:
 
 
 def layer_checks(reports: Sequence[Report], root: Path) -> list[LayerCheck]:
-    """Each layer set's prediction at full depth against a full-depth capture of its configuration."""
+    """Each layer set's prediction at every deeper depth captured of its configuration (the full depth, and
+    intermediate depths where they were captured) against that capture."""
     sets: dict[tuple, list[Report]] = {}
     for r in reports:
         sets.setdefault((Path(r.path).parent.as_posix(), _layer_key(r.run)), []).append(r)
@@ -130,23 +133,30 @@ def layer_checks(reports: Sequence[Report], root: Path) -> list[LayerCheck]:
             continue
         members = sorted(members, key=lambda m: int(m.run.layers))
         deepest = max(int(m.run.layers) for m in members)
-        full = sorted((r for r in reports if _layer_key(r.run) == key and int(r.run.layers) > deepest),
-                      key=lambda r: _name(r, root))
-        if not full:
+        deeper: dict[int, Report] = {}  # each deeper depth captured: the first capture of it by name
+        for r in sorted((r for r in reports if _layer_key(r.run) == key and int(r.run.layers) > deepest),
+                        key=lambda r: _name(r, root)):
+            deeper.setdefault(int(r.run.layers), r)
+        for _depth, target in sorted(deeper.items()):
+            checks.extend(_layer_check(members, target, root))
+    return checks
+
+
+def _layer_check(members: list[Report], target: Report, root: Path) -> list[LayerCheck]:
+    """The layer set ``members`` predicted at ``target``'s depth, mode by mode, against ``target``."""
+    checks = []
+    pred = predict_layers(members, int(target.run.layers))
+    for m in pred.modes:
+        if not any(s.mode == m.mode for s in target.summary):
             continue
-        target = full[0]
-        pred = predict_layers(members, int(target.run.layers))
-        for m in pred.modes:
-            if not any(s.mode == m.mode for s in target.summary):
-                continue
-            checks.append(LayerCheck(
-                model=target.run.model, gpu=target.run.gpu_name, config_hash=target.run.config_hash,
-                inputs=tuple(_name(r, root) for r in members), full=_name(target, root), mode=m.mode,
-                layers=int(target.run.layers), predicted_bytes=m.device_used_bytes,
-                measured_bytes=_total(target, m.mode), low_bytes=m.low_bytes, high_bytes=m.high_bytes,
-                predicted_needs_free_bytes=m.headroom.needs_free_bytes if m.headroom else None,
-                measured_needs_free_bytes=needs_free_bytes([r for r in target.buckets
-                                                                if r.mode == m.mode and r.rank == 0])))
+        checks.append(LayerCheck(
+            model=target.run.model, gpu=target.run.gpu_name, config_hash=target.run.config_hash,
+            inputs=tuple(_name(r, root) for r in members), full=_name(target, root), mode=m.mode,
+            layers=int(target.run.layers), predicted_bytes=m.device_used_bytes,
+            measured_bytes=_total(target, m.mode), low_bytes=m.low_bytes, high_bytes=m.high_bytes,
+            predicted_needs_free_bytes=m.headroom.needs_free_bytes if m.headroom else None,
+            measured_needs_free_bytes=needs_free_bytes([r for r in target.buckets
+                                                            if r.mode == m.mode and r.rank == 0])))
     return checks
 
 

@@ -243,7 +243,8 @@ def test_a_layer_predictions_band_cites_its_check():
     reports = [read_report(ROOT / f"reports/llama-3.1-8b-h200-layers/layers-{k}") for k in (2, 4)]
     pred = predict_layers(reports)
     checks = len(bands.shipped_calibration().layers)
-    assert checks == 20  # five models, four modes each
+    assert checks == 44  # five models at full depth (four modes each), Llama-3.1-8B and Qwen3-30B-A3B also at
+    # 8 and 16 layers and at full depth from 8+16
     for m in pred.modes:
         assert "a formula" in m.band_source and f"{checks} of {checks} mode totals inside their band" in m.band_source
         assert "this model is among them" in m.band_source and not m.exact
