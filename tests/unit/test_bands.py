@@ -237,6 +237,11 @@ def test_layer_bands_hold_on_every_full_depth_capture_within_half_a_percent(buil
     for c in cal.layers:
         assert c.inside, (c.model, c.mode)
         assert abs(c.predicted_bytes - c.measured_bytes) <= 0.005 * c.measured_bytes, (c.model, c.mode)
+    # every deeper depth captured is a check, not only the full one: 2+4 against 8, 16 and 32 layers, and
+    # 8+16 against 32
+    llama = {(tuple(int(i.rsplit("-", 1)[1]) for i in c.inputs), c.layers) for c in cal.layers
+             if c.model == "Llama-3.1-8B"}
+    assert llama == {((2, 4), 8), ((2, 4), 16), ((2, 4), 32), ((8, 16), 32)}
 
 
 def test_a_layer_predictions_band_cites_its_check():
