@@ -12,7 +12,8 @@ out, grown in proportion to its buckets (the executables' error is per bucket). 
 band says so: one NVML step per bucket either way, stated as no evidence.
 
 Layer predictions keep their formula band (:func:`bcgprof.analysis.predict.predict_layers`); the
-evidence here is its check against deeper captures (full and intermediate depths), cited in the band's source.
+evidence here is its check against deeper captures (full and intermediate depths), cited in the
+band's source.
 
 The evidence ships as ``bcgprof/analysis/bands.json``, generated from the committed reports by
 ``benchmarks/calibrate_bands.py`` (:mod:`bcgprof.analysis.calibrate`); a test regenerates it and fails
@@ -82,7 +83,8 @@ class ListEvidence:
 
 @dataclass(frozen=True)
 class LayerCheck:
-    """One mode of a layer prediction (from ``inputs``) against the deeper capture ``full`` (full depth or intermediate)."""
+    """One mode of a layer prediction (from ``inputs``) against a deeper capture, ``full`` (the full depth
+    or an intermediate one)."""
 
     model: str
     gpu: str
@@ -310,8 +312,8 @@ def layer_band_source(run: RunInfo, calibration: Optional[Calibration] = None) -
 
 def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[int, str]:
     """How far a layer prediction's needs-free may be off either way, and what says so: the largest
-    |measured - predicted| over the committed deeper captures' modes (full and intermediate depths), plus one NVML step (the
-    residuals' signs are mixed, so the band is symmetric). With no such check: one NVML step, and the
+    |measured - predicted| over the committed deeper captures' modes (full and intermediate depths), plus
+    one NVML step (the residuals' signs are mixed, so the band is symmetric). With no such check: one NVML step, and the
     source says it is unchecked."""
     cal = shipped_calibration() if calibration is None else calibration
     checks = [c for c in cal.layers if c.needs_free_error_bytes is not None]
@@ -322,7 +324,8 @@ def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[in
     models = sorted({c.model for c in checks})
     close = sum(abs(c.needs_free_error_bytes or 0) <= 2 * QUANTUM for c in checks)
     return abs(err) + QUANTUM, (
-        f"the largest |measured - predicted| over {len(checks)} mode(s) of deeper captures (full and intermediate depths) "
+        f"the largest |measured - predicted| over {len(checks)} mode(s) of deeper captures (full and intermediate "
+        "depths) "
         f"({', '.join(models)}), {abs(err) / MIB:.1f} MiB ({worst.model}, {worst.mode}), plus one NVML step; "
         f"{close} of them within two steps")
 
