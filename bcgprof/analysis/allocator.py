@@ -154,6 +154,7 @@ class Pool:
         self._free: dict[tuple[bool, int], list[tuple[int, int]]] = {}
         self._blocks: dict[int, Block] = {}  # address -> block (every block of every segment)
         self._top = SEGMENT_GAP  # made-up addresses start above this
+        self.made_up = 0  # segments placed without a usable recorded address (``below`` decides where)
 
     # ------------------------------------------------------------ allocation
 
@@ -207,6 +208,7 @@ class Pool:
 
     def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
         if at is None or at in self.segments or self._overlaps(at, size):
+            self.made_up += 1
             if self.below:
                 lowest = self._bases[0] if self._bases else MADE_UP_START  # segments never leave a graph pool
                 at = (lowest // SEGMENT_GAP - (-(-size // SEGMENT_GAP)) - 1) * SEGMENT_GAP
@@ -282,10 +284,11 @@ class Pool:
 
     def fingerprint(self) -> tuple:
         """Everything later decisions depend on: every block (address, bytes, in use, stream, small pool, its
-        segment) and where made-up addresses go next. Equal fingerprints make equal decisions."""
+        segment), where made-up addresses go next and how many were made up. Equal fingerprints make equal
+        decisions."""
         blocks = self._blocks
-        return self._top, tuple((a, b.size, b.allocated, b.stream, b.small, b.segment)
-                                for a, b in sorted(blocks.items()))
+        return self._top, self.made_up, tuple((a, b.size, b.allocated, b.stream, b.small, b.segment)
+                                              for a, b in sorted(blocks.items()))
 
     @property
     def allocated(self) -> int:
@@ -299,6 +302,7 @@ class Pool:
         twin._bases = list(self._bases)
         twin.reserved = self.reserved
         twin._top = self._top
+        twin.made_up = self.made_up
         twin._free = {k: list(v) for k, v in self._free.items()}
         copies = {}
         for addr, b in self._blocks.items():

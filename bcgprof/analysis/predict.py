@@ -394,7 +394,8 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
             continue
         try:
             replay = p.replayer.replay(mode, wanted)
-            other = p.replayer.other_placement().replay(mode, wanted)
+            # placement matters only for segments the traces give no address for: with none, the other is the same
+            other = p.replayer.other_placement().replay(mode, wanted) if replay.made_up else replay
         except ReplayError as e:
             raise PredictionError(str(e)) from None
         predicted, before = [], 0

@@ -182,6 +182,7 @@ class PoolReplay:
     exact: bool  # every graph-pool event of every bucket replayed (incomplete traces are refused)
     sources: list[str]  # the trace each bucket's events came from
     mismatches: int = 0  # with check: allocations placed elsewhere than recorded
+    made_up: int = 0  # segments placed without a usable recorded address (0: the other placement is the same)
 
 
 class Replayer:
@@ -344,7 +345,7 @@ class Replayer:
         assert state is not None  # no limit: replayed to the end
         exact = not any(self.ops[s][b].unknown for b, s in plan)
         return PoolReplay(mode=mode, buckets=[b for b, _ in plan], pool_bytes=list(state.reserved), exact=exact,
-                          sources=[s for _, s in plan], mismatches=state.mismatches)
+                          sources=[s for _, s in plan], mismatches=state.mismatches, made_up=state.pool.made_up)
 
     def pool_within(self, mode: str, buckets: Sequence[int], limit: int) -> tuple[bool, int]:
         """Whether ``mode``'s list's pool stays within ``limit`` bytes, replaying only until it does not (the

@@ -122,6 +122,31 @@ def test_lists_captured_on_the_h200_are_predicted_from_sparser_traced_lists(sour
     assert any(m.other_placement_pool_bytes is not None for m in pred.modes) == ("subset20" in source)
 
 
+@pytest.mark.parametrize("source,target", CROSS)
+def test_the_other_placement_is_replayed_only_when_a_segment_had_no_recorded_address(source, target, monkeypatch):
+    """Placement decides only where a segment lacks a usable recorded address; a replay that made none up
+    is its own other placement, so the second replay is skipped and the prediction is the same."""
+    profile = read_report(_traced(source))
+    wanted = read_report(_traced(target)).run.buckets
+    p = bucket_profile(profile)
+    both = predict_buckets(profile, wanted, profile=p)
+    replays = {m.mode: p.replayer.replay(m.mode, wanted) for m in both.modes}
+    made_up = {mode: r.made_up for mode, r in replays.items()}
+    forced = {}
+    for m in both.modes:  # the second placement, replayed whether or not it is needed
+        other = p.replayer.other_placement().replay(m.mode, wanted)
+        forced[m.mode] = other.pool_bytes[-1] if other.pool_bytes != replays[m.mode].pool_bytes else None
+        assert m.other_placement_pool_bytes == forced[m.mode], m.mode
+        if not made_up[m.mode]:
+            assert forced[m.mode] is None, m.mode
+    calls = []
+    real = type(p.replayer).other_placement
+    monkeypatch.setattr(type(p.replayer), "other_placement", lambda self: calls.append(1) or real(self))
+    again = predict_buckets(profile, wanted, profile=bucket_profile(profile))
+    assert len(calls) == sum(1 for v in made_up.values() if v)
+    assert prediction_json(again) == prediction_json(both)
+
+
 def test_a_bucket_between_neighbours_whose_kernels_differ_is_refused():
     path = _traced("gpt-oss-20b-h200-traced")  # its captures change shape between 1024 and 1280 tokens
     with pytest.raises(PredictionError, match="bucket 1100 cannot be interpolated: the captures of 1024 and 1280 "
