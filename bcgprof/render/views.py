@@ -165,6 +165,11 @@ def summary_sheet(report: Report) -> Sheet:
         sheet.notes.append("; ".join(said) + " (free when the first bucket's warm-up begins, measured: each "
                            "bucket's NVML peak above what earlier buckets kept; a warm-up's cached blocks stay "
                            "through its capture)")
+        if report.run.extra.get("warmup_output", WarmupOutput.HELD) != WarmupOutput.FREED:
+            # measured on the H200: freeing them (as SGLang's warm-up does) moved no kept figure, only peaks
+            sheet.notes.append("each warm-up run's output was held through the next run; an engine that frees it, "
+                               "as SGLang does, can need less free memory (its peaks differ): --warmup-output "
+                               "freed measures that")
     return sheet
 
 

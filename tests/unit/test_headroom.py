@@ -179,3 +179,17 @@ def test_under_memory_pressure_the_predicted_bucket_failed_first(name):
         assert h.verify_fits is False and measured.run.status == "partial"
     else:  # a warm-up short of its cache: the allocator freed it, and the capture went on
         assert h.first_oom_phase == WARMUP and failed is None
+
+
+def test_the_summary_says_when_warm_up_outputs_were_held_and_how_to_measure_an_engine_that_frees_them():
+    """Held outputs raise the measured peaks (on the H200 gpt-oss-20b needed 128 to 350 MiB more free memory
+    than with them freed, as SGLang's warm-up does), so the needs-free line says which way they were."""
+    from dataclasses import replace
+
+    from bcgprof.render.views import summary_sheet
+
+    report = read_report("reports/gpt-oss-20b-h200")
+    held = [n for n in summary_sheet(report).notes if "--warmup-output freed" in n]
+    assert len(held) == 1 and "held" in held[0]
+    run = replace(report.run, extra={**report.run.extra, "warmup_output": "freed"})
+    assert not [n for n in summary_sheet(replace(report, run=run)).notes if "--warmup-output freed" in n]
