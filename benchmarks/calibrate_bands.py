@@ -24,7 +24,7 @@ MIB = 1 << 20
 def main(argv: list[str]) -> int:
     from bcgprof.analysis.bands import calibration_json, layer_needs_free_band, leave_one_out, write_calibration
     from bcgprof.analysis.calibrate import build
-    from bcgprof.report import read_report
+    from bcgprof.report import read_report, read_run_info
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
@@ -41,9 +41,11 @@ def main(argv: list[str]) -> int:
               f"({100 * r.error_bytes / r.measured_bytes:+.2f}%)  band of the others {-c.band.below / MIB:+.1f} to "
               f"{c.band.above / MIB:+.1f} MiB  {'inside' if c.inside else 'OUTSIDE'}")
     print(f"leave-one-out: {cal.leave_one_out.get('inside')} of {cal.leave_one_out.get('of')} inside")
+    # each input's depth, read once from its run.json (the checks share their inputs, mode after mode)
+    depth = {i: read_run_info(args.reports.parent / i / "run.json").layers for lc in cal.layers for i in lc.inputs}
     for lc in cal.layers:
         err = lc.predicted_bytes - lc.measured_bytes
-        depths = "+".join(str(read_report(args.reports.parent / i).run.layers) for i in lc.inputs)
+        depths = "+".join(str(depth[i]) for i in lc.inputs)
         print(f"layers {lc.model:15} {lc.mode:15} {depths:>5} -> {lc.layers:2d} layers  error {err / MIB:+6.1f} MiB "
               f"({100 * err / lc.measured_bytes:+.2f}%)  band {(lc.low_bytes - lc.predicted_bytes) / MIB:+.1f} to "
               f"{(lc.high_bytes - lc.predicted_bytes) / MIB:+.1f} MiB  {'inside' if lc.inside else 'OUTSIDE'}"
