@@ -11,10 +11,10 @@ import dataclasses
 from typing import TYPE_CHECKING, Optional, TypedDict
 
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
-from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, RunInfo, SummaryRecord, records_to_csv
+from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds, pct_change
-from bcgprof.vocab import Experts, WarmupOutput
+from bcgprof.vocab import Experts
 
 if TYPE_CHECKING:
     from bcgprof.analysis.compare import Comparison
@@ -67,7 +67,7 @@ def run_line(report: Report) -> str:
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
     experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
     # only what differs from how the committed reports were measured is named
-    warm = "; warm-up outputs freed" if _outputs_freed(run) else ""
+    warm = "; warm-up outputs freed" if run.warmup_outputs_freed else ""
     return (f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} weights{experts}{warm}) "
             f"{run.phase}: "
             f"{span} ({what}){tp} on {gpu}; torch {run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; "
@@ -125,11 +125,6 @@ def bucket_sheets(report: Report) -> list[Sheet]:
     return sheets
 
 
-def _outputs_freed(run: RunInfo) -> bool:
-    """Whether each eager warm-up run's output was freed before the next (reports that do not say held it)."""
-    return run.extra.get("warmup_output", WarmupOutput.HELD) == WarmupOutput.FREED
-
-
 def summary_sheet(report: Report) -> Sheet:
     multi = multi_rank(report)
     any_failed = any(s.failed for s in report.summary)
@@ -170,7 +165,7 @@ def summary_sheet(report: Report) -> Sheet:
         sheet.notes.append("; ".join(said) + " (free when the first bucket's warm-up begins, measured: each "
                            "bucket's NVML peak above what earlier buckets kept; a warm-up's cached blocks stay "
                            "through its capture)")
-        if not _outputs_freed(report.run):
+        if not report.run.warmup_outputs_freed:
             # measured on the H200: freeing them (as SGLang's warm-up does) moved no kept figure, only peaks
             sheet.notes.append("each warm-up run's output was held through the next run; an engine that frees it, "
                                "as SGLang does, can need less free memory (its peaks differ): --warmup-output "

@@ -16,7 +16,7 @@ from typing import Optional
 from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
 from bcgprof.options import MODES, STATUSES
 from bcgprof.report.limits import INT64, MAX_BYTES, MAX_MS, MAX_TP
-from bcgprof.vocab import Experts, GraphKind, Order, Phase, RunStatus, Weights
+from bcgprof.vocab import Experts, GraphKind, Order, Phase, RunStatus, WarmupOutput, Weights
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -135,6 +135,11 @@ class RunInfo:
     graph: str = GraphKind.BREAKABLE  # breakable | full (reports written before this field: breakable)
     order: str = Order.LARGEST_FIRST  # largest-first | smallest-first
     experts: str = Experts.BF16  # bf16 | packed (reports written before this field: bf16)
+
+    @property
+    def warmup_outputs_freed(self) -> bool:
+        """Whether each eager warm-up run's output was freed before the next (reports that do not say held it)."""
+        return self.extra.get("warmup_output", WarmupOutput.HELD) == WarmupOutput.FREED
 
 
 SUMMARY_FROM_FILE = "summary.csv"
