@@ -20,6 +20,7 @@ from bcgprof.vocab import (
     RunStatus,
     Verify,
     WarmupOutput,
+    WarmupRepeat,
     Weights,
     words,
 )
@@ -37,6 +38,7 @@ EXPERTS = words(Experts)
 PACKED_EXPERT_FAMILIES = ("gpt_oss",)
 VERIFY_CHOICES = words(Verify)
 WARMUP_OUTPUTS = words(WarmupOutput)
+WARMUP_REPEATS = words(WarmupRepeat)
 STATUSES = words(BucketStatus)  # of one bucket
 RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
 
@@ -62,6 +64,7 @@ class CaptureOptions:
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
     warmup: int = 2
     warmup_output: str = "held"  # one of WARMUP_OUTPUTS
+    warmup_repeat: str = "eager"  # one of WARMUP_REPEATS
     device: str = "cuda:0"
     out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
     verify: str = "smallest-largest"  # one of VERIFY_CHOICES

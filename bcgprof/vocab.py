@@ -100,6 +100,13 @@ class WarmupOutput(StrEnum):
     FREED = "freed"  # dropped before the next run, as SGLang's warm-up discards each run's result
 
 
+class WarmupRepeat(StrEnum):
+    """How a bucket's warm-up runs after the first are made."""
+
+    EAGER = "eager"  # each one a full eager forward
+    REPLAYED = "replayed"  # the first run's allocator requests made again, no kernel launched
+
+
 class Verify(StrEnum):
     """Which buckets a capture replays against an eager forward."""
 

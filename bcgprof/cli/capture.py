@@ -22,7 +22,7 @@ from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_consol
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import DEFAULT_MODEL, MODES
-from bcgprof.vocab import Experts, GraphKind, Mode, Order, Phase, Verify, WarmupOutput, Weights
+from bcgprof.vocab import Experts, GraphKind, Mode, Order, Phase, Verify, WarmupOutput, WarmupRepeat, Weights
 
 if TYPE_CHECKING:
     from bcgprof.spec import ModelSpec
@@ -98,6 +98,13 @@ def capture(
                                                     "SGLang's warm-up discards each run's result. Changes the peak "
                                                     "figures (peak transient, device peak) and what the warm-up "
                                                     "leaves cached."),
+    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat.EAGER, "--warmup-repeat",
+                                               help="How a bucket's warm-up runs after the first are made. eager: "
+                                                    "full forwards; replayed: the first run's allocator requests "
+                                                    "(sizes, order, streams) are made again without launching a "
+                                                    "kernel, which leaves the allocator, and so every memory figure, "
+                                                    "as an eager run would, in less time. A run the history cannot "
+                                                    "repeat exactly runs eagerly."),
     device: str = typer.Option("cuda:0", help="CUDA device, cuda:K."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
                                                                  "Default: reports/<model>-<timestamp>."),
@@ -159,7 +166,7 @@ def capture(
     opts = CaptureOptions(
         model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
         max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup,
-        warmup_output=warmup_output.value, device=device, out=out,
+        warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )

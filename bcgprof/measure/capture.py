@@ -42,7 +42,8 @@ from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.measure import sites
 from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.measure.tracing import AllocatorRecorder
-from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES, WARMUP_OUTPUTS
+from bcgprof.measure.warmup_repeat import RepeatPlan, plan_repeat, repeat_run
+from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES, WARMUP_OUTPUTS, WARMUP_REPEATS
 from bcgprof.report import BucketRecord
 from bcgprof.report.traces import TracePhase
 
@@ -85,6 +86,11 @@ def default_refill(inputs: Sequence[torch.Tensor], generator: torch.Generator) -
             x.copy_(torch.randint(lo, max(hi, lo + 1), x.shape, device=x.device, generator=generator))
 
 
+def _allocations(device: torch.device) -> int:
+    """Allocations the caching allocator has made on ``device`` so far (a counter no reset of peaks clears)."""
+    return int(torch.cuda.memory_stats(device).get("allocation.all.allocated", 0))
+
+
 _capture_streams: dict[torch.device, torch.cuda.Stream] = {}
 
 
@@ -114,6 +120,7 @@ class Capturer:
         mode: str = "per-bucket",
         warmup: int = 2,
         warmup_output: str = "held",
+        warmup_repeat: str = "eager",
         device: Optional[torch.device] = None,
         memory: Optional[DeviceMemory] = None,
         sample_interval_ms: float = 2.0,
@@ -137,6 +144,8 @@ class Capturer:
                                "largest bucket must be captured first; use --order largest-first")
         if warmup_output not in WARMUP_OUTPUTS:
             raise CaptureError(f"unknown warm-up output {warmup_output!r}; use one of {', '.join(WARMUP_OUTPUTS)}")
+        if warmup_repeat not in WARMUP_REPEATS:
+            raise CaptureError(f"unknown warm-up repeat {warmup_repeat!r}; use one of {', '.join(WARMUP_REPEATS)}")
         if not torch.cuda.is_available():
             raise NoGPUError("no CUDA device: capture needs a GPU")
         if not buckets:
@@ -158,6 +167,8 @@ class Capturer:
         self.breakable = graph == "breakable"
         self.warmup = warmup
         self.free_warmup_output = warmup_output == "freed"
+        self.replay_warmup = warmup_repeat == "replayed"
+        self.replayed_runs = 0  # warm-up runs made by their allocator requests alone (see warmup_repeat)
         self.device = torch.device(device) if device is not None else self.inputs[0].device
         self.memory = memory or DeviceMemory(self.device)
         self.sampler = PeakSampler(self.memory, sample_interval_ms)
@@ -180,6 +191,32 @@ class Capturer:
             out = self.fn(*self._sliced(bucket))
         torch.cuda.current_stream().wait_stream(self.stream)
         return out
+
+    def _plan_repeat(self, out: torch.Tensor, allocations: int) -> Optional[RepeatPlan]:
+        """The requests of the eager run that just made ``out``, from the trace recorder's history (None
+        without a recorder, or when the run cannot be repeated by its requests: see warmup_repeat)."""
+        if self.recorder is None:
+            return None
+        streams = {self.stream.cuda_stream, torch.cuda.current_stream(self.device).cuda_stream}
+        storage = out.untyped_storage()
+        return plan_repeat(self.recorder.peek(), allocations, storage.data_ptr(), storage.nbytes(), sorted(streams))
+
+    def _repeat(self, plan: RepeatPlan, dtype: torch.dtype, shape, stride, offset: int) -> torch.Tensor:
+        """One more warm-up run made by ``plan``'s requests alone; returns its output block with the eager
+        output's dtype, shape and strides, so what follows sees an output like an eager run's."""
+        main = self.stream.cuda_stream
+        other = torch.cuda.current_stream(self.device)
+        device = self.device
+
+        def allocate(size: int, stream: int) -> torch.Tensor:
+            if stream == main:
+                return torch.empty(size, dtype=torch.uint8, device=device)
+            with torch.cuda.stream(other):
+                return torch.empty(size, dtype=torch.uint8, device=device)
+
+        with torch.cuda.stream(self.stream):
+            block = repeat_run(plan, allocate)
+        return torch.empty(0, dtype=dtype, device=device).set_(block.untyped_storage(), offset, shape, stride)
 
     def _prewarm(self) -> None:
         """Eager runs at the largest and smallest sizes before anything is measured.
@@ -254,10 +291,20 @@ class Capturer:
         try:
             start = time.perf_counter()
             warm = None
-            for _ in range(self.warmup):
+            plan: Optional[RepeatPlan] = None
+            layout: tuple = ()
+            for run in range(self.warmup):
                 if self.free_warmup_output:
                     warm = None  # the previous run's output goes before this run allocates, as in SGLang's warm-up
+                if plan is not None:
+                    warm = self._repeat(plan, *layout)
+                    self.replayed_runs += 1
+                    continue
+                counted = _allocations(self.device) if run == 0 and self.replay_warmup else 0
                 warm = self._eager(bucket)
+                if run == 0 and self.warmup > 1 and self.replay_warmup:
+                    plan = self._plan_repeat(warm, _allocations(self.device) - counted)
+                    layout = (warm.dtype, warm.shape, warm.stride(), warm.storage_offset())
             if warm is None:  # no warm-up asked for: the shape still has to be known
                 warm = self._eager(bucket)
             torch.cuda.synchronize(self.device)

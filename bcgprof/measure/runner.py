@@ -99,7 +99,8 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
         torch_version=torch.__version__, cuda_version=torch.version.cuda or "",
         memory_source=memory.source, in_process=opts.in_process, tp=opts.tp, started_at=_now(),
         graph=opts.graph, order=opts.order,
-        extra={"device": opts.device, "warmup": opts.warmup, "warmup_output": opts.warmup_output, "verify": opts.verify,
+        extra={"device": opts.device, "warmup": opts.warmup, "warmup_output": opts.warmup_output,
+               "warmup_repeat": opts.warmup_repeat, "verify": opts.verify,
                "sample_interval_ms": opts.sample_interval_ms, "max_tokens": opts.max_tokens,
                "seed": opts.seed, "snapshot": opts.snapshot, **kv_figures(opts, spec, buckets)},
     )

@@ -45,6 +45,8 @@ class AllocatorRecorder:
                            pool=(int(pool[0]), int(pool[1])))
         self.file = TraceFileWriter(self.trace)
         self.started = False
+        self._held: list = []  # entries read by peek(), leading the next take's window
+        self._wrapped = False  # a read since the last take filled the ring buffer
 
     def _enable(self) -> None:
         import torch
@@ -75,18 +77,35 @@ class AllocatorRecorder:
             self._stacks = want
             self._enable()  # recording stays on: nothing is cleared
 
-    def take(self, bucket: int, phase: str) -> dict:
-        """The window since the last take, as rows of ``bucket``/``phase``; returns the snapshot read."""
+    def _read(self) -> tuple[dict, list]:
+        """A snapshot and its entries since the last read; clears the history."""
         import torch
 
         snap = torch.cuda.memory._snapshot()
         traces = snap.get("device_traces", [])
         entries = traces[self.device] if self.device < len(traces) else []
-        segments = [s for s in snap.get("segments", []) if s.get("device", self.device) == self.device]
-        self._disable()  # clears the history: the next window starts empty
+        self._disable()  # clears the history: the next read starts empty
         self._enable()
-        if len(entries) >= MAX_WINDOW_ENTRIES and bucket not in self.trace.incomplete:
-            self.trace.incomplete.append(bucket)  # the ring buffer wrapped: events were lost
+        if len(entries) >= MAX_WINDOW_ENTRIES:
+            self._wrapped = True  # the ring buffer wrapped: events were lost
+        return snap, entries
+
+    def peek(self) -> list:
+        """The window's entries so far, without ending it: they lead the next :meth:`take`'s entries,
+        so the window's rows are those one take at its end would give."""
+        _, entries = self._read()
+        self._held.extend(entries)
+        return self._held
+
+    def take(self, bucket: int, phase: str) -> dict:
+        """The window since the last take, as rows of ``bucket``/``phase``; returns the snapshot read."""
+        snap, entries = self._read()
+        if self._held:
+            entries, self._held = self._held + entries, []
+        segments = [s for s in snap.get("segments", []) if s.get("device", self.device) == self.device]
+        if self._wrapped and bucket not in self.trace.incomplete:
+            self.trace.incomplete.append(bucket)
+        self._wrapped = False
         if self.keep:
             self._kept.extend(entries)
         try:

@@ -123,3 +123,29 @@ def test_freeing_each_warm_up_output_changes_no_pool_figure_and_never_raises_a_p
     assert [[getattr(r, f) for f in same] for r in freed] == [[getattr(r, f) for f in same] for r in held]
     for h, f in zip(held, freed, strict=True):
         assert 0 <= h.peak_transient_bytes - f.peak_transient_bytes <= -(-h.bucket * HIDDEN * SIZE // 512) * 512
+
+
+@pytest.mark.parametrize("warmup_output", ["held", "freed"])
+def test_a_warm_up_run_replayed_by_its_requests_leaves_every_allocator_figure_as_an_eager_run(warmup_output):
+    """--warmup-repeat replayed: the second warm-up run is the first's allocator requests made again; the
+    allocated peak (peak transient) and the pool must equal two eager runs', and every bucket must have
+    been replayed (a plan that never engages would pass the comparison vacuously)."""
+    from bcgprof.measure.tracing import AllocatorRecorder
+
+    def records(repeat):
+        model, inputs = _toy()
+        cap = Capturer(model, inputs, BUCKETS, mode="per-bucket", warmup_output=warmup_output, warmup_repeat=repeat)
+        cap.recorder = AllocatorRecorder(None, "per-bucket", cap.pool)
+        try:
+            rows = list(cap.run())
+        finally:
+            cap.recorder.stop()
+            cap.close()
+        return rows, cap.replayed_runs
+
+    eager, none_replayed = records("eager")
+    replayed, replayed_runs = records("replayed")
+    assert none_replayed == 0 and replayed_runs == len(BUCKETS)
+    same = ("bucket", "status", "pool_bytes", "pool_delta_bytes", "peak_transient_bytes", "retained_output_bytes",
+            "torch_allocated_delta_bytes", "segments")
+    assert [[getattr(r, f) for f in same] for r in replayed] == [[getattr(r, f) for f in same] for r in eager]

@@ -92,3 +92,30 @@ def test_a_history_the_builder_cannot_read_marks_the_bucket_incomplete_instead_o
     rec.take(8, "warmup")  # no exception: the capture it describes goes on
     rec.capture_done(8)
     assert read_trace(tmp_path / "traces-per-bucket.csv.gz").incomplete == [8]
+
+
+def test_a_peek_leaves_the_window_as_one_take_would_have_read_it(history, tmp_path):
+    """The warm-up repeat reads the history after the first eager run; the trace must not show it."""
+    def run(peek: bool, directory):
+        history.entries, history.enabled = [], False
+        rec = AllocatorRecorder(directory, "per-bucket", POOL)
+        rec.start()
+        history.event("alloc", (1 << 39) + 512, 1000)
+        if peek:
+            assert [e["addr"] for e in rec.peek()] == [(1 << 39) + 512]
+            assert history.entries == []  # read and cleared, but held for the take
+        history.event("free_requested", (1 << 39) + 512, 1000)
+        history.event("free_completed", (1 << 39) + 512, 1000)
+        history.event("alloc", (1 << 39) + 512, 3 * MIB)
+        rec.take(8, "warmup")
+        history.segments.append({"address": SEG, "total_size": 2 * MIB, "segment_pool_id": POOL, "stream": 5})
+        history.event("segment_alloc", SEG, 2 * MIB)
+        history.event("alloc", SEG, 4096)
+        rec.capture_done(8)
+        rec.stop()
+        history.segments.pop()
+        return (directory / "traces-per-bucket.csv.gz").read_bytes()
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert run(True, tmp_path / "a") == run(False, tmp_path / "b")
