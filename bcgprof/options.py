@@ -64,7 +64,7 @@ class CaptureOptions:
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
     warmup: int = 2
     warmup_output: str = "held"  # one of WARMUP_OUTPUTS
-    warmup_repeat: str = "eager"  # one of WARMUP_REPEATS
+    warmup_repeat: str = "replayed"  # one of WARMUP_REPEATS
     device: str = "cuda:0"
     out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
     verify: str = "smallest-largest"  # one of VERIFY_CHOICES

@@ -98,7 +98,7 @@ def capture(
                                                     "SGLang's warm-up discards each run's result. Changes the peak "
                                                     "figures (peak transient, device peak) and what the warm-up "
                                                     "leaves cached."),
-    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat.EAGER, "--warmup-repeat",
+    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat.REPLAYED, "--warmup-repeat",
                                                help="How a bucket's warm-up runs after the first are made. eager: "
                                                     "full forwards; replayed: the first run's allocator requests "
                                                     "(sizes, order, streams) are made again without launching a "
