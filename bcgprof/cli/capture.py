@@ -104,7 +104,7 @@ def capture(
                                                     "(sizes, order, streams) are made again without launching a "
                                                     "kernel, which leaves the allocator, and so every memory figure, "
                                                     "as an eager run would, in less time. A run the history cannot "
-                                                    "repeat exactly runs eagerly."),
+                                                    "repeat exactly runs eagerly, as do tensor-parallel ranks."),
     device: str = typer.Option("cuda:0", help="CUDA device, cuda:K."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
                                                                  "Default: reports/<model>-<timestamp>."),
@@ -166,7 +166,9 @@ def capture(
     opts = CaptureOptions(
         model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
         max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup,
-        warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value, device=device, out=out,
+        warmup_output=warmup_output.value,
+        # a replayed run skips the forward's collectives, which the other ranks would wait in
+        warmup_repeat=warmup_repeat.value if tp == 1 else WarmupRepeat.EAGER.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )

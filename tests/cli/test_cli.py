@@ -411,6 +411,15 @@ def test_capture_options_reach_run_capture(captured, tmp_path):
         tmp_path / "r", "all", True, 0.5, 2, 7)
     assert opts.warmup_output == "freed"
     assert CaptureOptions.from_json(opts.to_json()).warmup_output == "freed"  # as a mode's process gets it
+    assert opts.warmup_repeat == "eager"  # tensor-parallel ranks never replay: the forward's collectives
+
+
+def test_a_single_gpu_capture_replays_warm_up_runs_unless_asked_for_eager_ones(captured):
+    assert run("capture").exit_code == 0
+    assert run("capture", "--warmup-repeat", "eager").exit_code == 0
+    assert [opts.warmup_repeat for opts in captured] == ["replayed", "eager"]
+    result = run("capture", "--warmup-repeat", "twice")
+    assert result.exit_code == 2 and "--warmup-repeat" in result.stderr
 
 
 def test_capture_exit_code_is_run_captures(captured):
