@@ -1,0 +1,57 @@
+"""tests/gpu/same_figures.py, the check that two captures of one run measured the same: CPU only, on a
+committed traced report and a copy of it."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.gpu import same_figures
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "reports" / "gpt-oss-20b-h200-traced"
+
+
+@pytest.fixture
+def copy(tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(REPORT, dst)
+    return dst
+
+
+def _edit_rows(path: Path, column: str, change) -> None:
+    with open(path / "buckets.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows[3][column] = change(rows[3][column])
+    with open(path / "buckets.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_a_copy_is_the_same_and_wall_times_or_device_addresses_do_not_count(copy, capsys):
+    _edit_rows(copy, "warmup_ms", lambda v: "1.0")
+    trace = copy / "traces-floor.csv.gz"
+    lines = gzip.decompress(trace.read_bytes()).decode().splitlines(keepends=True)
+    lines = [ln if ln.startswith("#") or not ln.rstrip("\n").split(",")[-1] else
+             ln.rsplit(",", 1)[0] + ",12345\n" for ln in lines]  # another process's addresses
+    trace.write_bytes(gzip.compress("".join(lines).encode()))
+    assert same_figures.main(REPORT, copy) == 0
+    assert "0 differing" in capsys.readouterr().out
+
+
+def test_a_changed_peak_or_trace_row_is_named(copy, capsys):
+    _edit_rows(copy, "device_peak_delta_bytes", lambda v: str(int(v) + 2097152))
+    assert same_figures.main(REPORT, copy) == 1
+    assert "device_peak_delta_bytes: 1 of 223 rows differ" in capsys.readouterr().out
+    shutil.copy(REPORT / "buckets.csv", copy / "buckets.csv")
+    trace = copy / "traces-shared.csv.gz"
+    lines = gzip.decompress(trace.read_bytes()).decode().splitlines(keepends=True)
+    lines.pop(5)
+    trace.write_bytes(gzip.compress("".join(lines).encode()))
+    assert same_figures.main(REPORT, copy) == 1
+    assert "traces-shared.csv.gz: DIFFERENT" in capsys.readouterr().out
