@@ -77,6 +77,10 @@ class CaptureOptions:
     snapshot: bool = False  # write each mode's allocator snapshot (memory_viz pickle) into the report
     command: str = ""  # the command line, recorded in run.json
 
+    def __post_init__(self) -> None:
+        if self.tp > 1:  # a replayed run skips the forward's collectives, which the other ranks would wait in
+            self.warmup_repeat = WarmupRepeat.EAGER.value
+
     def to_json(self) -> str:
         """The options as one JSON line (how a mode's process receives them)."""
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}

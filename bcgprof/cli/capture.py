@@ -166,9 +166,7 @@ def capture(
     opts = CaptureOptions(
         model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
         max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup,
-        warmup_output=warmup_output.value,
-        # a replayed run skips the forward's collectives, which the other ranks would wait in
-        warmup_repeat=warmup_repeat.value if tp == 1 else WarmupRepeat.EAGER.value, device=device, out=out,
+        warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )

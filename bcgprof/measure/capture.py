@@ -293,6 +293,7 @@ class Capturer:
             warm = None
             plan: Optional[RepeatPlan] = None
             layout: tuple = ()
+            repeat = self.replay_warmup and self.warmup > 1
             for run in range(self.warmup):
                 if self.free_warmup_output:
                     warm = None  # the previous run's output goes before this run allocates, as in SGLang's warm-up
@@ -300,9 +301,9 @@ class Capturer:
                     warm = self._repeat(plan, *layout)
                     self.replayed_runs += 1
                     continue
-                counted = _allocations(self.device) if run == 0 and self.replay_warmup else 0
+                counted = _allocations(self.device) if run == 0 and repeat else 0
                 warm = self._eager(bucket)
-                if run == 0 and self.warmup > 1 and self.replay_warmup:
+                if run == 0 and repeat:
                     plan = self._plan_repeat(warm, _allocations(self.device) - counted)
                     layout = (warm.dtype, warm.shape, warm.stride(), warm.storage_offset())
             if warm is None:  # no warm-up asked for: the shape still has to be known

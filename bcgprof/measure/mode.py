@@ -157,9 +157,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     assert workload is not None  # built here, or this rank returned above with every rank's failure
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
     capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup,
-                        warmup_output=opts.warmup_output,
-                        # ranks replaying would skip the collectives of a forward the others run
-                        warmup_repeat=opts.warmup_repeat if group.world == 1 else "eager", device=group.device,
+                        warmup_output=opts.warmup_output, warmup_repeat=opts.warmup_repeat, device=group.device,
                         memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank,
                         order=opts.order, graph=opts.graph, record_sites=(mode == "floor"),
                         history_on=opts.snapshot)
