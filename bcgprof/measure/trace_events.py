@@ -12,7 +12,8 @@ equal to the pool) at its address with its size and it was not freed later in th
 address of an ordinary segment freed earlier); a block is the pool's when it lies in a
 pool segment. The entries' fields used are those of torch 2.11's ``device_traces``:
 ``action``, ``addr``, ``size`` (the requested bytes for blocks, the segment's for
-segments), ``stream``. Torch-free: the input is plain dicts and lists.
+segments; Python ints, as torch gives them), ``stream``. Torch-free: the input is plain
+dicts and lists.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any, Optional
 
 from bcgprof.analysis.allocator import round_size
 from bcgprof.report.traces import Action, TracePool, TraceRow
+
+_EVENTS = frozenset(("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"))
 
 
 @dataclass
@@ -96,53 +99,78 @@ class TraceBuilder:
         rows = [TraceRow(bucket, phase, r.pool, r.action, r.id, r.size, r.stream, r.segment, r.offset, r.address)
                 for r in self._pending]
         self._pending = []
+        # A window holds tens of thousands of events, nearly all of them the eager warm-up's in the
+        # ordinary pools, which give no row of their own: the loop below is written for them (names
+        # bound locally, each address's segment and the last stream remembered), since it runs on the
+        # capture's time.
+        streams, live, rnd, graph_row = self._streams, self._live, round_size, TracePool.GRAPH
+        next_alloc = self._next_alloc
+        last_raw: Any = object()
+        stream = 0
+        # Address -> (segment, graph or not), while no segment opens or closes: blocks come back to
+        # the same addresses over and over.
+        located: dict[int, tuple[Optional[tuple[int, _Segment]], bool]] = {}
         growth = peak = 0  # the ordinary pools' allocated bytes, relative to the window's start
-        for i, e in enumerate(entries):
-            action = e.get("action")
-            if action not in ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"):
-                continue  # snapshot, oom; segment_map/unmap (expandable segments) are refused upstream
-            addr, size, stream = int(e.get("addr", 0)), int(e.get("size", 0)), self._stream(e.get("stream"))
-            if action == "segment_alloc":
-                graph = pool.get(addr) == size and freed_later.get(addr, -1) < i
-                self._drop_segment(addr)  # a segment freed before recording began leaves no free row
-                seg = self._add_segment(addr, size, graph)
-                rows.append(TraceRow(bucket, phase, TracePool.GRAPH if graph else TracePool.OTHER,
-                                     Action.SEGMENT_ALLOC, seg.number, size, stream, address=addr))
-                continue
-            if action == "segment_free":
-                gone = self._drop_segment(addr)
-                if gone is not None:
-                    rows.append(TraceRow(bucket, phase, TracePool.GRAPH if gone.graph else TracePool.OTHER,
-                                         Action.SEGMENT_FREE, gone.number, size, stream, address=addr))
-                continue
-            where = self._find(addr)
-            graph = where is not None and where[1].graph
-            number: Optional[int]
-            if action == "alloc":
-                number = self._next_alloc
-                self._next_alloc += 1
-                self._live[addr] = (number, size)
-                if not graph:
-                    growth += round_size(size)
-                    peak = max(peak, growth)
+        try:
+            for i, e in enumerate(entries):
+                action = e.get("action")
+                if action not in _EVENTS:
+                    continue  # snapshot, oom; segment_map/unmap (expandable segments) are refused upstream
+                raw = e.get("stream")
+                if raw != last_raw:  # streams are numbered in order of first appearance
+                    last_raw, key = raw, int(raw or 0)
+                    stream = streams.setdefault(key, len(streams))
+                addr, size = e.get("addr", 0), e.get("size", 0)
+                if action == "segment_alloc":
+                    graph = pool.get(addr) == size and freed_later.get(addr, -1) < i
+                    self._drop_segment(addr)  # a segment freed before recording began leaves no free row
+                    seg = self._add_segment(addr, size, graph)
+                    rows.append(TraceRow(bucket, phase, graph_row if graph else TracePool.OTHER,
+                                         Action.SEGMENT_ALLOC, seg.number, size, stream, address=addr))
+                    located.clear()
                     continue
-            else:
-                if action == "free_requested":
-                    follows = entries[i + 1] if i + 1 < len(entries) else None
-                    if (follows is not None and follows.get("action") == "free_completed"
-                            and int(follows.get("addr", -1)) == addr):
-                        continue  # completed at once: the completion row says it all
-                known = self._live.get(addr)
-                number = known[0] if known else None
-                if action == "free_completed":
-                    self._live.pop(addr, None)
+                if action == "segment_free":
+                    gone = self._drop_segment(addr)
+                    if gone is not None:
+                        rows.append(TraceRow(bucket, phase, graph_row if gone.graph else TracePool.OTHER,
+                                             Action.SEGMENT_FREE, gone.number, size, stream, address=addr))
+                    located.clear()
+                    continue
+                found = located.get(addr)
+                if found is None:
+                    where = self._find(addr)
+                    found = located[addr] = (where, where is not None and where[1].graph)
+                here, graph = found
+                number: Optional[int]
+                if action == "alloc":
+                    number = next_alloc
+                    next_alloc += 1
+                    live[addr] = (number, size)
                     if not graph:
-                        growth -= round_size(size)
-                if not graph:
+                        growth += rnd(size)
+                        if growth > peak:
+                            peak = growth
+                        continue
+                elif not graph:  # an ordinary block's free: only the bytes count
+                    if action == "free_completed":
+                        live.pop(addr, None)
+                        growth -= rnd(size)
                     continue
-            assert where is not None
-            base, seg = where
-            rows.append(TraceRow(bucket, phase, TracePool.GRAPH, Action(action), number, size, stream,
-                                 seg.number, addr - base))
+                else:
+                    if action == "free_requested":
+                        follows = entries[i + 1] if i + 1 < len(entries) else None
+                        if (follows is not None and follows.get("action") == "free_completed"
+                                and int(follows.get("addr", -1)) == addr):
+                            continue  # completed at once: the completion row says it all
+                    known = live.get(addr)
+                    number = known[0] if known else None
+                    if action == "free_completed":
+                        live.pop(addr, None)
+                assert here is not None
+                base, seg = here
+                rows.append(TraceRow(bucket, phase, graph_row, Action(action), number, size, stream,
+                                     seg.number, addr - base))
+        finally:
+            self._next_alloc = next_alloc
         rows.append(TraceRow(bucket, phase, TracePool.OTHER, Action.PEAK, None, peak, 0))
         return rows

@@ -55,6 +55,24 @@ def test_the_builder_labels_pool_events_by_address_in_time_and_pairs_frees():
     assert rows[0].address == GRAPH_SEG and rows[0].size == 20 * MIB
 
 
+def test_the_segment_an_address_lies_in_is_looked_up_again_when_segments_open_or_close():
+    # The builder remembers which segment holds an address; a segment opening over an address seen
+    # outside any segment, or closing and opening again as the graph pool's, must be seen.
+    builder = TraceBuilder(POOL)
+    builder.seed([])
+    events = [_e("alloc", GRAPH_SEG, 600), _e("free_completed", GRAPH_SEG, 600),  # no segment known
+              _e("segment_alloc", GRAPH_SEG, 2 * MIB), _e("alloc", GRAPH_SEG, 600),
+              _e("segment_alloc", OTHER_SEG, 2 * MIB), _e("alloc", OTHER_SEG, MIB),
+              _e("free_completed", OTHER_SEG, MIB), _e("segment_free", OTHER_SEG, 2 * MIB),
+              _e("segment_alloc", OTHER_SEG, 2 * MIB), _e("alloc", OTHER_SEG, MIB, stream=222)]
+    rows = builder.window(events, [_seg(GRAPH_SEG, 2 * MIB, POOL), _seg(OTHER_SEG, 2 * MIB, POOL)], 8, "capture")
+    assert [(r.pool, r.action, r.id, r.segment, r.stream) for r in rows] == [
+        ("graph", "segment_alloc", 1, None, 0), ("graph", "alloc", 2, 1, 0),
+        ("other", "segment_alloc", 2, None, 0), ("other", "segment_free", 2, None, 0),
+        ("graph", "segment_alloc", 3, None, 0), ("graph", "alloc", 4, 3, 1), ("other", "peak", None, None, 0)]
+    assert rows[-1].size == MIB  # the ordinary pools' growth: the graph pool's blocks are not in it
+
+
 def test_a_trace_round_trips_through_its_file(tmp_path):
     rows = [TraceRow(8, "capture", "graph", "segment_alloc", 1, 2 * MIB, 0, address=1 << 40),
             TraceRow(8, "capture", "graph", "alloc", 1, 1000, 0, 1, 0),
