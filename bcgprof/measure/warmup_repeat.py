@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 ALLOC, FREE = "alloc", "free"
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):  # a tuple: a run makes thousands of them, between the capture's steps
     op: str  # ALLOC or FREE
     key: int  # the block, numbered by its allocation in the run
     size: int = 0  # requested bytes (ALLOC)
@@ -47,41 +46,48 @@ def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: int, out
     """The requests of one eager run, from the allocator history that ends with it.
 
     ``entries`` are ``torch.cuda.memory._snapshot()["device_traces"][device]`` entries (torch
-    2.11's fields: ``action``, ``addr``, ``size``, ``stream``) since some point before the run
+    2.11's fields: ``action``, ``addr``, ``size``, ``stream``, Python ints as torch gives them) since some point before the run
     began; ``allocations`` is how many allocations the run made (the difference of
     ``memory_stats()["allocation.all.allocated"]`` across it), so the run begins at that
     allocation counted back from the end. ``output_addr`` and ``output_bytes`` are the run's
     output storage's address and size.
     """
-    alloc_at = [i for i, e in enumerate(entries) if e.get("action") == "alloc"]
-    if allocations < 1 or len(alloc_at) < allocations:
+    first, counted = -1, 0
+    for i in range(len(entries) - 1, -1, -1):  # the run is at the end: count its allocations back
+        if entries[i].get("action") == "alloc":
+            counted += 1
+            if counted == allocations:
+                first = i
+                break
+    if allocations < 1 or first < 0:
         return None  # the history does not hold the whole run
-    first = alloc_at[len(alloc_at) - allocations]
     known = {int(s) for s in streams}
     live: dict[int, int] = {}  # address -> key
     requests: list[Request] = []
     sizes: list[int] = []
-    for i in range(first, len(entries)):
+    last = len(entries) - 1
+    for i in range(first, last + 1):
         e = entries[i]
-        action, addr = e.get("action"), int(e.get("addr", 0))
-        if action == "oom":
-            return None
+        action, addr = e.get("action"), e.get("addr", 0)
         if action == "alloc":
-            stream = int(e.get("stream") or 0)
+            stream = e.get("stream") or 0
             if stream not in known or addr in live:
                 return None
-            live[addr] = len(sizes)
-            sizes.append(int(e.get("size", 0)))
-            requests.append(Request(ALLOC, live[addr], sizes[-1], stream))
+            key = live[addr] = len(sizes)
+            size = e.get("size", 0)
+            sizes.append(size)
+            requests.append(Request(ALLOC, key, size, stream))
         elif action == "free_requested":
-            follows = entries[i + 1] if i + 1 < len(entries) else None
-            if follows is None or follows.get("action") != "free_completed" or int(follows.get("addr", -1)) != addr:
+            follows = entries[i + 1] if i < last else None
+            if follows is None or follows.get("action") != "free_completed" or follows.get("addr", -1) != addr:
                 return None  # completion deferred: the block was in use on another stream
         elif action == "free_completed":
             key = live.pop(addr, -1)
             if key < 0:
                 return None  # a block from before the run: a second run would not free it
             requests.append(Request(FREE, key))
+        elif action == "oom":
+            return None
         # segment_alloc / segment_free and snapshot entries are the allocator's answers, not requests
     if set(live) != {int(output_addr)} or sizes[live[int(output_addr)]] != int(output_bytes):
         return None

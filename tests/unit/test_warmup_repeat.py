@@ -54,6 +54,7 @@ def test_a_run_that_cannot_be_repeated_by_its_requests_is_refused():
     h = run_history()
     assert plan_repeat(h, 2, 300, 1024, [S]) is None  # counted from mid-run: it frees a block it did not make
     assert plan_repeat(h, 9, 300, 1024, [S]) is None  # more allocations than the history holds
+    assert plan_repeat(h, 0, 300, 1024, [S]) is None  # a run that allocated nothing made no output
     assert plan_repeat(h, 3, 300, 1024, [OTHER]) is None  # a stream the caller cannot name
     assert plan_repeat(h, 3, 200, 4096, [S]) is None  # the output is not what is left
     assert plan_repeat(h, 3, 300, 2048, [S]) is None  # nor of its size
