@@ -8,14 +8,23 @@ Three profiles: ``reports/gpt-oss-20b-h200-traced``, ``reports/llama-3.1-8b-h200
 zero tolerance against the reference report of its model (every pool row equal). gpt-oss-20b's
 held-out reports were captured before traces were recorded, from the same model code, so their pools
 are what this code's capture of those lists gives.
+
+One more profile was captured on an H100 80GB (same torch, same model code):
+``reports/gpt-oss-20b-h100-traced``, whose pool rows are the H200 reference's, and the every-third
+list captured there after its prediction from that profile was committed
+(``reports/gpt-oss-20b-h100-third/predicted.json``).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 from bcgprof.analysis.predict import bucket_profile, predict_buckets
 from bcgprof.report import read_report
+from bcgprof.report.summaries import needs_free_bytes
 
 REFERENCES = {  # profile prefix -> the lists captured on the H200 besides the profile's own
     "gpt-oss-20b-h200": ["sparse", "subset20", "snapshot", "second-13824-per-bucket",
@@ -24,7 +33,9 @@ REFERENCES = {  # profile prefix -> the lists captured on the H200 besides the p
     "llama-3.1-8b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "unprofiled",
                           "advised-per-bucket", "advised-shared"],
     "qwen3-30b-a3b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "step600"],
+    "gpt-oss-20b-h100": ["third"],
 }
+REFERENCE_OF = {"gpt-oss-20b-h100": "gpt-oss-20b-h200"}  # the graph pool does not depend on the card
 # lists with buckets the profile lacks: each allocation's size is interpolated, so the replay is not exact
 INTERPOLATED = {"llama-3.1-8b-h200-unprofiled", "qwen3-30b-a3b-h200-step600"}
 CASES = [(prefix, name) for prefix, names in REFERENCES.items() for name in names]
@@ -47,7 +58,7 @@ def _profile(prefix):
 @pytest.mark.parametrize("prefix", list(REFERENCES))
 def test_the_profile_is_the_reference_capture_again(prefix):
     report, _ = _profile(prefix)
-    reference = read_report(f"reports/{prefix}")
+    reference = read_report(f"reports/{REFERENCE_OF.get(prefix, prefix)}")
     assert report.run.torch_version == "2.11.0+cu130" and report.run.buckets == reference.run.buckets
     assert [r.pool_bytes for r in report.buckets] == [r.pool_bytes for r in reference.buckets]
 
@@ -62,7 +73,7 @@ def test_replaying_the_profiles_own_list_places_every_allocation_where_the_gpu_d
 
 
 @pytest.mark.parametrize(("prefix", "name"), CASES)
-def test_every_list_captured_on_the_h200_is_predicted_row_by_row(prefix, name):
+def test_every_list_captured_beside_a_profile_is_predicted_row_by_row(prefix, name):
     report, p = _profile(prefix)
     measured = read_report(f"reports/{prefix}-{name}")
     assert measured.run.model == report.run.model
@@ -77,3 +88,16 @@ def test_every_list_captured_on_the_h200_is_predicted_row_by_row(prefix, name):
         total = next(s.device_used_bytes for s in measured.summary if s.mode == mode)
         assert abs(pred.device_used_bytes - total) <= 0.005 * total, mode  # the rest is executables (NVML)
         assert pred.low_bytes <= total <= pred.high_bytes, mode
+
+
+def test_the_prediction_committed_before_the_h100_capture_is_what_predict_gives_and_it_held():
+    report, p = _profile("gpt-oss-20b-h100")
+    measured = read_report("reports/gpt-oss-20b-h100-third")
+    saved = {m["mode"]: m for m in json.loads(Path("reports/gpt-oss-20b-h100-third/predicted.json").read_text())["modes"]}
+    for mode in measured.modes():
+        rows = _rows(measured, mode)
+        pred = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode)
+        assert (saved[mode]["pool_bytes"], saved[mode]["device_used_bytes"]) == (pred.pool_bytes, pred.device_used_bytes)
+        measured_needs = needs_free_bytes(rows)
+        assert measured_needs is not None
+        assert abs(saved[mode]["needs_free_bytes"] - measured_needs) <= 2 << 20, mode  # one NVML step
