@@ -313,8 +313,8 @@ def layer_band_source(run: RunInfo, calibration: Optional[Calibration] = None) -
 def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[int, str]:
     """How far a layer prediction's needs-free may be off either way, and what says so: the largest
     |measured - predicted| over the committed deeper captures' modes (full and intermediate depths), plus
-    one NVML step (the residuals' signs are mixed, so the band is symmetric). With no such check: one NVML step, and the
-    source says it is unchecked."""
+    one NVML step (the residuals' signs are mixed, so the band is symmetric). With no such check: one NVML
+    step, and the source says it is unchecked."""
     cal = shipped_calibration() if calibration is None else calibration
     checks = [c for c in cal.layers if c.needs_free_error_bytes is not None]
     if not checks:
@@ -324,8 +324,7 @@ def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[in
     models = sorted({c.model for c in checks})
     close = sum(abs(c.needs_free_error_bytes or 0) <= 2 * QUANTUM for c in checks)
     return abs(err) + QUANTUM, (
-        f"the largest |measured - predicted| over {len(checks)} mode(s) of deeper captures (full and intermediate "
-        "depths) "
-        f"({', '.join(models)}), {abs(err) / MIB:.1f} MiB ({worst.model}, {worst.mode}), plus one NVML step; "
+        f"the largest |measured - predicted| over {len(checks)} mode(s) of deeper captures "
+        f"(full and intermediate depths) ({', '.join(models)}), {abs(err) / MIB:.1f} MiB ({worst.model}, {worst.mode}), plus one NVML step; "
         f"{close} of them within two steps")
 

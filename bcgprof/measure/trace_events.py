@@ -103,7 +103,7 @@ class TraceBuilder:
         # ordinary pools, which give no row of their own: the loop below is written for them (names
         # bound locally, each address's segment and the last stream remembered), since it runs on the
         # capture's time.
-        streams, live, rnd, graph_row = self._streams, self._live, round_size, TracePool.GRAPH
+        live, rnd, graph_row = self._live, round_size, TracePool.GRAPH
         next_alloc = self._next_alloc
         last_raw: Any = object()
         stream = 0
@@ -117,9 +117,8 @@ class TraceBuilder:
                 if action not in _EVENTS:
                     continue  # snapshot, oom; segment_map/unmap (expandable segments) are refused upstream
                 raw = e.get("stream")
-                if raw != last_raw:  # streams are numbered in order of first appearance
-                    last_raw, key = raw, int(raw or 0)
-                    stream = streams.setdefault(key, len(streams))
+                if raw != last_raw:  # a run of events on one stream looks its number up once
+                    last_raw, stream = raw, self._stream(raw)
                 addr, size = e.get("addr", 0), e.get("size", 0)
                 if action == "segment_alloc":
                     graph = pool.get(addr) == size and freed_later.get(addr, -1) < i
@@ -160,7 +159,7 @@ class TraceBuilder:
                     if action == "free_requested":
                         follows = entries[i + 1] if i + 1 < len(entries) else None
                         if (follows is not None and follows.get("action") == "free_completed"
-                                and int(follows.get("addr", -1)) == addr):
+                                and follows.get("addr", -1) == addr):
                             continue  # completed at once: the completion row says it all
                     known = live.get(addr)
                     number = known[0] if known else None
