@@ -292,12 +292,37 @@ def quiet(event: dict) -> None:
     pass
 
 
-def _preload() -> None:
-    """Import what a mode needs before it is released, so the wait hides the import time.
+def _preload(opts: CaptureOptions) -> None:
+    """Import what a mode needs before it is released, so the wait hides the import time: torch,
+    the capture and report code, the model's family file, NVML's binding and, for a CUDA device,
+    Triton and the fused kernels.
 
-    Nothing here touches the GPU: importing torch creates no CUDA context.
+    Nothing here touches the GPU: no import creates a CUDA context, and none may, since the mode
+    before this one is still being measured (``tests/unit/test_runner_cpu.py`` holds it to that).
+    Anything that fails here fails again, with its real message, once the mode runs.
     """
-    import torch  # noqa: F401
+    import contextlib
+    import importlib
+
+    import torch
+
+    wanted = ["bcgprof.buckets", "bcgprof.measure.capture", "bcgprof.measure.memory", "bcgprof.measure.tracing",
+              "bcgprof.measure.workload", "bcgprof.models.weights", "bcgprof.report", "pynvml"]
+    if opts.device.startswith("cuda"):
+        from bcgprof.models.kernels import triton_available
+
+        if triton_available():
+            wanted += ["bcgprof.models.kernels._triton_activation", "bcgprof.models.kernels._triton_moe"]
+    for name in wanted:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    with contextlib.suppress(Exception):  # a bad model is reported by the mode itself, with its own line
+        from bcgprof.models import model_class
+        from bcgprof.spec import resolve_model
+
+        model_class(resolve_model(opts.model).family)
+    if torch.cuda.is_initialized():  # it would sit in the running mode's device figures
+        raise RuntimeError("a module imported before the mode's turn created a CUDA context")
 
 
 
@@ -305,7 +330,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     report_dir, mode, opts = Path(args[0]), args[1], CaptureOptions.from_json(args[2])
     try:
-        _preload()
+        _preload(opts)
         if sys.stdin.readline().strip() != "go":  # the runner let this process go unused
             return EXIT_OK
     except KeyboardInterrupt:  # interrupted before its turn: nothing to report

@@ -251,3 +251,39 @@ def test_a_next_depth_that_cannot_start_early_leaves_this_one_alone(tmp_path, mo
                                                                out=tmp_path / "blocked" / "layers-4"))
     assert outcome.exit_code == 0 and outcome.handoff is None
     assert [entry for entry in log if entry[1] == 4] == []
+
+
+PRELOAD = """
+import json, sys
+import torch
+
+touched = []
+def refuse(*args, **kwargs):
+    touched.append("cuda")
+    raise RuntimeError("the preload touched CUDA")
+torch.cuda._lazy_init = refuse
+torch.cuda.init = refuse
+
+from bcgprof.measure import mode
+from bcgprof.options import CaptureOptions
+
+before = set(sys.modules)
+mode._preload(CaptureOptions.from_json(sys.argv[1]))
+print(json.dumps({"new": sorted(set(sys.modules) - before), "touched": touched,
+                  "initialized": torch.cuda.is_initialized()}))
+"""
+
+
+def test_a_waiting_mode_process_imports_what_its_mode_needs_without_touching_cuda():
+    """The preload runs while the previous mode is being measured: it must bring in the capture
+    code and the model's family file, and must never create a CUDA context (a context made then
+    would sit in the device figures of the mode still running)."""
+    opts = CaptureOptions(model="gpt-oss-20b", buckets="4,8", device="cuda:0")
+    proc = subprocess.run([sys.executable, "-c", PRELOAD, opts.to_json()], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["touched"] == [] and got["initialized"] is False
+    for name in ("bcgprof.measure.capture", "bcgprof.measure.tracing", "bcgprof.models.gpt_oss",
+                 "bcgprof.report"):
+        assert name in got["new"], name
