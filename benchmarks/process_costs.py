@@ -5,7 +5,10 @@ torch, the preload (everything else the mode imports, done before the process is
 the CUDA context, NVML, the model build and the pre-warm, each under a timer; the build and the
 pre-warm also under cProfile, whose top entries by cumulative time are printed. Then one eager
 forward at the largest bucket, with the share of its wall spent in the attention the breakable
-graph runs eagerly. Prints one table per part; ``--json FILE`` writes the figures.
+graph runs eagerly. Last, ``--passes`` eager passes over every bucket, largest first, as the
+warm-up's first runs go: each pass's wall and its GPU time (CUDA events), so that what the first
+sight of a shape costs shows as the first pass's excess over the next. Prints one table per part;
+``--json FILE`` writes the figures.
 
     python benchmarks/process_costs.py --model gpt-oss-20b --num-layers 2 [--buckets sglang-prefill]
 """
@@ -41,6 +44,7 @@ def main() -> int:
     ap.add_argument("--num-layers", type=int, default=None)
     ap.add_argument("--buckets", default="sglang-prefill")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--passes", type=int, default=2, help="eager passes over every bucket (default 2)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -105,15 +109,34 @@ def main() -> int:
     attention_module.attention_core = inner
     forward["attention"] = spent[0]
 
+    passes = []
+    for _ in range(args.passes):
+        events = []
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for bucket in capturer.buckets:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            out = capturer._eager(bucket)
+            end.record()
+            del out
+            events.append((begin, end))
+        torch.cuda.synchronize()
+        passes.append({"wall_s": time.perf_counter() - start,
+                       "gpu_s": sum(b.elapsed_time(e) for b, e in events) / 1000.0})
+
     print(f"{'step':<28}{'seconds':>10}")
     for label, seconds in steps.items():
         print(f"{label:<28}{seconds:>10.3f}")
     print(f"\neager forward at {max(buckets)} tokens: {forward['plain']:.3f} s; with the attention timed "
           f"{forward['attention timed']:.3f} s, of which attention {forward['attention']:.3f} s")
+    for n, one in enumerate(passes, 1):
+        print(f"eager pass {n} over {len(capturer.buckets)} buckets: wall {one['wall_s']:.3f} s, "
+              f"GPU {one['gpu_s']:.3f} s")
     for label, text in notes.items():
         print(f"\n--- cProfile: {label} (top {args.top} by cumulative time)\n{text}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"steps": steps, "forward": forward, "profiles": notes}, indent=1))
+        args.json.write_text(json.dumps({"steps": steps, "forward": forward, "passes": passes, "profiles": notes}, indent=1))
     return 0
 
 
