@@ -294,8 +294,8 @@ def quiet(event: dict) -> None:
 
 def _preload(opts: CaptureOptions) -> None:
     """Import what a mode needs before it is released, so the wait hides the import time: torch,
-    the capture and report code, the model's family file, NVML's binding and, for a CUDA device,
-    Triton and the fused kernels.
+    the capture and report code, the model's family file, NVML's binding, what materialising the
+    model imports and, for a CUDA device, Triton and the fused kernels.
 
     Nothing here touches the GPU: no import creates a CUDA context, and none may, since the mode
     before this one is still being measured (``tests/unit/test_runner_cpu.py`` holds it to that).
@@ -307,7 +307,10 @@ def _preload(opts: CaptureOptions) -> None:
     import torch
 
     wanted = ["bcgprof.buckets", "bcgprof.measure.capture", "bcgprof.measure.memory", "bcgprof.measure.tracing",
-              "bcgprof.measure.workload", "bcgprof.models.weights", "bcgprof.report", "pynvml"]
+              "bcgprof.measure.workload", "bcgprof.models.weights", "bcgprof.report", "pynvml",
+              # materialising the meta-built model (``to_empty``) imports these, sympy among them:
+              # 2.5 s a process on the H200 image, whose site-packages keeps no bytecode
+              "torch._refs", "torch.fx.experimental.symbolic_shapes"]
     if opts.device.startswith("cuda"):
         from bcgprof.models.kernels import triton_available
 

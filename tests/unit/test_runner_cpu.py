@@ -285,5 +285,5 @@ def test_a_waiting_mode_process_imports_what_its_mode_needs_without_touching_cud
     got = json.loads(proc.stdout)
     assert got["touched"] == [] and got["initialized"] is False
     for name in ("bcgprof.measure.capture", "bcgprof.measure.tracing", "bcgprof.models.gpt_oss",
-                 "bcgprof.report"):
+                 "bcgprof.report", "sympy"):
         assert name in got["new"], name
