@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from bcgprof.vocab import (
+    BreakRepeat,
     BucketStatus,
     Experts,
     GraphKind,
@@ -39,6 +40,7 @@ PACKED_EXPERT_FAMILIES = ("gpt_oss",)
 VERIFY_CHOICES = words(Verify)
 WARMUP_OUTPUTS = words(WarmupOutput)
 WARMUP_REPEATS = words(WarmupRepeat)
+BREAK_REPEATS = words(BreakRepeat)
 STATUSES = words(BucketStatus)  # of one bucket
 RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
 
@@ -65,6 +67,7 @@ class CaptureOptions:
     warmup: int = 2
     warmup_output: str = "held"  # one of WARMUP_OUTPUTS
     warmup_repeat: str = "replayed"  # one of WARMUP_REPEATS
+    break_repeat: str = "replayed"  # one of BREAK_REPEATS
     device: str = "cuda:0"
     out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
     verify: str = "smallest-largest"  # one of VERIFY_CHOICES
@@ -80,6 +83,9 @@ class CaptureOptions:
     def __post_init__(self) -> None:
         if self.tp > 1:  # a replayed run skips the forward's collectives, which the other ranks would wait in
             self.warmup_repeat = WarmupRepeat.EAGER.value
+            self.break_repeat = BreakRepeat.EAGER.value  # no rank records the allocator's history to repeat
+        if self.snapshot:  # the snapshot's stacks must name the op that allocated, never the repeater
+            self.break_repeat = BreakRepeat.EAGER.value
 
     def to_json(self) -> str:
         """The options as one JSON line (how a mode's process receives them)."""

@@ -107,6 +107,14 @@ class WarmupRepeat(StrEnum):
     REPLAYED = "replayed"  # the first run's allocator requests made again, no kernel launched
 
 
+class BreakRepeat(StrEnum):
+    """How a graph break (the attention) runs in a bucket's warm-up and capture after its first call
+    of the same shapes."""
+
+    EAGER = "eager"  # every call runs the op
+    REPLAYED = "replayed"  # the first call's allocator requests made again, no kernel launched
+
+
 class Verify(StrEnum):
     """Which buckets a capture replays against an eager forward."""
 

@@ -2,8 +2,8 @@
 
 Puts a timer around each step the capture takes between its warm-ups and captures (reading the
 allocator's history, turning it into trace rows, writing the trace file, planning and making the
-replayed warm-up runs, the memory readings), runs ``bcgprof capture --in-process`` with the given
-options in this process, and prints each step's seconds and calls, and how many history entries
+replayed warm-up runs and repeated graph breaks, the memory readings), runs ``bcgprof capture
+--in-process`` with the given options in this process, and prints each step's seconds and calls, and how many history entries
 were read. The timers change no figure: they only wrap the functions.
 
     python benchmarks/mode_parts.py --modes per-bucket --out /tmp/parts [more capture options]
@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from bcgprof.cli import main as bcgprof_main
-from bcgprof.measure import capture, trace_events, tracing
+from bcgprof.measure import break_repeat, capture, memory, trace_events, tracing
 from bcgprof.report import traces
 
 SECONDS: dict[str, float] = collections.defaultdict(float)
@@ -52,6 +52,9 @@ def main(argv: list[str]) -> int:
     timed(capture, "plan_repeat", "plan a replayed run")
     timed(capture, "repeat_run", "make a replayed run")
     timed(capture, "read", "memory readings")
+    timed(memory, "pool_state", "  of which pool state")
+    timed(break_repeat, "plan_repeat", "plan a repeated break")
+    timed(break_repeat, "repeat_run", "make a repeated break")
     start = time.perf_counter()
     sys.argv = ["bcgprof", "capture", "--in-process", *argv]
     code = 0

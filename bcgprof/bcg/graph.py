@@ -104,6 +104,7 @@ class BreakableGraph:
     steps: list = field(default_factory=list)  # CUDAGraph | _Break, in capture order
     graph_nodes: Optional[int] = 0
     capture_ms: float = 0.0
+    _run_break: Optional[Callable[[Callable[..., None], tuple, dict], None]] = field(default=None, repr=False)
 
     @property
     def segments(self) -> int:
@@ -122,6 +123,7 @@ class BreakableGraph:
         stream: torch.cuda.Stream,
         epilogue: Optional[Callable[[Any], Any]] = None,
         breakable: bool = True,
+        run_break: Optional[Callable[[Callable[..., None], tuple, dict], None]] = None,
     ) -> tuple[BreakableGraph, Any]:
         """Capture ``fn(*args)``; return the graph and what ``fn`` (then ``epilogue``) returned.
 
@@ -129,8 +131,11 @@ class BreakableGraph:
         graph: shared-output modes use it to copy the output into the shared buffer.
         ``breakable=False`` captures one full graph: every break's op runs inside the
         capture (it must then be capturable itself), and there is a single segment.
+        ``run_break(fn, args, kwargs)``: how a break runs during the capture (default: it is
+        called); replays always call the op itself.
         """
         graph = cls(pool=pool, stream=stream)
+        graph._run_break = run_break
         torch.cuda.synchronize()
         start = time.perf_counter()
         handler = graph._on_break if breakable else _inline
@@ -145,6 +150,7 @@ class BreakableGraph:
                 graph._abort_segment()
                 raise
             graph._end_segment()
+        graph._run_break = None
         torch.cuda.synchronize()
         graph.capture_ms = (time.perf_counter() - start) * 1000.0
         return graph, out
@@ -178,7 +184,10 @@ class BreakableGraph:
 
     def _on_break(self, fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
         self._end_segment()
-        fn(*args, **kwargs)  # eagerly, on the capture stream, between segments
+        if self._run_break is None:
+            fn(*args, **kwargs)  # eagerly, on the capture stream, between segments
+        else:
+            self._run_break(fn, args, kwargs)
         self.steps.append(_Break(fn, _detach_refs(args), _detach_refs(kwargs)))
         self._begin_segment()
 

@@ -22,7 +22,18 @@ from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_consol
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import DEFAULT_MODEL, MODES
-from bcgprof.vocab import Experts, GraphKind, Mode, Order, Phase, Verify, WarmupOutput, WarmupRepeat, Weights
+from bcgprof.vocab import (
+    BreakRepeat,
+    Experts,
+    GraphKind,
+    Mode,
+    Order,
+    Phase,
+    Verify,
+    WarmupOutput,
+    WarmupRepeat,
+    Weights,
+)
 
 if TYPE_CHECKING:
     from bcgprof.spec import ModelSpec
@@ -105,6 +116,15 @@ def capture(
                                                     "kernel, which leaves the allocator, and so every memory figure, "
                                                     "as an eager run would, in less time. A run the history cannot "
                                                     "repeat exactly runs eagerly, as do tensor-parallel ranks."),
+    break_repeat: BreakRepeat = typer.Option(BreakRepeat.REPLAYED, "--break-repeat",
+                                             help="How the graph breaks (the attention) of a bucket's warm-up and "
+                                                  "capture run after the first call of the same shapes. eager: "
+                                                  "every call runs; replayed: later calls make the first one's "
+                                                  "allocator requests again without launching a kernel (every "
+                                                  "layer of a kind calls it alike), which leaves every memory "
+                                                  "figure as it was, in less time. Graph replays and the replay "
+                                                  "check always run it; --snapshot and tensor-parallel runs "
+                                                  "run every call."),
     device: str = typer.Option("cuda:0", help="CUDA device, cuda:K."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
                                                                  "Default: reports/<model>-<timestamp>."),
@@ -166,7 +186,8 @@ def capture(
     opts = CaptureOptions(
         model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
         max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup,
-        warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value, device=device, out=out,
+        warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value,
+        break_repeat=break_repeat.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )

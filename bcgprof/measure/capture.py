@@ -37,13 +37,15 @@ from typing import Any, Optional
 
 import torch
 
+from bcgprof.bcg.breaks import break_handler
 from bcgprof.bcg.graph import BreakableGraph
 from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.measure import sites
+from bcgprof.measure.break_repeat import BreakRepeater
 from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.measure.tracing import AllocatorRecorder
 from bcgprof.measure.warmup_repeat import RepeatPlan, plan_repeat, repeat_run
-from bcgprof.options import GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES, WARMUP_OUTPUTS, WARMUP_REPEATS
+from bcgprof.options import BREAK_REPEATS, GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES, WARMUP_OUTPUTS, WARMUP_REPEATS
 from bcgprof.report import BucketRecord
 from bcgprof.report.traces import TracePhase
 
@@ -121,6 +123,7 @@ class Capturer:
         warmup: int = 2,
         warmup_output: str = "held",
         warmup_repeat: str = "eager",
+        break_repeat: str = "eager",
         device: Optional[torch.device] = None,
         memory: Optional[DeviceMemory] = None,
         sample_interval_ms: float = 2.0,
@@ -146,6 +149,8 @@ class Capturer:
             raise CaptureError(f"unknown warm-up output {warmup_output!r}; use one of {', '.join(WARMUP_OUTPUTS)}")
         if warmup_repeat not in WARMUP_REPEATS:
             raise CaptureError(f"unknown warm-up repeat {warmup_repeat!r}; use one of {', '.join(WARMUP_REPEATS)}")
+        if break_repeat not in BREAK_REPEATS:
+            raise CaptureError(f"unknown break repeat {break_repeat!r}; use one of {', '.join(BREAK_REPEATS)}")
         if not torch.cuda.is_available():
             raise NoGPUError("no CUDA device: capture needs a GPU")
         if not buckets:
@@ -169,10 +174,13 @@ class Capturer:
         self.free_warmup_output = warmup_output == "freed"
         self.replay_warmup = warmup_repeat == "replayed"
         self.replayed_runs = 0  # warm-up runs made by their allocator requests alone (see warmup_repeat)
+        self.replay_breaks = break_repeat == "replayed"
+        self._breaks: Optional[BreakRepeater] = None  # made on first use: it needs the recorder
         self.device = torch.device(device) if device is not None else self.inputs[0].device
         self.memory = memory or DeviceMemory(self.device)
         self.sampler = PeakSampler(self.memory, sample_interval_ms)
         self.stream = capture_stream(self.device)
+        self.home_stream = torch.cuda.current_stream(self.device)  # where inputs are refilled and outputs read
         self.pool = torch.cuda.graph_pool_handle()
         self.rank = rank
         self.prewarm = prewarm
@@ -185,38 +193,59 @@ class Capturer:
     def _sliced(self, bucket: int) -> list[torch.Tensor]:
         return [x[:bucket] for x in self.inputs]
 
-    def _eager(self, bucket: int) -> torch.Tensor:
+    def _eager(self, bucket: int, breaks: Optional[BreakRepeater] = None) -> torch.Tensor:
+        """One eager forward on the capture stream; ``breaks`` runs its graph breaks (default: called)."""
         self.stream.wait_stream(torch.cuda.current_stream())  # inputs refilled on the current stream first
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream), (break_handler(breaks) if breaks else contextlib.nullcontext()):
             out = self.fn(*self._sliced(bucket))
         torch.cuda.current_stream().wait_stream(self.stream)
         return out
+
+    def _streams(self) -> list[int]:
+        """The raw handles of the streams a request of a run may name."""
+        return sorted({self.stream.cuda_stream, self.home_stream.cuda_stream})
+
+    def _allocate(self, size: int, stream: int) -> torch.Tensor:
+        """A block of ``size`` bytes requested on ``stream``: the capture stream, which is current
+        wherever a run or a break is repeated, or the home one."""
+        if stream == self.stream.cuda_stream:
+            return torch.empty(size, dtype=torch.uint8, device=self.device)
+        with torch.cuda.stream(self.home_stream):
+            return torch.empty(size, dtype=torch.uint8, device=self.device)
+
+    @property
+    def breaks_run(self) -> int:
+        """Graph-break calls of the bucket loop that ran the op (0 without a break repeater)."""
+        return self._breaks.run if self._breaks is not None else 0
+
+    @property
+    def breaks_replayed(self) -> int:
+        """Graph-break calls of the bucket loop made by their allocator requests alone."""
+        return self._breaks.repeated if self._breaks is not None else 0
+
+    def _break_repeater(self) -> Optional[BreakRepeater]:
+        """The bucket loop's break handler (see break_repeat): with a recorder that owns the history and
+        no ``--snapshot`` (whose stacks would name the repeater instead of the op)."""
+        if self._breaks is None and self.replay_breaks and self.recorder is not None and not self.history_on:
+            recorder = self.recorder
+            self._breaks = BreakRepeater(lambda: _allocations(self.device), recorder.peek, self._streams,
+                                         self._allocate)
+        return self._breaks
 
     def _plan_repeat(self, out: torch.Tensor, allocations: int) -> Optional[RepeatPlan]:
         """The requests of the eager run that just made ``out``, from the trace recorder's history (None
         without a recorder, or when the run cannot be repeated by its requests: see warmup_repeat)."""
         if self.recorder is None:
             return None
-        streams = {self.stream.cuda_stream, torch.cuda.current_stream(self.device).cuda_stream}
         storage = out.untyped_storage()
-        return plan_repeat(self.recorder.peek(), allocations, storage.data_ptr(), storage.nbytes(), sorted(streams))
+        return plan_repeat(self.recorder.peek(), allocations, storage.data_ptr(), storage.nbytes(), self._streams())
 
     def _repeat(self, plan: RepeatPlan, dtype: torch.dtype, shape, stride, offset: int) -> torch.Tensor:
         """One more warm-up run made by ``plan``'s requests alone; returns its output block with the eager
         output's dtype, shape and strides, so what follows sees an output like an eager run's."""
-        main = self.stream.cuda_stream
-        other = torch.cuda.current_stream(self.device)
-        device = self.device
-
-        def allocate(size: int, stream: int) -> torch.Tensor:
-            if stream == main:
-                return torch.empty(size, dtype=torch.uint8, device=device)
-            with torch.cuda.stream(other):
-                return torch.empty(size, dtype=torch.uint8, device=device)
-
         with torch.cuda.stream(self.stream):
-            block = repeat_run(plan, allocate)
-        return torch.empty(0, dtype=dtype, device=device).set_(block.untyped_storage(), offset, shape, stride)
+            block = repeat_run(plan, self._allocate)
+        return torch.empty(0, dtype=dtype, device=self.device).set_(block.untyped_storage(), offset, shape, stride)
 
     def _prewarm(self) -> None:
         """Eager runs at the largest and smallest sizes before anything is measured.
@@ -294,6 +323,7 @@ class Capturer:
             plan: Optional[RepeatPlan] = None
             layout: tuple = ()
             repeat = self.replay_warmup and self.warmup > 1
+            breaks = self._break_repeater()
             for run in range(self.warmup):
                 if self.free_warmup_output:
                     warm = None  # the previous run's output goes before this run allocates, as in SGLang's warm-up
@@ -302,12 +332,12 @@ class Capturer:
                     self.replayed_runs += 1
                     continue
                 counted = _allocations(self.device) if run == 0 and repeat else 0
-                warm = self._eager(bucket)
+                warm = self._eager(bucket, breaks)
                 if run == 0 and repeat:
                     plan = self._plan_repeat(warm, _allocations(self.device) - counted)
                     layout = (warm.dtype, warm.shape, warm.stride(), warm.storage_offset())
             if warm is None:  # no warm-up asked for: the shape still has to be known
-                warm = self._eager(bucket)
+                warm = self._eager(bucket, breaks)
             torch.cuda.synchronize(self.device)
             record.warmup_ms = (time.perf_counter() - start) * 1000.0
             epilogue = None
@@ -326,6 +356,7 @@ class Capturer:
                     graph, out = BreakableGraph.capture(
                         self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue,
                         breakable=self.breakable,
+                        run_break=None if recording else breaks,  # a site's stack must name the op itself
                     )
                 if recorder is not None:
                     snap = recorder.capture_done(bucket)

@@ -157,7 +157,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     assert workload is not None  # built here, or this rank returned above with every rank's failure
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
     capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup,
-                        warmup_output=opts.warmup_output, warmup_repeat=opts.warmup_repeat, device=group.device,
+                        warmup_output=opts.warmup_output, warmup_repeat=opts.warmup_repeat,
+                        break_repeat=opts.break_repeat, device=group.device,
                         memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank,
                         order=opts.order, graph=opts.graph, record_sites=(mode == "floor"),
                         history_on=opts.snapshot)
@@ -211,6 +212,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
             "verify_s": round(time.perf_counter() - verify_start, 3),
             "sampler_samples": capturer.sampler.samples,
             "warmup_runs_replayed": capturer.replayed_runs,
+            "breaks_run": capturer.breaks_run,
+            "breaks_replayed": capturer.breaks_replayed,
             "wall_s": round(time.perf_counter() - started, 3),
         })
     except KeyboardInterrupt:

@@ -100,7 +100,7 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
         memory_source=memory.source, in_process=opts.in_process, tp=opts.tp, started_at=_now(),
         graph=opts.graph, order=opts.order,
         extra={"device": opts.device, "warmup": opts.warmup, "warmup_output": opts.warmup_output,
-               "warmup_repeat": opts.warmup_repeat, "verify": opts.verify,
+               "warmup_repeat": opts.warmup_repeat, "break_repeat": opts.break_repeat, "verify": opts.verify,
                "sample_interval_ms": opts.sample_interval_ms, "max_tokens": opts.max_tokens,
                "seed": opts.seed, "snapshot": opts.snapshot, **kv_figures(opts, spec, buckets)},
     )

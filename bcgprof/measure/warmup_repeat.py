@@ -1,4 +1,4 @@
-"""Repeating an eager warm-up run by its allocator requests alone.
+"""Repeating eager work by its allocator requests alone: a warm-up run, or a graph break.
 
 An engine warms a bucket up with two eager forwards before capturing it (SGLang does). What the
 second run leaves for the capture (cached blocks, segments) and the peaks it adds are the caching
@@ -8,14 +8,17 @@ same streams, against the same state, give the same blocks, segments and peaks
 depends on the request's size and stream and on the pool's blocks, never on what kernels do with
 them). So once the first run has been recorded (the allocator history the trace recorder keeps),
 each later run can be repeated by allocating and freeing blocks of the recorded sizes in the
-recorded order, without launching a kernel.
+recorded order, without launching a kernel. The same holds for one call of a graph break (the
+attention core): every layer of a kind calls it with the same shapes, so its later calls can be
+made by the first one's requests (:mod:`bcgprof.measure.break_repeat`).
 
 :func:`plan_repeat` reads the first run's history and returns ``None`` (the caller then runs the
 model again) when the record does not describe a run that can be repeated this way: a request on
 a stream the caller cannot name, a free that did not complete at once (a block used on another
 stream), a free of a block the run did not allocate, an out-of-memory event, or anything besides
-the run's output left allocated at its end (a cache the first run filled would not be allocated
-again by a second). The planning is torch-free; :func:`repeat_run` carries a plan out.
+the run's output (a break: anything at all) left allocated at its end (a cache the first run filled
+would not be allocated again by a second). The planning is torch-free; :func:`repeat_run` carries a
+plan out.
 """
 
 from __future__ import annotations
@@ -37,11 +40,14 @@ class Request(NamedTuple):  # a tuple: a run makes thousands of them, between th
 @dataclass(frozen=True)
 class RepeatPlan:
     requests: tuple[Request, ...]
-    output: int  # key of the block that holds the run's output when it returns
+    output: Optional[int]  # key of the block that holds the run's output when it returns; None: nothing is left
     output_bytes: int
 
 
-def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: int, output_bytes: int,
+NOTHING = RepeatPlan((), None, 0)  # a call that allocates nothing: repeating it is doing nothing
+
+
+def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: Optional[int], output_bytes: int,
                 streams: Sequence[int]) -> Optional[RepeatPlan]:
     """The requests of one eager run, from the allocator history that ends with it.
 
@@ -89,6 +95,8 @@ def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: int, out
         elif action == "oom":
             return None
         # segment_alloc / segment_free and snapshot entries are the allocator's answers, not requests
+    if output_addr is None:
+        return RepeatPlan(tuple(requests), None, 0) if not live else None
     if set(live) != {int(output_addr)} or sizes[live[int(output_addr)]] != int(output_bytes):
         return None
     return RepeatPlan(tuple(requests), live[int(output_addr)], int(output_bytes))
@@ -96,11 +104,11 @@ def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: int, out
 
 def repeat_run(plan: RepeatPlan, allocate: Callable[[int, int], Any]) -> Any:
     """Make ``plan``'s requests in order: ``allocate(size, stream)`` returns a block, dropping it frees
-    it. Returns the output's block, still allocated."""
+    it. Returns the output's block, still allocated (None for a plan without an output)."""
     live: dict[int, Any] = {}
     for r in plan.requests:
         if r.op == ALLOC:
             live[r.key] = allocate(r.size, r.stream)
         else:
             del live[r.key]
-    return live.pop(plan.output)
+    return None if plan.output is None else live.pop(plan.output)

@@ -412,6 +412,7 @@ def test_capture_options_reach_run_capture(captured, tmp_path):
     assert opts.warmup_output == "freed"
     assert CaptureOptions.from_json(opts.to_json()).warmup_output == "freed"  # as a mode's process gets it
     assert opts.warmup_repeat == "eager"  # tensor-parallel ranks never replay: the forward's collectives
+    assert opts.break_repeat == "eager"  # nor repeat breaks: no rank records the allocator's history
 
 
 def test_a_single_gpu_capture_replays_warm_up_runs_unless_asked_for_eager_ones(captured):
@@ -420,6 +421,18 @@ def test_a_single_gpu_capture_replays_warm_up_runs_unless_asked_for_eager_ones(c
     assert [opts.warmup_repeat for opts in captured] == ["replayed", "eager"]
     result = run("capture", "--warmup-repeat", "twice")
     assert result.exit_code == 2 and "--warmup-repeat" in result.stderr
+
+
+def test_a_single_gpu_capture_repeats_graph_breaks_unless_asked_for_eager_ones_or_a_snapshot(captured):
+    assert run("capture").exit_code == 0
+    assert run("capture", "--break-repeat", "eager").exit_code == 0
+    assert run("capture", "--snapshot").exit_code == 0  # its stacks must name the op, not the repeater
+    assert [opts.break_repeat for opts in captured] == ["replayed", "eager", "eager"]
+    from bcgprof.options import CaptureOptions
+
+    assert CaptureOptions.from_json(captured[1].to_json()).break_repeat == "eager"  # as a mode's process gets it
+    result = run("capture", "--break-repeat", "sometimes")
+    assert result.exit_code == 2 and "--break-repeat" in result.stderr
 
 
 def test_capture_exit_code_is_run_captures(captured):

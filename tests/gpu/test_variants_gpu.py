@@ -149,3 +149,36 @@ def test_a_warm_up_run_replayed_by_its_requests_leaves_every_allocator_figure_as
     same = ("bucket", "status", "pool_bytes", "pool_delta_bytes", "peak_transient_bytes", "retained_output_bytes",
             "torch_allocated_delta_bytes", "segments")
     assert [[getattr(r, f) for f in same] for r in replayed] == [[getattr(r, f) for f in same] for r in eager]
+
+
+def test_graph_breaks_repeated_by_their_requests_leave_every_allocator_figure_as_breaks_that_run():
+    """--break-repeat replayed: each bucket's first break call of its shapes runs, the toy's other layers
+    and the whole capture repeat its allocator requests; every allocator figure must equal those of a
+    capture whose breaks all run, the counts must show the repeats happened (a handler that never
+    engages would pass the comparison vacuously), and every replay must still equal an eager forward."""
+    from bcgprof.measure.tracing import AllocatorRecorder
+
+    def records(repeat):
+        model, inputs = _toy()
+        cap = Capturer(model, inputs, BUCKETS, mode="per-bucket", warmup_repeat="replayed", break_repeat=repeat)
+        cap.recorder = AllocatorRecorder(None, "per-bucket", cap.pool)
+        try:
+            rows = list(cap.run())
+            checked = cap.verify("all")
+        finally:
+            cap.recorder.stop()
+            cap.close()
+        return rows, (cap.breaks_run, cap.breaks_replayed), checked
+
+    layers = ToyBreakModel().breaks
+    eager, eager_counts, _ = records("eager")
+    replayed, counts, checked = records("replayed")
+    assert eager_counts == (0, 0)
+    # per bucket: warm-up run 1 runs the first call and repeats the other layers'; run 2 is replayed
+    # whole (no break called); the capture repeats every layer's
+    assert counts == (len(BUCKETS), len(BUCKETS) * (layers - 1 + layers))
+    same = ("bucket", "status", "pool_bytes", "pool_delta_bytes", "peak_transient_bytes", "retained_output_bytes",
+            "torch_allocated_delta_bytes", "torch_reserved_delta_bytes", "segments", "graph_nodes")
+    assert [[getattr(r, f) for f in same] for r in replayed] == [[getattr(r, f) for f in same] for r in eager]
+    assert [r.status for r in checked] == ["ok"] * len(BUCKETS)
+    assert all(r.replay_max_abs_diff == 0.0 for r in checked)
