@@ -123,6 +123,7 @@ class FakeCapturer:
         self.result = SimpleNamespace(records=[], pool_peak=peak if mode == "per-bucket" else None)
         self.prewarm_ms = 0.0
         self.replayed_runs = 0
+        self.breaks_run = self.breaks_replayed = 0
         self.sampler = SimpleNamespace(samples=0)
 
     def run(self):
