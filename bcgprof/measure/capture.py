@@ -196,7 +196,7 @@ class Capturer:
     def _eager(self, bucket: int, breaks: Optional[BreakRepeater] = None) -> torch.Tensor:
         """One eager forward on the capture stream; ``breaks`` runs its graph breaks (default: called)."""
         self.stream.wait_stream(torch.cuda.current_stream())  # inputs refilled on the current stream first
-        with torch.cuda.stream(self.stream), (break_handler(breaks) if breaks else contextlib.nullcontext()):
+        with torch.cuda.stream(self.stream), (break_handler(breaks) if breaks is not None else contextlib.nullcontext()):
             out = self.fn(*self._sliced(bucket))
         torch.cuda.current_stream().wait_stream(self.stream)
         return out
@@ -227,8 +227,7 @@ class Capturer:
         """The bucket loop's break handler (see break_repeat): with a recorder that owns the history and
         no ``--snapshot`` (whose stacks would name the repeater instead of the op)."""
         if self._breaks is None and self.replay_breaks and self.recorder is not None and not self.history_on:
-            recorder = self.recorder
-            self._breaks = BreakRepeater(lambda: _allocations(self.device), recorder.peek, self._streams,
+            self._breaks = BreakRepeater(lambda: _allocations(self.device), self.recorder.peek, self._streams,
                                          self._allocate)
         return self._breaks
 
