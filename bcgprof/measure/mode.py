@@ -312,7 +312,7 @@ def _preload(opts: CaptureOptions) -> None:
     wanted = ["bcgprof.buckets", "bcgprof.measure.capture", "bcgprof.measure.memory", "bcgprof.measure.tracing",
               "bcgprof.measure.workload", "bcgprof.models.weights", "bcgprof.report", "pynvml",
               # materialising the meta-built model (``to_empty``) imports these, sympy among them:
-              # 2.5 s a process on the H200 image, whose site-packages keeps no bytecode
+              # 2.2 to 3.1 s a process on the H200 image, whose site-packages keeps no bytecode
               "torch._refs", "torch.fx.experimental.symbolic_shapes"]
     if opts.device.startswith("cuda"):
         from bcgprof.models.kernels import triton_available
