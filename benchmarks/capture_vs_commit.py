@@ -98,8 +98,9 @@ def main(argv=None) -> int:
     (out / "gate.txt").write_text("".join(g.stdout + g.stderr for g in gates))
     failed = next((g.returncode for g in gates if g.returncode != 0), 0)
     label = args.commit or str(args.tree)
+    card = json.loads((pairs[0][1] / "run.json").read_text()).get("gpu_name") or "an unnamed GPU"
     print(f"bcgprof capture {' '.join(args.capture_args)}: {label} (old) vs the working tree (new), "
-          f"median of {args.rounds} run(s) each, seconds")
+          f"median of {args.rounds} run(s) each, seconds, on {card}")
     print(f"{'phase':<15} {'old':>8} {'new':>8} {'new/old':>8}")
     for key in ("startup_s", *PARTS, "wall_s"):
         a = statistics.median(t[key] for t in times["old"])
