@@ -73,16 +73,19 @@ class BreakRepeater:
 
     def __call__(self, fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
         key = call_signature(fn, args, kwargs)
-        plan = self.plans.get(key) if key is not None else None
-        if plan is not None:
-            repeat_run(plan, self.allocate)
-            self.repeated += 1
+        if key is None or key in self.plans:
+            plan = self.plans.get(key) if key is not None else None
+            if plan is None:  # an argument without a signature, or a call its history cannot repeat
+                self._run(fn, args, kwargs)
+            else:
+                repeat_run(plan, self.allocate)
+                self.repeated += 1
             return
-        known = key is not None and key in self.plans
-        before = self.count_allocations() if key is not None and not known else 0
-        fn(*args, **kwargs)
-        self.run += 1
-        if key is None or known:
-            return
+        before = self.count_allocations()  # a new signature: run it, and plan its repeats from the history
+        self._run(fn, args, kwargs)
         made = self.count_allocations() - before
         self.plans[key] = NOTHING if made == 0 else plan_repeat(self.history(), made, None, 0, self.streams())
+
+    def _run(self, fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
+        fn(*args, **kwargs)
+        self.run += 1

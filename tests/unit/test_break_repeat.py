@@ -101,3 +101,18 @@ def test_a_signature_tells_apart_what_the_requests_may_depend_on():
     assert call_signature(print, (x,), {"window": None}) != key
     assert call_signature(len, (x,), {"window": 128}) != key  # another op
     assert call_signature(print, (x, object()), {}) is None  # an argument it cannot describe: always runs
+
+
+def test_a_call_with_an_argument_it_cannot_describe_runs_every_time():
+    fake, made, ran = FakeAllocator(), [], []
+    repeater = _repeater(fake, made)
+    handle = object()  # no signature: the repeater cannot tell two such calls apart
+
+    def op(x, h):
+        ran.append(1)
+        fake.free(fake.alloc(16))
+
+    for _ in range(3):
+        repeater(op, (torch.zeros(2), handle), {})
+    assert ran == [1, 1, 1] and made == [] and (repeater.run, repeater.repeated) == (3, 0)
+    assert repeater.plans == {}  # nothing planned for it
