@@ -330,9 +330,10 @@ class Capturer:
                     warm = self._repeat(plan, *layout)
                     self.replayed_runs += 1
                     continue
-                counted = _allocations(self.device) if run == 0 and repeat else 0
+                planning = run == 0 and repeat  # the first run is the one later runs repeat
+                counted = _allocations(self.device) if planning else 0
                 warm = self._eager(bucket, breaks)
-                if run == 0 and repeat:
+                if planning:
                     plan = self._plan_repeat(warm, _allocations(self.device) - counted)
                     layout = (warm.dtype, warm.shape, warm.stride(), warm.storage_offset())
             if warm is None:  # no warm-up asked for: the shape still has to be known
