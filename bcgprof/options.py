@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from bcgprof.vocab import (
+    AddressLayout,
     BreakRepeat,
     BucketStatus,
     Experts,
@@ -41,6 +42,7 @@ VERIFY_CHOICES = words(Verify)
 WARMUP_OUTPUTS = words(WarmupOutput)
 WARMUP_REPEATS = words(WarmupRepeat)
 BREAK_REPEATS = words(BreakRepeat)
+ADDRESS_LAYOUTS = words(AddressLayout)
 STATUSES = words(BucketStatus)  # of one bucket
 RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
 
@@ -68,6 +70,7 @@ class CaptureOptions:
     warmup_output: str = "held"  # one of WARMUP_OUTPUTS
     warmup_repeat: str = "replayed"  # one of WARMUP_REPEATS
     break_repeat: str = "replayed"  # one of BREAK_REPEATS
+    address_layout: str = "fixed"  # one of ADDRESS_LAYOUTS
     device: str = "cuda:0"
     out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
     verify: str = "smallest-largest"  # one of VERIFY_CHOICES

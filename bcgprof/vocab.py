@@ -115,6 +115,13 @@ class BreakRepeat(StrEnum):
     REPLAYED = "replayed"  # the first call's allocator requests made again, no kernel launched
 
 
+class AddressLayout(StrEnum):
+    """Where a mode process's memory lands in its virtual address space."""
+
+    FIXED = "fixed"  # the kernel's address randomisation off: every run gets the same addresses
+    RANDOM = "random"  # randomised, as in an engine's process
+
+
 class Verify(StrEnum):
     """Which buckets a capture replays against an eager forward."""
 

@@ -2,8 +2,8 @@
 
 Run by ``benchmarks/capture_timeline.py`` in place of the mode module. Each mark is one line,
 ``TIMELINE <step> <unix time>``, on stderr, which the runner keeps as the mode's log.
-``TIMELINE_FAST_EXIT=1`` ends the process with ``os._exit`` once the mode has returned and its
-output is flushed, skipping the interpreter's teardown.
+It ends as the mode module does (``mode.exit_now``: no interpreter teardown), or with
+``TIMELINE_SLOW_EXIT=1`` through ``sys.exit``, the interpreter's teardown of torch included.
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ mode._preload = preload
 sys.stdin = _Stdin()  # type: ignore[assignment]
 code = mode.main(sys.argv[1:])
 mark("returned")
-if os.environ.get("TIMELINE_FAST_EXIT") == "1":
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-sys.exit(code)
+if os.environ.get("TIMELINE_SLOW_EXIT") == "1":
+    sys.exit(code)
+mode.exit_now(code)

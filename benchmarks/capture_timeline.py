@@ -5,13 +5,13 @@ replaced by ``benchmarks/_timeline_child.py``, which marks its steps, and the ru
 timed from here. For each mode process it prints, in seconds: spawn to preloaded (the imports
 before its turn), the wait for its ``go`` after it was sent (a preload not done in time), go to
 the ``start`` event (CUDA context, NVML, model build), start to ``done`` (pre-warm, buckets,
-verify), done to ``main`` returning (the mode's last writes), returning to the last exit handler,
-that to the process being reaped (the interpreter's and the CUDA context's teardown), and reaped
-to the next mode's go (the runner). Then the command's start to the first go and the last reap to
-its end. ``--fast-exit`` ends each mode process with ``os._exit`` once its output is flushed, to
-see what the teardown costs; compare the two reports at zero tolerance before trusting it.
+verify), done to ``main`` returning (the mode's last writes), that to the process being reaped
+(its exit), and reaped to the next mode's go (the runner). Then the command's start to the first
+go and the last reap to its end. A mode process ends without the interpreter's teardown, as ``bcgprof.measure.mode`` does;
+``--slow-exit`` ends it through ``sys.exit`` instead, to see what that teardown costs (the two
+reports should agree at zero tolerance).
 
-    python benchmarks/capture_timeline.py [--fast-exit] [--json FILE] -- --num-layers 2,4 --out DIR
+    python benchmarks/capture_timeline.py [--slow-exit] [--json FILE] -- --num-layers 2,4 --out DIR
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_timeline_child.py"
 COLUMNS = [("preload", "spawned", "preloaded"), ("go wait", "go-sent", "go-read"),
            ("to start", "go-read", "start"), ("modework", "start", "done"), ("finish", "done", "returned"),
-           ("exit hooks", "returned", "teardown"), ("teardown", "teardown", "reaped"), ("to next", "reaped", "next-go")]
+           ("exit", "returned", "reaped"), ("to next", "reaped", "next-go")]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fast-exit", action="store_true", help="end each mode process with os._exit")
+    ap.add_argument("--slow-exit", action="store_true", help="end each mode process through sys.exit")
     ap.add_argument("--json", type=Path, default=None, help="write every mark here")
     ap.add_argument("capture_args", nargs="*", help="after --: arguments for `bcgprof capture`")
     args = ap.parse_args(argv)
-    if args.fast_exit:
-        os.environ["TIMELINE_FAST_EXIT"] = "1"
+    if args.slow_exit:
+        os.environ["TIMELINE_SLOW_EXIT"] = "1"
 
     from bcgprof.measure import runner
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
                     marks[k][step] = float(t)
 
     width = 10
-    print(f"capture {' '.join(args.capture_args)}{' (fast exit)' if args.fast_exit else ''}: exit {code}, "
+    print(f"capture {' '.join(args.capture_args)}{' (slow exit)' if args.slow_exit else ''}: exit {code}, "
           f"{ended - began:.1f} s; per mode process, seconds")
     print(f"{'report':<10} {'mode':<15}" + "".join(f"{c[0]:>{width}}" for c in COLUMNS))
     sums = defaultdict(float)

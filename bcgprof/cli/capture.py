@@ -23,6 +23,7 @@ from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import DEFAULT_MODEL, MODES
 from bcgprof.vocab import (
+    AddressLayout,
     BreakRepeat,
     Experts,
     GraphKind,
@@ -145,6 +146,13 @@ def capture(
                                 "(smaller buckets reuse pool memory the larger ones freed) or smallest-first."),
     snapshot: bool = typer.Option(False, "--snapshot", help="Record the allocator's history in each mode and write "
                                   "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz)."),
+    address_layout: AddressLayout = typer.Option(AddressLayout.FIXED, "--address-layout",
+                                                 help="fixed: each mode process runs with Linux's address "
+                                                      "randomisation off, so its device memory lands at the same "
+                                                      "addresses every run and the allocator, which picks between "
+                                                      "equal free blocks by address, does the same (some models' "
+                                                      "pools otherwise differ from run to run); random: as an "
+                                                      "engine's process runs. Recorded per mode in run.json."),
 ) -> None:
     """Capture a model in each mode and write a report (needs a CUDA GPU).
 
@@ -189,7 +197,7 @@ def capture(
         warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value,
         break_repeat=break_repeat.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
-        graph=graph.value, order=order.value, snapshot=snapshot, command=shlex.join(["bcgprof", *sys.argv[1:]]),
+        graph=graph.value, order=order.value, snapshot=snapshot, address_layout=address_layout.value, command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )
     if len(layer_counts) == 1:
         raise typer.Exit(_run_capture(opts)[0])

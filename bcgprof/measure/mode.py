@@ -41,6 +41,8 @@ from bcgprof.options import CaptureOptions
 
 Emit = Callable[[dict], None]
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for --snapshot (the most recent ones)
+ADDR_NO_RANDOMIZE = 0x0040000  # personality(2): the kernel places this process's mappings at fixed addresses
+_RELAUNCHED = "BCGPROF_ADDRESS_LAYOUT_SET"  # set before the re-exec, so a refused flag cannot loop
 
 
 class Group(Protocol):
@@ -115,9 +117,11 @@ def _gather_failures(error: Optional[tuple[str, int]], group: Group) -> tuple[li
 # ---------------------------------------------------------------- the loop
 
 
-def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:
+def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group,
+             address_layout: str = "random") -> int:
     """Capture every bucket of ``mode`` on this rank; rank 0 appends every rank's rows.
 
+    ``address_layout``: the layout this process got (see :func:`fix_address_layout`), for run.json.
     Returns the exit code of the group's outcome (the same on every rank).
     """
     import torch
@@ -175,7 +179,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         recorder.start()  # before the pre-warm, so --snapshot's history holds it
     status = EXIT_OK
     timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes,
-                    "kv_cache_bytes": workload.kv_cache_bytes}
+                    "kv_cache_bytes": workload.kv_cache_bytes, "address_layout": address_layout}
     try:
         captured_at = time.perf_counter()
         for rows in lockstep(capturer.run(), group):
@@ -264,11 +268,12 @@ def _write_snapshot(report_dir: Path, mode: str, group: Group, recorder) -> None
     atomic_write_bytes(report_dir / name, pickle.dumps(recorder.viewer_snapshot()))
 
 
-def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:
+def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group,
+                              address_layout: str = "random") -> int:
     """:func:`run_mode`, with a failure outside any bucket (a model that does not fit, say)
     turned into one error event and an exit code; the traceback goes to stderr (the mode's log)."""
     try:
-        return run_mode(opts, mode, report_dir, emit, group)
+        return run_mode(opts, mode, report_dir, emit, group, address_layout)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as e:
@@ -332,9 +337,45 @@ def _preload(opts: CaptureOptions) -> None:
 
 
 
+def fix_address_layout() -> bool:
+    """Whether this process runs with the kernel's address randomisation off; if it does not yet,
+    turn it off and re-run the process (the flag applies from the next exec), before any import.
+
+    The CUDA driver maps device memory into the process's own virtual address space (unified
+    addressing), so where a segment lands follows the host's layout, which Linux randomises per
+    process. The caching allocator picks between equal free blocks by address, so a run whose
+    segments lie in another order can place a block elsewhere and grow the pool differently:
+    Qwen3-8B at 4 layers on an H100 gave two per-bucket pools 289,406,976 bytes apart in five
+    runs; without randomisation, runs got the same addresses. False where the flag cannot be set
+    (not Linux, or refused, as a container's seccomp profile may): the layout is then random.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        personality = ctypes.CDLL(None, use_errno=True).personality
+    except (OSError, AttributeError):
+        return False
+    current = personality(0xFFFFFFFF)  # reads the flags without changing them
+    if current == -1:
+        return False
+    if current & ADDR_NO_RANDOMIZE:
+        return True
+    if os.environ.get(_RELAUNCHED) or personality(current | ADDR_NO_RANDOMIZE) == -1:
+        return False
+    os.environ[_RELAUNCHED] = "1"
+    try:
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    except OSError:
+        return False
+    return True  # not reached: execv replaced the process
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     report_dir, mode, opts = Path(args[0]), args[1], CaptureOptions.from_json(args[2])
+    layout = "fixed" if opts.address_layout == "fixed" and fix_address_layout() else "random"
     try:
         _preload(opts)
         if sys.stdin.readline().strip() != "go":  # the runner let this process go unused
@@ -346,13 +387,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if world == 1:
         import torch
 
-        return run_mode_reporting_errors(opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device)))
+        return run_mode_reporting_errors(opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device)), layout)
     from bcgprof.measure import dist
 
     group = None
     try:
         group = dist.init_rank(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
-        return run_mode_reporting_errors(opts, mode, report_dir, emit, group)
+        return run_mode_reporting_errors(opts, mode, report_dir, emit, group, layout)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as e:  # joining the group failed
@@ -365,5 +406,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         dist.close(group)
 
 
+def exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown of torch (0.6 to 1.1 s a mode process on an
+    H100, ``benchmarks/capture_timeline.py``), which the next mode would wait for. Every report file
+    is already written and closed; the driver frees the process's device memory as it ends, either way."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -6,11 +6,12 @@ progress events to the caller, and settles the report's status. It prints nothin
 whoever calls it passes ``on_event`` (the CLI draws a progress bar from the events) and
 reads the report afterwards.
 
-Fixed cost per mode is kept low by starting the next mode's processes while the current
-mode works: they import everything, then wait. A mode's processes are released only
-after the previous mode's processes have exited, so no mode ever measures another's
-memory. A list of captures (``--num-layers 2,4``) hands on the same way: while one capture's
-last mode works, the next capture's first mode starts (``then``, ``prestarted``).
+Fixed cost per mode is kept low by starting the next modes' processes while the current
+mode works (``LOOKAHEAD`` of them): they import everything, then wait. A mode's processes are
+released only after the previous mode's processes have exited, so no mode ever measures
+another's memory. A list of captures (``--num-layers 2,4``) hands on the same way: once one
+capture's last mode is among those started ahead, the next capture's first mode starts too
+(``then``, ``prestarted``).
 
 Events (dicts with an ``event`` key): ``begin`` (the run: out, model, layers, dtype,
 buckets, modes, tp, total), ``memory_source``, ``start``, ``bucket``, ``verify``,
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,10 @@ if TYPE_CHECKING:
 Emit = Callable[[dict], None]
 # Once one rank process has exited with an error, how long the others get to finish.
 PEER_GRACE_S = 60.0
+# Mode processes started ahead of their turn. A process's imports take 5 to 10 s on the GPU images
+# measured (benchmarks/capture_timeline.py: no bytecode kept for torch), longer than a mode of a
+# 2-layer capture, so with one started ahead the next mode waited for its imports.
+LOOKAHEAD = 2
 
 
 @dataclass
@@ -100,7 +106,8 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
         memory_source=memory.source, in_process=opts.in_process, tp=opts.tp, started_at=_now(),
         graph=opts.graph, order=opts.order,
         extra={"device": opts.device, "warmup": opts.warmup, "warmup_output": opts.warmup_output,
-               "warmup_repeat": opts.warmup_repeat, "break_repeat": opts.break_repeat, "verify": opts.verify,
+               "warmup_repeat": opts.warmup_repeat, "break_repeat": opts.break_repeat,
+               "address_layout": opts.address_layout, "verify": opts.verify,
                "sample_interval_ms": opts.sample_interval_ms, "max_tokens": opts.max_tokens,
                "seed": opts.seed, "snapshot": opts.snapshot, **kv_figures(opts, spec, buckets)},
     )
@@ -463,26 +470,34 @@ def _start_first(opts: CaptureOptions) -> Optional[_ModeProcesses]:
 
 class ModeLauncher:
     """Runs the modes of a capture one after another, each in fresh processes, the next
-    mode's processes started (importing, waiting) while the current one works."""
+    ``LOOKAHEAD`` modes' processes started (importing, waiting) while the current one works."""
 
     def __init__(self, opts: CaptureOptions, out: Path, grace_s: float = PEER_GRACE_S,
                  then: Optional[CaptureOptions] = None):
         self.opts, self.out, self.grace_s = opts, out, grace_s
-        self._next: Optional[_ModeProcesses] = None
-        self.then = then  # prepared (see _handoff_options): its first mode starts during this run's last
+        self._ahead: deque[_ModeProcesses] = deque()  # this capture's next modes, started, in order
+        self.then = then  # prepared (see _handoff_options): its first mode starts during this run's last ones
         self.handoff: Optional[_ModeProcesses] = None  # ... and waits here for its own run
 
     def prestart(self) -> None:
         """Start the first mode's processes now (they import, then wait for ``go``)."""
-        if self._next is None and self.opts.modes:
-            self._next = _ModeProcesses(self.opts, self.opts.modes[0], self.out)
+        if not self._ahead and self.opts.modes:
+            self._ahead.append(_ModeProcesses(self.opts, self.opts.modes[0], self.out))
 
     def adopt(self, first: _ModeProcesses) -> None:
         """The first mode's processes, started by the capture before this one."""
-        if first.mode != (self.opts.modes[0] if self.opts.modes else None) or self._next is not None:
+        if first.mode != (self.opts.modes[0] if self.opts.modes else None) or self._ahead:
             first.cancel()
             return
-        self._next = first
+        self._ahead.append(first)
+
+    def _start_ahead(self, modes: list[str], current: int) -> None:
+        """Once mode ``current`` has its go: the processes of the modes up to ``LOOKAHEAD`` after it,
+        and the next capture's first mode when this capture ends within that reach."""
+        for j in range(current + 1 + len(self._ahead), min(len(modes), current + 1 + LOOKAHEAD)):
+            self._ahead.append(_ModeProcesses(self.opts, modes[j], self.out))
+        if current + LOOKAHEAD >= len(modes) and self.handoff is None and self.then is not None and self.then.modes:
+            self.handoff = _start_first(self.then)
 
     def run_all(self, on_event: Emit) -> tuple[dict[str, int], bool]:
         codes: dict[str, int] = {}
@@ -490,13 +505,9 @@ class ModeLauncher:
         try:
             self.prestart()
             for i, mode in enumerate(modes):
-                current, self._next = self._next, None
-                assert current is not None  # started by prestart() or the previous turn of this loop
+                current = self._ahead.popleft()  # started by prestart(), adopt() or an earlier turn
                 current.go()
-                if i + 1 < len(modes):
-                    self._next = _ModeProcesses(self.opts, modes[i + 1], self.out)
-                elif self.then is not None and self.then.modes:
-                    self.handoff = _start_first(self.then)
+                self._start_ahead(modes, i)
                 codes[mode] = current.relay(on_event, self.grace_s)
                 if codes[mode] == EXIT_INTERRUPTED:
                     return codes, True
@@ -511,11 +522,12 @@ class ModeLauncher:
         return procs.relay(on_event, self.grace_s)
 
     def close(self) -> None:
-        """Cancel what was started and not run: the next mode, and a handoff nobody took."""
-        for procs in (self._next, self.handoff):
+        """Cancel what was started and not run: the next modes, and a handoff nobody took."""
+        for procs in (*self._ahead, self.handoff):
             if procs is not None:
                 procs.cancel()
-        self._next = self.handoff = None
+        self._ahead.clear()
+        self.handoff = None
 
 
 # ---------------------------------------------------------------- under torchrun

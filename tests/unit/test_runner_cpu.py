@@ -185,21 +185,27 @@ def _fake_capture_machine(monkeypatch, interrupt=None):
     return runner, log
 
 
-def test_the_next_depth_starts_while_the_last_mode_of_this_one_works(tmp_path, monkeypatch):
-    """--num-layers 2,4: the 4-layer capture's first mode is started once the 2-layer capture's last mode
-    has its go, released only after that mode exited, and with the options its own run gives its modes."""
+def test_the_next_depth_starts_while_the_last_modes_of_this_one_work(tmp_path, monkeypatch):
+    """--num-layers 2,4: each mode's process starts LOOKAHEAD (2) modes ahead of its turn, the 4-layer
+    capture's first mode once the 2-layer capture's last is among them; a mode is released only after the
+    one before it exited, and the handed-on process has the options its own run gives its modes."""
     import dataclasses
 
     runner, log = _fake_capture_machine(monkeypatch)
-    two = CaptureOptions(buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2")
+    assert runner.LOOKAHEAD == 2
+    two = CaptureOptions(buckets="4,8", modes=["shared", "shared-largest", "floor"], num_layers=2,
+                         out=tmp_path / "layers-2")
     four = dataclasses.replace(two, num_layers=4, out=tmp_path / "layers-4")
     first = runner.run_capture(two, then=four)
     assert first.exit_code == 0 and first.handoff is not None
     second = runner.run_capture(four, prestarted=first.handoff)
     assert second.exit_code == 0 and second.handoff is None
-    assert log == [("start", 2, "shared"), ("go", 2, "shared"), ("start", 2, "floor"), ("exited", 2, "shared"),
-                   ("go", 2, "floor"), ("start", 4, "shared"), ("exited", 2, "floor"),
-                   ("go", 4, "shared"), ("start", 4, "floor"), ("exited", 4, "shared"),
+    assert log == [("start", 2, "shared"), ("go", 2, "shared"), ("start", 2, "shared-largest"),
+                   ("start", 2, "floor"), ("exited", 2, "shared"),
+                   ("go", 2, "shared-largest"), ("start", 4, "shared"), ("exited", 2, "shared-largest"),
+                   ("go", 2, "floor"), ("exited", 2, "floor"),
+                   ("go", 4, "shared"), ("start", 4, "shared-largest"), ("start", 4, "floor"), ("exited", 4, "shared"),
+                   ("go", 4, "shared-largest"), ("exited", 4, "shared-largest"),
                    ("go", 4, "floor"), ("exited", 4, "floor")]
     handed, own = first.handoff.opts, runner._handoff_options(dataclasses.replace(four, out=tmp_path / "again"))
     assert handed == dataclasses.replace(own, out=str(tmp_path / "layers-4"))

@@ -1,0 +1,53 @@
+"""A mode process turns Linux's address randomisation off before it imports anything (mode.fix_address_layout)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import ctypes
+from bcgprof.measure.mode import fix_address_layout
+fixed = fix_address_layout()
+block = ctypes.create_string_buffer(1 << 26)  # large enough for malloc to map it on its own
+print(fixed, open('/proc/self/personality').read().strip(), ctypes.addressof(block))
+"""
+
+
+def _probe(env: dict | None = None) -> tuple[str, str, int]:
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, **(env or {})))
+    fixed, personality, address = out.stdout.split()
+    return fixed, personality, int(address)
+
+
+def _flag_allowed() -> bool:
+    """Whether this machine lets a process set the flag (a container's seccomp profile may refuse it)."""
+    import ctypes
+
+    try:
+        probe = subprocess.run(["setarch", os.uname().machine, "-R", "true"], capture_output=True)
+    except OSError:
+        libc = ctypes.CDLL(None)
+        return libc.personality(0xFFFFFFFF) != -1
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the flag is Linux's")
+def test_a_mode_process_gets_the_same_addresses_every_run():
+    if not _flag_allowed():
+        pytest.skip("this machine refuses ADDR_NO_RANDOMIZE")
+    first, second = _probe(), _probe()
+    assert first[0] == second[0] == "True"
+    assert int(first[1], 16) & 0x0040000  # the flag is set in the process that goes on to run the mode
+    assert first[2] == second[2]  # the same address for the same request, run after run
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the flag is Linux's")
+def test_a_process_already_relaunched_does_not_try_again():
+    """If the flag did not hold after the re-exec, the process says so and runs on (no exec loop)."""
+    fixed, personality, _ = _probe({"BCGPROF_ADDRESS_LAYOUT_SET": "1"})
+    assert fixed == "False" and not int(personality, 16) & 0x0040000
