@@ -435,6 +435,17 @@ def test_a_single_gpu_capture_repeats_graph_breaks_unless_asked_for_eager_ones_o
     assert result.exit_code == 2 and "--break-repeat" in result.stderr
 
 
+def test_a_capture_runs_its_modes_at_fixed_addresses_unless_asked_for_random_ones(captured):
+    from bcgprof.options import CaptureOptions
+
+    assert run("capture").exit_code == 0
+    assert run("capture", "--address-layout", "random").exit_code == 0
+    assert [opts.address_layout for opts in captured] == ["fixed", "random"]
+    assert CaptureOptions.from_json(captured[1].to_json()).address_layout == "random"  # as a mode's process gets it
+    result = run("capture", "--address-layout", "wherever")
+    assert result.exit_code == 2 and "--address-layout" in result.stderr
+
+
 def test_capture_exit_code_is_run_captures(captured):
     captured.code = 130
     assert run("capture").exit_code == 130

@@ -1,4 +1,4 @@
-"""A mode process turns Linux's address randomisation off before it imports anything (mode.fix_address_layout)."""
+"""How a mode process starts (at fixed addresses: mode.fix_address_layout) and ends (mode.exit_now)."""
 
 from __future__ import annotations
 
@@ -51,3 +51,14 @@ def test_a_process_already_relaunched_does_not_try_again():
     """If the flag did not hold after the re-exec, the process says so and runs on (no exec loop)."""
     fixed, personality, _ = _probe({"BCGPROF_ADDRESS_LAYOUT_SET": "1"})
     assert fixed == "False" and not int(personality, 16) & 0x0040000
+
+
+def test_a_mode_process_ends_without_teardown_and_loses_no_output():
+    """exit_now skips the interpreter's teardown (os._exit), so it must flush what is still buffered:
+    into a pipe, stdout is block-buffered, and the parent reads the mode's last events from it."""
+    code = ("import sys; from bcgprof.measure.mode import exit_now; "
+            "sys.stdout.write('{\"event\": \"done\"}\\n'); sys.stderr.write('last words'); "
+            "import atexit; atexit.register(print, 'teardown ran'); exit_now(3)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert proc.stdout == '{"event": "done"}\n' and proc.stderr == "last words"  # no exit handler ran
