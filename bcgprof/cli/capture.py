@@ -197,7 +197,8 @@ def capture(
         warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value,
         break_repeat=break_repeat.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
-        graph=graph.value, order=order.value, snapshot=snapshot, address_layout=address_layout.value, command=shlex.join(["bcgprof", *sys.argv[1:]]),
+        graph=graph.value, order=order.value, snapshot=snapshot, address_layout=address_layout.value,
+        command=shlex.join(["bcgprof", *sys.argv[1:]]),
     )
     if len(layer_counts) == 1:
         raise typer.Exit(_run_capture(opts)[0])

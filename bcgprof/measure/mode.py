@@ -336,7 +336,6 @@ def _preload(opts: CaptureOptions) -> None:
         raise RuntimeError("a module imported before the mode's turn created a CUDA context")
 
 
-
 def fix_address_layout() -> bool:
     """Whether this process runs with the kernel's address randomisation off; if it does not yet,
     turn it off and re-run the process (the flag applies from the next exec), before any import.

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, cast
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
-from bcgprof.options import CaptureOptions
+from bcgprof.options import ADDRESS_LAYOUTS, CaptureOptions
 
 if TYPE_CHECKING:
     from bcgprof.models.layers.attention import Attention
@@ -194,6 +194,8 @@ def _prepare(opts: CaptureOptions):
     from bcgprof.spec import resolve_model
 
     spec = resolve_model(opts.model)
+    if opts.address_layout not in ADDRESS_LAYOUTS:
+        raise CaptureError(f"unknown address layout {opts.address_layout!r}; use one of {', '.join(ADDRESS_LAYOUTS)}")
     if opts.num_layers is not None and not opts.num_layers >= 1:
         raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
     opts = dataclasses.replace(opts, buckets=opts.buckets or default_bucket_spec(opts.phase))

@@ -103,6 +103,17 @@ def test_options_travel_to_a_mode_process_as_json():
     assert json.loads(opts.to_json())["modes"] == ["floor"]
 
 
+def test_a_library_caller_s_unknown_address_layout_is_refused_before_any_work(tmp_path):
+    import pytest
+
+    from bcgprof.errors import CaptureError
+    from bcgprof.measure import runner
+
+    with pytest.raises(CaptureError, match="unknown address layout 'fxed'; use one of fixed, random"):
+        runner.run_capture(CaptureOptions(buckets="4,8", address_layout="fxed", out=tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
 def test_finish_marks_a_run_with_a_failed_mode_partial(write_report, rows):
     out = _started(write_report, [rows()[Mode.PER_BUCKET][4096]], modes=[Mode.PER_BUCKET, Mode.SHARED])
     opts = CaptureOptions(modes=["per-bucket", "shared"])
