@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import sys
 from pathlib import Path
 
@@ -23,9 +24,17 @@ def rows(report: Path) -> dict[tuple, dict]:
 
 def trace_rows(path: Path) -> list[str]:
     """The rows without the header (it names times) and without segments' device addresses (the
-    process's virtual addresses, which differ from one process to the next)."""
+    process's virtual addresses, which differ from one process to the next). Each run of consecutive
+    ``segment_free`` rows (one ``empty_cache``) is sorted: the allocator releases a stream's free
+    segments in address order, so under randomised addresses two same-size segments can swap places
+    with no figure moved."""
     with gzip.open(path, "rt") as f:
-        return [line.rstrip("\n").rsplit(",", 1)[0] for line in f if not line.startswith("#")]
+        lines = [line.rstrip("\n").rsplit(",", 1)[0] for line in f if not line.startswith("#")]
+    out: list[str] = []
+    for freeing, group in itertools.groupby(lines, key=lambda line: line.split(",")[3:4] == ["segment_free"]):
+        run = list(group)
+        out.extend(sorted(run) if freeing else run)
+    return out
 
 
 def main(ref: Path, cur: Path) -> int:

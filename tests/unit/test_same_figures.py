@@ -55,3 +55,18 @@ def test_a_changed_peak_or_trace_row_is_named(copy, capsys):
     trace.write_bytes(gzip.compress("".join(lines).encode()))
     assert same_figures.main(REPORT, copy) == 1
     assert "traces-shared.csv.gz: DIFFERENT" in capsys.readouterr().out
+
+
+def test_same_size_segments_released_in_another_order_are_the_same(copy, capsys):
+    """One empty_cache releases segments in address order; another process's addresses may swap two."""
+    trace = copy / "traces-shared.csv.gz"
+    lines = gzip.decompress(trace.read_bytes()).decode().splitlines(keepends=True)
+    i = next(n for n, ln in enumerate(lines) if ",segment_free," in ln and ",segment_free," in lines[n + 1])
+    lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    trace.write_bytes(gzip.compress("".join(lines).encode()))
+    assert same_figures.main(REPORT, copy) == 0
+    j = next(n for n, ln in enumerate(lines) if ",alloc," in ln and ",alloc," in lines[n + 1])
+    lines[j], lines[j + 1] = lines[j + 1], lines[j]  # two allocations swapped: a different history
+    trace.write_bytes(gzip.compress("".join(lines).encode()))
+    assert same_figures.main(REPORT, copy) == 1
+    assert "traces-shared.csv.gz: DIFFERENT" in capsys.readouterr().out
