@@ -48,6 +48,12 @@ def resolved_output(path: Path, option: str, *, create_parents: bool = False) ->
     return real
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading it means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 def replace_file(real: Path, data: bytes) -> None:
     """Write ``data`` to ``real`` atomically: a temporary file beside it, then a rename over it."""
     import tempfile  # here, not at the top: the gate imports this module and rarely writes a file
@@ -59,8 +65,8 @@ def replace_file(real: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if real.exists():
-            os.chmod(tmp, real.stat().st_mode & 0o7777)
+        # mkstemp makes 0600: keep a replaced file's mode, give a new one what open() would (0666 less umask)
+        os.chmod(tmp, real.stat().st_mode & 0o7777 if real.exists() else 0o666 & ~_umask())
         os.replace(tmp, real)
     except BaseException:
         with contextlib.suppress(OSError):

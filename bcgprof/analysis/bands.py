@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 from bcgprof.errors import BcgprofError
 from bcgprof.report import RunInfo
+from bcgprof.report.write import atomic_write_text
 
 QUANTUM = 2 << 20  # NVML reports device memory in 2 MiB steps
 MAX_WIDTH = 0.02  # a band wider than this share of its value is a sign the model is wrong
@@ -180,7 +181,7 @@ def _optional_int(v: Any) -> Optional[int]:
 
 def write_calibration(cal: Calibration, path: Path) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(calibration_json(cal), indent=1) + "\n")
+    atomic_write_text(path, json.dumps(calibration_json(cal), indent=1) + "\n")  # a cut-short write keeps the old
     return path
 
 

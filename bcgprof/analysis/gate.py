@@ -26,10 +26,12 @@ rows paired by (mode, rank), bucket rows by (mode, rank, bucket).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Optional, cast
 
@@ -80,9 +82,11 @@ class Tolerance:
         if isinstance(abs_bytes, bool) or not isinstance(abs_bytes, int) or not 0 <= abs_bytes <= MAX_ABS_TOL_BYTES:
             raise BcgprofError(f"absolute tolerance {abs_bytes!r} must be a byte count from 0 to {MAX_ABS_TOL_BYTES}")
 
-    def limit(self, baseline: int) -> float:
-        """The largest growth that still passes: both tolerances must be exceeded to fail."""
-        return max(float(self.abs_bytes), self.rel * abs(baseline))
+    def limit(self, baseline: int) -> int:
+        """The largest growth in bytes that still passes: both tolerances must be exceeded to fail.
+        The relative part is exact (``35%`` of a baseline is 7/20 of it, not 0.35's binary
+        approximation), so growth exactly at the tolerance passes."""
+        return max(self.abs_bytes, math.floor(Fraction(repr(float(self.rel))) * abs(baseline)))
 
     def describe(self) -> str:
         return f"{self.rel * 100:g}% and {fmt_bytes(self.abs_bytes)}"
@@ -111,7 +115,7 @@ class GateCheck:
     baseline: Optional[int]
     current: Optional[int]
     verdict: str  # pass | regression | improvement
-    limit: Optional[float] = None  # largest growth that passes
+    limit: Optional[int] = None  # largest growth that passes, in bytes
     detail: str = ""
     tensor_parallel: bool = False  # from a multi-rank comparison: name rank 0 too
     baseline_status: Optional[str] = None  # status checks: ok | oom | error | None (no row)
@@ -221,6 +225,9 @@ def parse_rel(text: str, *, what: str = "relative tolerance") -> float:
         raise BcgprofError(f"{what} {shown} is negative; tolerances are >= 0")
     if value > MAX_REL_TOL:
         raise BcgprofError(f"{what} {shown} is over {MAX_REL_TOL:g}; write e.g. 0.01 or 1%")
+    if raw.endswith("%"):  # the nearest float to the decimal written (33.333% -> 0.33333, not 0.33332999...)
+        with contextlib.suppress(ValueError):  # a spelling float() reads and Fraction() does not: float's value
+            value = float(Fraction(raw[:-1].strip()) / 100)
     return value
 
 
@@ -261,7 +268,7 @@ def judge(baseline: int, current: int, tol: Tolerance) -> str:
     return _verdict(current - baseline, tol.limit(baseline))
 
 
-def _verdict(delta: int, limit: float) -> str:
+def _verdict(delta: int, limit: int) -> str:
     if delta > limit:
         return REGRESSION
     if -delta > limit:

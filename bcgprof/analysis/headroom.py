@@ -223,7 +223,9 @@ def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
     for r in rows:
         kept = r.device_used_delta_bytes
         need = bucket_need_bytes(r)
-        outside = r.outside_pool_delta_bytes or 0
+        # reports written before the ledger lack the column; it is, by its definition, this difference
+        outside = (r.outside_pool_delta_bytes if r.outside_pool_delta_bytes is not None
+                   else r.torch_reserved_delta_bytes - r.pool_delta_bytes)
         # the allocated peak (warm-up and capture) is the least a warm-up under pressure needs
         needs.append(BucketNeed(r.bucket, r.order, kept, need, warmup_bytes=need - kept + outside,
                                 warmup_floor_bytes=r.peak_transient_bytes))

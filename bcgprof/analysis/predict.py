@@ -34,6 +34,7 @@ does the driver memory of the graph executables, which NVML sees and the allocat
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
@@ -278,13 +279,17 @@ def _per_layer_note(reports: Sequence[Report], counts: list[int], mode: str,
     span = counts[hi] - counts[lo]
     pairs = list(zip(_rows(reports[lo], mode), _rows(reports[hi], mode)))
     graphs = sorted({(high.segments - low.segments) / span for low, high in pairs})
-    nodes = sorted({((high.graph_nodes or 0) - (low.graph_nodes or 0)) / span for low, high in pairs})
+    counted = [(low.graph_nodes, high.graph_nodes) for low, high in pairs
+               if low.graph_nodes is not None and high.graph_nodes is not None]
+    nodes = sorted({(high - low) / span for low, high in counted})
 
     def spread(v: list[float]) -> str:
         return f"{v[0]:.0f}" if len(v) == 1 else f"{v[0]:.0f} to {v[-1]:.0f}"
 
-    text = (f"each layer adds to every bucket ({mode}): {spread(graphs)} graph(s), {spread(nodes)} kernel nodes "
-            "(by the bucket's kernels)")
+    text = f"each layer adds to every bucket ({mode}): {spread(graphs)} graph(s), "
+    # node counts need the CUDA bindings; a report captured without them has none to difference
+    text += (f"{spread(nodes)} kernel nodes (by the bucket's kernels)" if len(counted) == len(pairs) and nodes
+             else "kernel nodes not recorded")
     if steps:
         per = (steps[hi][0] - steps[lo][0]) / span
         text += f", {per / 1024:.0f} KiB of graph executables (slope of the NVML staircase over the buckets)"
@@ -336,6 +341,13 @@ class BucketProfile:
     replayer: Replayer
     executables: dict[str, dict[int, int]] = field(default_factory=dict)  # mode -> later bucket -> bytes
     bands: dict[str, ListBands] = field(default_factory=dict)  # mode -> the evidence of its list bands
+    # ascending, for bisection: a list of thousands of buckets not profiled looks each one's neighbours up
+    profiled: dict[str, list[int]] = field(init=False, repr=False)  # mode -> its rows' buckets
+    outputs: list[int] = field(init=False, repr=False)  # the buckets with an output size
+
+    def __post_init__(self):
+        self.profiled = {mode: sorted(rows) for mode, rows in self.rows.items()}
+        self.outputs = sorted(self.output)
 
 
 def bucket_profile(report: Report) -> BucketProfile:
@@ -454,7 +466,7 @@ def _output(p: BucketProfile, bucket: int) -> int:
     """The bucket's output bytes: measured, or on the line between its profiled neighbours (rows x width)."""
     if bucket in p.output:
         return p.output[bucket]
-    around = neighbours(p.output, bucket)
+    around = neighbours(p.outputs, bucket)
     assert around is not None  # predict_buckets refused buckets outside the profiled range
     lo, hi = around
     return line_size(bucket, lo, p.output[lo], hi, p.output[hi])
@@ -466,8 +478,9 @@ def _row(p: BucketProfile, mode: str, bucket: int) -> BucketRecord:
     rows = p.rows[mode]
     if bucket in rows:
         return rows[bucket]
-    near = sorted((b for b in rows if b != p.largest), key=lambda b: (abs(b - bucket), b))
-    return rows[near[0]]
+    later = p.profiled[mode][:-1] if p.profiled[mode][-1:] == [p.largest] else p.profiled[mode]
+    at = bisect_left(later, bucket)  # the nearest is just below or just above; the smaller on a tie
+    return rows[min(later[max(at - 1, 0):at + 1], key=lambda b: (abs(b - bucket), b))]
 
 
 def _executables(p: BucketProfile, mode: str, bucket: int) -> int:
@@ -476,7 +489,7 @@ def _executables(p: BucketProfile, mode: str, bucket: int) -> int:
     each = p.executables[mode]
     if bucket in each:
         return each[bucket]
-    known = [each[b] for b in neighbours(p.rows[mode], bucket) or () if b in each]
+    known = [each[b] for b in neighbours(p.profiled[mode], bucket) or () if b in each]
     return round(sum(known) / len(known)) if known else 0
 
 

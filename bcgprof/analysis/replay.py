@@ -197,6 +197,7 @@ class Replayer:
         self.settings: dict[str, Settings] = {}
         self.ops: dict[str, dict[int, BucketOps]] = {}
         self.order: dict[str, list[int]] = {}
+        self.profiled: dict[str, list[int]] = {}  # mode -> its trace's own buckets, ascending
         self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
         self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
         self.position: dict[str, dict[int, float]] = {}  # mode -> bucket -> its place in the capture order (an interpolated bucket: between its neighbours)
@@ -252,6 +253,7 @@ class Replayer:
             raise ReplayError(f"{trace.path}: {e}; re-capture with the default PYTORCH_CUDA_ALLOC_CONF") from None
         self.ops[mode], self.order[mode] = _bucket_ops(trace, self._numbers[mode])
         self.position[mode] = {b: i for i, b in enumerate(self.order[mode])}
+        self.profiled[mode] = sorted(self.ops[mode])  # before any bucket is interpolated into ops
         self.crossing[mode] = [i for i, b in enumerate(self.order[mode]) if self.ops[mode][b].cross]
         self.kept[mode] = _kept_bytes(self.ops[mode])
         self.warmup[mode] = warmup_growth(trace)
@@ -285,7 +287,7 @@ class Replayer:
         """Events for ``bucket``, which ``source``'s trace lacks, from the profiled buckets around it
         (:mod:`bcgprof.analysis.replay_interpolate`); refused outside the profiled range or where they differ."""
         ops = self.ops[source]
-        profiled = [b for b, o in ops.items() if o.between is None]
+        profiled = self.profiled[source]
         around = neighbours(profiled, bucket)
         if around is None:
             raise ReplayError(f"bucket {bucket} lies outside the profiled buckets ({min(profiled)} to "

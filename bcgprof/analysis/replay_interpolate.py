@@ -18,17 +18,18 @@ the bucket is refused: the events in between are not known. Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from typing import Optional
 
 from bcgprof.analysis.replay_fold import ALLOC, FREE
 
 
-def neighbours(profiled: Iterable[int], bucket: int) -> Optional[tuple[int, int]]:
-    """The profiled buckets just below and just above ``bucket``; None outside the profiled range."""
-    below = [b for b in profiled if b < bucket]
-    above = [b for b in profiled if b > bucket] if below else []
-    return (max(below), min(above)) if above else None
+def neighbours(profiled: Sequence[int], bucket: int) -> Optional[tuple[int, int]]:
+    """The profiled buckets just below and just above ``bucket``; None outside the profiled range.
+    ``profiled`` is sorted ascending (a bisection: lists of thousands of buckets are predicted)."""
+    below, above = bisect_left(profiled, bucket), bisect_right(profiled, bucket)
+    return (profiled[below - 1], profiled[above]) if below > 0 and above < len(profiled) else None
 
 
 def line_size(bucket: int, lower: int, lower_size: int, upper: int, upper_size: int) -> int:

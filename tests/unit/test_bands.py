@@ -296,3 +296,21 @@ def test_the_calibration_round_trips(tmp_path):
     cal = shipped_calibration()
     again = bands.read_calibration(bands.write_calibration(cal, tmp_path / "bands.json"))
     assert calibration_json(again) == calibration_json(cal) and cal.lists and cal.layers
+
+
+def test_a_calibration_written_over_and_cut_short_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    import os
+
+    cal = shipped_calibration()
+    path = bands.write_calibration(cal, tmp_path / "bands.json")
+    before = path.read_bytes()
+    real_fsync = os.fsync
+
+    def disk_full(fd):
+        real_fsync(fd)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError):
+        bands.write_calibration(cal, path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["bands.json"]

@@ -1,6 +1,8 @@
 """Every gate outcome, decided by bcgprof.analysis.gate on reports written to disk and read back."""
 
 
+from fractions import Fraction
+
 import pytest
 
 from bcgprof.analysis.gate import (
@@ -125,6 +127,21 @@ def test_exactly_at_the_relative_threshold_passes(write_report, rows, extra, ver
     cur = write_report("cur", grouped.all())
     result = gate(base, cur, default=Tolerance(rel=0.25, abs_bytes=0))
     assert find(result, "per-bucket", "device_used_bytes").verdict == verdict
+
+
+@pytest.mark.parametrize("text", ["35%", "0.35", "7%", "0.1", "33.333%"])
+def test_growth_exactly_at_a_decimal_tolerance_passes_where_binary_floats_fall_short(text):
+    """35% of 377487360 bytes is 132120576 exactly; 0.35 * 377487360 in floats is 132120575.99999999."""
+    rel = parse_rel(text)
+    frac = Fraction(text[:-1]) / 100 if text.endswith("%") else Fraction(text)
+    # baselines whose exact share is a whole number of bytes
+    baselines = [b for b in (377487360, 314 * MIB, 2_781_872_128) if (frac * b).denominator == 1]
+    for baseline in baselines + [frac.denominator * k for k in (1, 123_456_789, 987_654_321)]:
+        exact = frac * baseline
+        tol = Tolerance(rel=rel, abs_bytes=0)
+        assert tol.limit(baseline) == exact
+        assert judge(baseline, baseline + int(exact), tol) == PASS
+        assert judge(baseline, baseline + int(exact) + 1, tol) == REGRESSION
 
 
 def test_growth_must_exceed_both_tolerances(write_report, rows):

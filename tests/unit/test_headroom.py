@@ -193,3 +193,17 @@ def test_the_summary_says_when_warm_up_outputs_were_held_and_how_to_measure_an_e
     assert len(held) == 1 and "held" in held[0]
     run = replace(report.run, extra={**report.run.extra, "warmup_output": "freed"})
     assert not [n for n in summary_sheet(replace(report, run=run)).notes if "--warmup-output freed" in n]
+
+
+def test_a_report_written_before_the_ledger_counts_memory_outside_the_pool_in_each_warm_up():
+    """Without the ``outside_pool_delta_bytes`` column the warm-up's cache still counts the bucket's
+    torch memory outside the pool (its definition: reserved growth less pool growth), not zero."""
+    from dataclasses import replace
+
+    report = read_report(PROFILE)
+    shared = sorted((r for r in report.buckets if r.mode == "shared"), key=lambda r: r.order)
+    assert shared[0].outside_pool_delta_bytes > 0  # the shared buffer
+    without = [replace(r, outside_pool_delta_bytes=None) for r in shared]
+    full, old = measured_headroom("shared", shared), measured_headroom("shared", without)
+    assert [b.warmup_bytes for b in old.buckets] == [b.warmup_bytes for b in full.buckets]
+    assert old.needs_free_bytes == full.needs_free_bytes

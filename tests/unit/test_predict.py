@@ -297,6 +297,18 @@ def test_predict_reads_the_directory_that_a_layer_list_capture_wrote():
     assert data["basis"][0].endswith("layers-2") and data["basis"][1].endswith("layers-4")
 
 
+def test_the_per_layer_note_gives_kernel_nodes_only_where_the_captures_counted_them():
+    """Node counts need the CUDA bindings; captures without them leave the column empty, which is no count
+    of 0 nodes per layer."""
+    few = [read_report(f"reports/gpt-oss-20b-h200-layers/layers-{n}") for n in (2, 4)]
+    note = next(n for n in predict_layers(few).notes if n.startswith("each layer adds"))
+    assert "0 kernel nodes" not in note and "kernel nodes (by the bucket's kernels)" in note
+    unrecorded = [dataclasses.replace(r, buckets=[dataclasses.replace(b, graph_nodes=None) for b in r.buckets])
+                  for r in few]
+    note = next(n for n in predict_layers(unrecorded).notes if n.startswith("each layer adds"))
+    assert "kernel nodes not recorded" in note and "0 kernel nodes" not in note
+
+
 def test_predict_gives_every_buckets_row_in_json_and_with_rows():
     """Every bucket's predicted row: in the JSON always, in the table with --rows; the rows sum to the mode."""
     import json
