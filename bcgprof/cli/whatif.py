@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
 
@@ -16,12 +16,8 @@ from bcgprof.errors import BcgprofError
 from bcgprof.options import DEFAULT_MODEL
 from bcgprof.vocab import Format, ListMode, Phase
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from bcgprof.render import View
-
 MAX_PREDICT_LAYERS = 4096  # deeper than any model; a larger --layers is a typing mistake
+MIN_PREDICT_LAYERS = 4  # analysis.predict.STEADY_LAYERS (not imported: the CLI loads analysis on use)
 
 
 @app.command()
@@ -90,10 +86,10 @@ def predict(
                                       "directory `capture --num-layers 2,4` wrote) to predict another layer count, "
                                       "one to predict --buckets.",
                                       show_default=False),
-    layers: Optional[int] = typer.Option(None, "--layers", min=1, max=MAX_PREDICT_LAYERS,
-                                         help=f"Layer count to predict, 4 to {MAX_PREDICT_LAYERS} "
-                                              "(default: the model's full depth; below 4 layers the graph pool "
-                                              "has not settled, so those counts are refused)."),
+    layers: Optional[int] = typer.Option(None, "--layers", min=MIN_PREDICT_LAYERS, max=MAX_PREDICT_LAYERS,
+                                         help=f"Layer count to predict, {MIN_PREDICT_LAYERS} to {MAX_PREDICT_LAYERS} "
+                                              f"(default: the model's full depth; below {MIN_PREDICT_LAYERS} layers "
+                                              "the graph pool has not settled, so those counts are refused)."),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list within the "
                                           "profiled range, to predict from one profile (buckets between "
                                           "profiled ones are interpolated and labelled so)."),
@@ -205,29 +201,10 @@ def advise(
                     lengths=read_lengths(lengths) if lengths is not None else None,
                     free=_size(free, "--free") if free is not None else None)
     view, console = advice_view(advice), stdout_console()
-    if format is Format.TABLE:
-        _render_advice_table(view, advice.spec, console)
-    else:
-        render(view, format.value, console)
+    render(view, format.value, console)
     flush_stdout()
     if out is not None:
         from bcgprof.render.plot import plot_advice
 
         note(f"wrote {plot_advice(advice, out)}")
 
-
-def _render_advice_table(view: View, spec: str, console: Console) -> None:
-    """The advice as tables, its --buckets line printed whole, never wrapped by rich: a list broken
-    inside a number would be copied as other buckets. The terminal may still fold it for display."""
-    from rich.text import Text
-
-    from bcgprof.render import View, render
-
-    at = next((i for i, line in enumerate(view.head) if line.lead == "--buckets"), None)
-    if at is None:  # pragma: no cover - advice_view always has the line
-        render(view, "table", console)
-        return
-    render(View(head=view.head[:at]), "table", console)
-    console.print(Text.assemble(("--buckets", "bold"), f": {spec}"), soft_wrap=True, highlight=False)
-    view.head = view.head[at + 1:]
-    render(view, "table", console)

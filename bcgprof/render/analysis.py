@@ -172,7 +172,7 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
                                                              for m in pred.modes if m.headroom) +
                          "; --verify none skips it)", bullet=True))
     if pred.kind == "buckets":
-        foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True))
+        foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True, whole=True))
     sheets = [sheet, prediction_rows_sheet(pred)] if rows else [sheet]
     return View(head=head, sheets=sheets, foot=foot, data=prediction_json(pred))
 
@@ -219,7 +219,7 @@ def advice_view(advice: Advice) -> View:
         need = f"; needs {fmt_bytes(advice.needs_free_bytes)} free" + (
             f", {fmt_bytes(advice.free_margin_bytes)} to spare" if advice.free_margin_bytes is not None else "")
     head = [Line(f"{advice.mode}, budget {fmt_bytes(advice.budget_bytes)}{free}, lengths: {advice.lengths_source}"),
-            Line(f": {advice.spec}", lead="--buckets"),
+            Line(f": {advice.spec}", lead="--buckets", whole=True),
             Line(f"{len(advice.buckets)} buckets, predicted {fmt_bytes(advice.predicted_bytes)} (band top "
                  f"{fmt_bytes(advice.high_bytes)}, margin {fmt_bytes(advice.margin_bytes)} below the budget; "
                  f"predicted, not measured){need}, expected padding {advice.expected_padding_pct:.2f}%", STRONG)]

@@ -144,7 +144,7 @@ def line_markup(line: Line) -> str:
 
 
 def print_line(console: Console, line: Line) -> None:
-    console.print(line_markup(line), highlight=False)
+    console.print(line_markup(line), highlight=False, soft_wrap=line.whole)
 
 
 def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str = "",

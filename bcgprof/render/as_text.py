@@ -154,6 +154,10 @@ def _prose(text: str, width: int, indent: str = "") -> list[str]:
     return [(indent + part).rstrip() for part in wrap(text, width - len(indent))]
 
 
+def _line(line: Line, width: int) -> list[str]:
+    return [line_text(line)] if line.whole else _prose(line_text(line), width)
+
+
 def sheet_lines(sheet: Sheet, limit: int, *, wide: bool = False, hint: str = "",
                 max_rows: int | None = None) -> tuple[list[str], bool]:
     """One sheet's lines: its title, table and notes; and whether a note said which columns were left out."""
@@ -179,7 +183,7 @@ def view_lines(view: View, width: int, *, wide: bool = False) -> list[str]:
     lines and headline (a blank line before them)."""
     lines: list[str] = []
     for line in view.head:
-        lines += _prose(line_text(line), width)
+        lines += _line(line, width)
     told = False
     limit = row_limit(view.sheets)
     for sheet in view.sheets:
@@ -192,9 +196,9 @@ def view_lines(view: View, width: int, *, wide: bool = False) -> list[str]:
     if not told and not wide and any(c.wide for s in view.sheets for c in s.columns) and view.hint:
         tail += _prose(view.hint, width)
     for line in view.foot:
-        tail += _prose(line_text(line), width)
+        tail += _line(line, width)
     if view.headline is not None:
-        tail += _prose(line_text(view.headline), width)
+        tail += _line(view.headline, width)
     if tail and view.sheets and lines:
         lines.append("")
     return lines + tail

@@ -50,6 +50,7 @@ class Line:
     style: str = PLAIN
     lead: str = ""  # shown before the text, in bold (a path, a label)
     bullet: bool = False  # a list item in markdown
+    whole: bool = False  # never wrapped (a bucket list to copy: a break inside a number makes other buckets)
 
 
 @dataclass

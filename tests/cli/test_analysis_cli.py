@@ -132,6 +132,17 @@ def test_advise_prints_its_bucket_list_whole_on_one_line(traced):
     assert f"--buckets: {spec}" in result.stdout.splitlines()
 
 
+@pytest.mark.parametrize("tty", ["0", "1"])  # plain text, and rich's table output
+def test_predict_prints_the_predicted_bucket_list_whole_on_one_line(traced, tty):
+    wanted = sorted(traced.run.buckets)
+    spec = ",".join(map(str, wanted))
+    columns = 24  # narrower than the list: a wrapped list would break inside a number
+    result = runner.invoke(app, ["predict", "--from", str(traced.path), "--buckets", spec],
+                           env={"COLUMNS": str(columns), "TTY_COMPATIBLE": tty, "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.stderr
+    assert any(line.endswith(f"buckets: {spec}") for line in result.stdout.splitlines()), result.stdout
+
+
 def test_advise_offers_no_floor_mode():
     help_text = run("advise", "--help").stdout  # floor captures one bucket: no list to advise
     assert "per-bucket|shared|shared-largest" in help_text and "shared-largest|floor" not in help_text

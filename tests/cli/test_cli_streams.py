@@ -264,6 +264,16 @@ def test_predict_refuses_an_absurd_layer_count():
     assert "--layers" in line and "4096" in line
 
 
+@pytest.mark.parametrize("layers", ["0", "3"])
+def test_predict_refuses_a_depth_below_where_the_pool_settles_as_its_help_says(layers):
+    from bcgprof.analysis.predict import STEADY_LAYERS
+    from bcgprof.cli.whatif import MIN_PREDICT_LAYERS
+
+    assert MIN_PREDICT_LAYERS == STEADY_LAYERS
+    line = refused(run("predict", "--from", DATA / "baseline", "--layers", layers))
+    assert "--layers" in line and f"range {STEADY_LAYERS}<=x<=4096" in line
+
+
 def test_advise_refuses_the_floor_mode():
     line = refused(run("advise", "--from", DATA / "baseline", "--budget", "2GiB", "--mode", "floor"))
     assert "'floor' is not one of 'per-bucket', 'shared', 'shared-largest'" in line
