@@ -10,9 +10,9 @@ held-out reports were captured before traces were recorded, from the same model 
 are what this code's capture of those lists gives.
 
 One more profile was captured on an H100 80GB (same torch, same model code):
-``reports/gpt-oss-20b-h100-traced``, whose pool rows are the H200 reference's, and the every-third
-list captured there after its prediction from that profile was committed
-(``reports/gpt-oss-20b-h100-third/predicted.json``).
+``reports/gpt-oss-20b-h100-traced``, whose pool rows are the H200 reference's. On each card the
+every-third list was captured after its prediction from that card's profile was committed
+(``reports/gpt-oss-20b-h100-third/predicted.json``, ``reports/gpt-oss-20b-h200-third/predicted.json``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from bcgprof.report.summaries import needs_free_bytes
 REFERENCES = {  # profile prefix -> the lists captured on the H200 besides the profile's own
     "gpt-oss-20b-h200": ["sparse", "subset20", "snapshot", "second-13824-per-bucket",
                          "second-13824-shared-largest", "second-15360-per-bucket", "second-15360-shared-largest",
-                         "advised-per-bucket", "advised-shared", "advised-shared-largest", "range512"],
+                         "advised-per-bucket", "advised-shared", "advised-shared-largest", "range512", "third"],
     "llama-3.1-8b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "unprofiled",
                           "advised-per-bucket", "advised-shared"],
     "qwen3-30b-a3b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "step600"],
@@ -90,10 +90,11 @@ def test_every_list_captured_beside_a_profile_is_predicted_row_by_row(prefix, na
         assert pred.low_bytes <= total <= pred.high_bytes, mode
 
 
-def test_the_prediction_committed_before_the_h100_capture_is_what_predict_gives_and_it_held():
-    report, p = _profile("gpt-oss-20b-h100")
-    measured = read_report("reports/gpt-oss-20b-h100-third")
-    saved = {m["mode"]: m for m in json.loads(Path("reports/gpt-oss-20b-h100-third/predicted.json").read_text())["modes"]}
+@pytest.mark.parametrize("prefix", ["gpt-oss-20b-h100", "gpt-oss-20b-h200"])
+def test_the_prediction_committed_before_the_capture_is_what_predict_gives_and_it_held(prefix):
+    report, p = _profile(prefix)
+    measured = read_report(f"reports/{prefix}-third")
+    saved = {m["mode"]: m for m in json.loads(Path(f"reports/{prefix}-third/predicted.json").read_text())["modes"]}
     for mode in measured.modes():
         rows = _rows(measured, mode)
         pred = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode)
