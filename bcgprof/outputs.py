@@ -26,6 +26,13 @@ def resolved_output(path: Path, option: str, *, create_parents: bool = False) ->
     A symbolic link is followed to its target, so a link cannot smuggle an output into a report.
     With ``create_parents`` missing directories are allowed (:func:`replace_file` makes them).
     """
+    try:
+        return _resolved_output(Path(path), option, create_parents)
+    except OSError as e:  # a name too long for the file system, a looping link...
+        raise BcgprofError(f"cannot write {option} {path}: {e.strerror or e}; name another file") from None
+
+
+def _resolved_output(path: Path, option: str, create_parents: bool) -> Path:
     real = Path(os.path.realpath(path))
     if real.is_dir():
         raise BcgprofError(f"{option} {path} is a directory; name a file")

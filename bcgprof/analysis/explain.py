@@ -102,7 +102,7 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
     model's preset config.
     """
     recorded = report.run.extra.get("kv_bytes_per_token") if isinstance(report.run.extra, dict) else None
-    if isinstance(recorded, int) and recorded > 0:
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:  # true is no byte count
         return recorded, str(report.run.extra.get("kv_formula", "recorded at capture"))
     # The model presets load here, not with this module: compare and gate use its ledger alone.
     from bcgprof.spec import resolve_model

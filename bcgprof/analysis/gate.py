@@ -283,7 +283,10 @@ def same_report(a: str | Path, b: str | Path) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
-        return Path(a).resolve() == Path(b).resolve()
+        try:
+            return Path(a).resolve() == Path(b).resolve()
+        except (OSError, RuntimeError):  # a link loop: it is no report, which reading it says in one line
+            return False
 
 
 def _missing_rows(report: Report) -> list[str]:

@@ -12,6 +12,7 @@ tokens (10 runs as a chunk of 8 and a remainder of 2 in bucket 4) of 18 requeste
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
@@ -25,6 +26,20 @@ from bcgprof.text import printable
 MAX_LENGTHS_FILE_BYTES = 256 * 2 ** 20  # about 30 million token counts
 MAX_LENGTHS = 50_000_000
 MAX_REQUEST_TOKENS = 2 ** 31 - 1  # longer than any context window
+
+
+_COUNT = re.compile(r"[+-]?[0-9]+")  # ASCII digits: str.isdigit() also takes "²", which int() refuses
+
+
+def _looks_numeric(cell: str) -> bool:
+    """A number of any spelling (5.5, 1e3, nan, a count too long): a bad value, not a header."""
+    if _COUNT.fullmatch(cell):
+        return True
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
 
 
 def read_lengths(path: Path) -> list[int]:
@@ -41,8 +56,8 @@ def read_lengths(path: Path) -> list[int]:
                 if not row or not row[0].strip():
                     continue
                 cell = row[0].strip()
-                if len(cell) > 20 or not cell.lstrip("+-").isdigit():
-                    if lineno == 1:
+                if len(cell) > 40 or not _COUNT.fullmatch(cell):
+                    if lineno == 1 and not _looks_numeric(cell):
                         continue  # a header
                     raise AdviceError(f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
                                       "integer per row")

@@ -172,6 +172,13 @@ class _Node:
         self.state: Optional[_State] = None
 
 
+def _span(buckets: Sequence[int]) -> str:
+    """A bucket list in a few words (its length and ends)."""
+    if not buckets:
+        return "(none)"
+    return f"{len(buckets)} bucket(s), {buckets[0]} first and {buckets[-1]} last"
+
+
 @dataclass
 class PoolReplay:
     """The replayed pool of one mode's list: bytes after each bucket (capture order) and what it rests on."""
@@ -198,6 +205,9 @@ class Replayer:
         self.ops: dict[str, dict[int, BucketOps]] = {}
         self.order: dict[str, list[int]] = {}
         self.profiled: dict[str, list[int]] = {}  # mode -> its trace's own buckets, ascending
+        # mode -> the report's measured (bucket, pool bytes) in capture order: a trace is used only once the
+        # replay of its own list gives them (a damaged trace, or another capture's, would replay as "exact")
+        self.expected: dict[str, list[tuple[int, int]]] = {}
         self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
         self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
         self.position: dict[str, dict[int, float]] = {}  # mode -> bucket -> its place in the capture order (an interpolated bucket: between its neighbours)
@@ -230,7 +240,8 @@ class Replayer:
         what this one has read and interpolated."""
         if self._twin is None:
             twin = Replayer(self.traces, not self.below)
-            for name in ("settings", "ops", "order", "warmup", "leftover", "position", "crossing", "kept", "_numbers"):
+            for name in ("settings", "ops", "order", "profiled", "warmup", "leftover", "position", "crossing", "kept",
+                         "_numbers", "expected"):
                 setattr(twin, name, getattr(self, name))  # the same dicts: a trace read by either serves both
             twin._twin, self._twin = self, twin
         return self._twin
@@ -258,7 +269,31 @@ class Replayer:
         self.kept[mode] = _kept_bytes(self.ops[mode])
         self.warmup[mode] = warmup_growth(trace)
         self.leftover[mode] = prewarm_leftover(trace)
+        if mode in self.expected:
+            self._verify(mode, trace.path)
         return True
+
+    def _verify(self, mode: str, path: Optional[Path]) -> None:
+        """Refuse ``mode``'s trace unless replaying its own list gives the report's measured pool after every
+        bucket (on every committed trace it does, to the byte)."""
+        where = path or trace_name(mode)
+        measured = self.expected[mode]
+        if [b for b, _ in measured] != self.order[mode]:
+            raise ReplayError(f"{where} holds buckets {_span(self.order[mode])} where the report measured "
+                              f"{_span([b for b, _ in measured])}; the trace is damaged or another capture's: "
+                              "re-capture the report")
+        empty = [b for b in self.order[mode] if not self.ops[mode][b].ops]
+        if empty:  # every capture allocates in the graph pool (its output, its activations)
+            raise ReplayError(f"{where} holds no graph-pool events for bucket(s) {_span(empty)}; the trace is "
+                              "damaged: re-capture the report")
+        try:
+            replayed = self.replay(mode, self.order[mode], check=True)
+        except ReplayError as e:
+            raise ReplayError(f"{where} cannot be replayed ({e}); re-capture the report") from None
+        for (bucket, pool), got in zip(measured, replayed.pool_bytes, strict=True):
+            if got != pool or replayed.mismatches:
+                raise ReplayError(f"{where} does not replay to the report's own pool (bucket {bucket}: {got} bytes, "
+                                  f"measured {pool}); the trace is damaged or another capture's: re-capture the report")
 
     # ------------------------------------------------------------ sources
 

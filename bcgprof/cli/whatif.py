@@ -137,11 +137,19 @@ def predict(
 
 
 def _layer_reports(paths: list[Path]) -> list[Path]:
-    """Each path, or, for a directory that `capture --num-layers` filled, its layers-N reports."""
+    """Each path, or, for a directory that `capture --num-layers` filled, all its layers-N reports (one that
+    cannot be read is then refused by the reader, not left out of the fit)."""
     out = []
     for path in paths:
-        found = {int(d.name[7:]): d for d in path.glob("layers-*") if d.name[7:].isdigit() and (d / "run.json").exists()}
-        out.extend([found[n] for n in sorted(found)] if found and not (path / "run.json").exists() else [path])
+        try:
+            if (path / "run.json").exists() or not path.is_dir():
+                out.append(path)
+                continue
+            found = {int(d.name[7:]): d for d in path.iterdir() if re.fullmatch(r"layers-[0-9]{1,6}", d.name)}
+        except OSError as e:
+            raise BcgprofError(f"cannot read --from {path}: {e.strerror or e}; give a report directory you can "
+                               "read") from None
+        out.extend([found[n] for n in sorted(found)] if found else [path])
     return out
 
 

@@ -15,6 +15,7 @@ Images are .png, .svg, .pdf or .jpg (:data:`SUFFIXES`); a name without a suffix 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bcgprof.errors import BcgprofError
@@ -32,7 +33,7 @@ DPI_RANGE = (30, 600)  # 600 dpi: a 6600 x 4800 image
 def image_path(out: str | Path) -> Path:
     """``out`` with .png added when it has no suffix; an unsupported suffix is a one-line error."""
     out = Path(out)
-    if not out.name or out.name in (".", ".."):
+    if not out.name or out.name in (".", "..") or os.path.isdir(out):
         raise BcgprofError(f"-o {out} names no file; write e.g. -o cost.png")
     if out.suffix == "":
         return out.with_name(out.name + ".png")
@@ -222,7 +223,8 @@ def build_figure(report: Report, *, rank: int = 0):
     bottom.set_ylabel("graph-pool delta per bucket (MiB, symlog)")
     bottom.set_xlabel("bucket, in capture order (largest first)")
     bottom.grid(True, axis="y", alpha=0.3)
-    bottom.legend(loc="upper right", fontsize=8)
+    if curves:  # a floor-only report draws no bars, and an empty legend is a warning on stderr
+        bottom.legend(loc="upper right", fontsize=8)
     step = max(1, len(labels) // 24)  # at most ~24 tick labels
     ticks = list(range(0, len(labels), step))
     bottom.set_xticks(ticks)

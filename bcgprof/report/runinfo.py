@@ -123,7 +123,7 @@ def parse_run_json(path: Path, text: str) -> RunInfo:
     if not isinstance(data, dict):
         raise ReportError(f"{path} is corrupt: not a JSON object; {FIX}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION or isinstance(version, bool):
+    if version != SCHEMA_VERSION or not isinstance(version, int) or isinstance(version, bool):  # not 1.0 or true
         shown = json_shown(version) if version is not None else "none"
         raise ReportError(
             f"{path} has report schema version {shown}; this bcgprof reads version {SCHEMA_VERSION}: "

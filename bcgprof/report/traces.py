@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from bcgprof.errors import ReportError
+from bcgprof.text import printable
 from bcgprof.vocab import Mode, StrEnum
 
 FORMAT = "bcgprof-allocator-trace"
@@ -313,8 +314,11 @@ def read_trace(path: Path) -> Trace:
             bucket, ident, size, stream, segment, offset, address = _checked_row(path, number, cells, known)
         rows.append(TraceRow(bucket, cells[1], cells[2], cells[3], ident, size, stream, segment, offset, address))
     _check_rows(path, rows)
+    device = head.get("device", 0)
+    if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device <= MAX_VALUE:
+        raise _bad(path, f"its header's device must be a device index, got {printable(repr(device), 40)}")
     return Trace(mode=head["mode"], torch_version=str(head.get("torch_version", "")),
-                 device=int(head.get("device", 0)), pool=(head["pool"][0], head["pool"][1]),
+                 device=device, pool=(head["pool"][0], head["pool"][1]),
                  settings=head["settings"], buckets=list(head["buckets"]), incomplete=list(head["incomplete"]),
                  rows=rows, path=path)
 

@@ -238,6 +238,52 @@ def test_plot_output_names_and_dpi(data_dir, tmp_path):
     assert not (tmp_path / "x.pgf").exists() and not (tmp_path / "d.png").exists()
 
 
+def test_output_names_the_file_system_refuses_are_one_line(data_dir, tmp_path):
+    """A directory given as an image, and a name longer than the file system takes, for every output option."""
+    assert "names no file" in refused(run("plot", data_dir / "baseline", "-o", tmp_path))
+    assert not Path(f"{tmp_path}.png").exists()
+    long = tmp_path / ("a" * 300)
+    assert "File name too long" in refused(run("plot", data_dir / "baseline", "-o", f"{long}.png"))
+    assert "File name too long" in refused(gate(data_dir / "baseline", data_dir / "grown",
+                                                "--summary-md", f"{long}.md"))
+
+
+def test_a_plot_of_a_floor_only_report_writes_no_warning(data_dir, tmp_path):
+    floor = tmp_path / "floor"
+    shutil.copytree("reports/qwen3-30b-a3b-h200-floor", floor)
+    result = run("plot", floor, "-o", tmp_path / "f.png")
+    assert result.exit_code == 0 and result.stderr.strip() == f"wrote {tmp_path / 'f.png'}"
+
+
+def test_a_report_path_that_loops_is_one_line_for_the_gate(data_dir, tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    assert "does not exist" in refused(gate(tmp_path / "a", data_dir / "baseline"))
+
+
+def test_a_layer_directory_with_an_unreadable_report_is_refused_not_fitted_without_it(tmp_path):
+    layers = tmp_path / "layers"
+    shutil.copytree("reports/gpt-oss-20b-h200-layers", layers)
+    shutil.copytree(layers / "layers-4", layers / "layers-\u00b2")  # not a layer count: passed over
+    (layers / "layers-4" / "run.json").unlink()
+    assert "layers-4/run.json is missing" in refused(run("predict", "--from", layers))
+
+
+def test_a_trace_whose_header_names_no_device_index_is_one_line(tmp_path):
+    import gzip
+
+    from bcgprof.report.traces import trace_name
+
+    profile = tmp_path / "profile"
+    shutil.copytree("reports/llama-3.1-8b-h200-sparse", profile)
+    path = profile / trace_name("shared")
+    head, rest = gzip.decompress(path.read_bytes()).decode().split("\n", 1)
+    header = json.loads(head[1:])
+    header["device"] = "x"
+    path.write_bytes(gzip.compress(("#" + json.dumps(header) + "\n" + rest).encode()))
+    assert "device must be a device index" in refused(run("predict", "--from", profile, "-b", "1024,8192"))
+
+
 # ---------------------------------------------------------------- config.json
 
 @pytest.mark.parametrize("content, message", [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -34,6 +35,22 @@ def test_lengths_file(tmp_path):
     f = tmp_path / "l.csv"
     f.write_text("\ufefftokens,other\n12,x\n\n7\n")
     assert read_lengths(f) == [12, 7]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("5.5\n7\n", "'5.5' is not a token count"),  # a number on the first row is a bad count, not a header
+    ("nan\n7\n", "'nan' is not a token count"),
+    ("1e3\n7\n", "'1e3' is not a token count"),
+    ("99999999999999999999999\n", "a token count is from 1 to"),
+    ("tokens\n5\n+-5\n", "'+-5' is not a token count"),
+    ("tokens\n5\n--7\n", "'--7' is not a token count"),
+    ("tokens\n\u00b2\n", "'\u00b2' is not a token count"),
+])
+def test_a_bad_count_is_named_in_one_line_even_on_the_first_row(tmp_path, text, says):
+    f = tmp_path / "l.csv"
+    f.write_text(text)
+    with pytest.raises(BcgprofError, match=re.escape(says)):
+        read_lengths(f)
 
 
 @pytest.mark.parametrize("path, says", [

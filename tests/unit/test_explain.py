@@ -80,6 +80,19 @@ def test_causes_sum_exactly_to_device_used_for_every_row_and_mode(tmp_path):
     assert shared.causes["outside_pool"] == 4096 * HIDDEN * 2 and shared.causes["pool_output"] == 0
 
 
+def test_a_recorded_kv_size_of_true_is_no_byte_count(tmp_path):
+    """run.json's kv_bytes_per_token must be a positive integer; ``true`` (1 in Python) is ignored, and the
+    figure comes from the model's config as for a report that recorded none."""
+    from dataclasses import replace
+
+    from bcgprof.analysis.explain import kv_bytes_per_token
+
+    report = _report(tmp_path)
+    recorded, _ = kv_bytes_per_token(report)
+    odd = replace(report, run=replace(report.run, extra={**report.run.extra, "kv_bytes_per_token": True}))
+    assert recorded > 1 and kv_bytes_per_token(odd)[0] != 1
+
+
 def test_json_contract(tmp_path):
     data = explanation_json(explain_report(_report(tmp_path)))
     for m in data["modes"]:

@@ -88,6 +88,14 @@ def test_layer_prediction_refuses_reports_that_differ_in_more_than_layers(tmp_pa
         predict_layers([two, four], layers=24)
 
 
+def test_layer_prediction_refuses_a_report_that_records_no_layer_count():
+    """run.json without ``layers`` reads as 0: no depth a line can go through."""
+    few = [read_report(f"reports/gpt-oss-20b-h200-layers/layers-{n}") for n in (2, 4)]
+    few[0] = dataclasses.replace(few[0], run=dataclasses.replace(few[0].run, layers=0))
+    with pytest.raises(PredictionError, match="records no layer count"):
+        predict_layers(few)
+
+
 def test_layer_prediction_needs_two_layer_counts(tmp_path):
     two = _synthetic(tmp_path, 2)
     with pytest.raises(PredictionError, match="two or more layer counts"):

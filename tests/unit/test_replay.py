@@ -174,3 +174,60 @@ def test_a_bucket_whose_trace_lost_events_is_refused(profile):
     with pytest.raises(ReplayError, match="trace of bucket 1024 is incomplete"):
         replayer.replay("shared", [4096, 1024])
     assert replayer.replay("shared", [4096, 512]).exact
+
+
+def _damaged(tmp_path, profile, mode, change):
+    """A copy of the profile whose ``mode`` trace ``change`` (Trace -> None) has altered."""
+    import shutil
+
+    from bcgprof.report import read_report
+    from bcgprof.report.traces import read_trace, trace_name, write_trace
+
+    copy = tmp_path / "damaged"
+    shutil.copytree(profile.path, copy)
+    trace = read_trace(copy / trace_name(mode))
+    change(trace)
+    write_trace(copy, trace)
+    return read_report(copy)
+
+
+def _rows_dropped(keep):
+    def change(trace):
+        trace.rows = [r for r in trace.rows if keep(r)]
+    return change
+
+
+def _grown(trace):
+    """One graph-pool allocation of the largest bucket made four times larger."""
+    at = next(i for i, r in enumerate(trace.rows) if r.pool == "graph" and r.action == "alloc" and r.size > MIB)
+    trace.rows[at] = trace.rows[at]._replace(size=trace.rows[at].size * 4)
+
+
+@pytest.mark.parametrize("what, change, message", [
+    ("no rows under its header", _rows_dropped(lambda r: False), "holds no graph-pool events"),
+    ("the last bucket's rows lost", _rows_dropped(lambda r: r.bucket != min(BUCKETS)), "holds no graph-pool events"),
+    ("its graph-pool rows lost", _rows_dropped(lambda r: r.pool != "graph"), "holds no graph-pool events"),
+    ("an allocation's size changed", _grown, "does not replay to the report's own pool"),
+])
+def test_a_trace_that_does_not_replay_to_its_reports_own_pool_is_refused(tmp_path, profile, what, change, message):
+    """A damaged trace (or another capture's) would otherwise replay as "exact" and predict other lists
+    wrongly: before any prediction, each trace used must give back the report's own measured pool after
+    every bucket, as every committed trace does."""
+    report = _damaged(tmp_path, profile, "shared", change)
+    with pytest.raises(PredictionError, match=message):
+        predict_buckets(report, [4096, 1024, 512], ["shared"])
+    assert predict_buckets(report, [4096, 1024, 512], ["per-bucket"]).mode("per-bucket").exact  # others unhurt
+
+
+def test_another_captures_trace_is_refused(tmp_path, profile):
+    import shutil
+
+    from bcgprof.report import read_report
+    from bcgprof.report.traces import trace_name
+
+    other = write_profile(tmp_path / "other", [b for b in BUCKETS if b != 1536])
+    copy = tmp_path / "swapped"
+    shutil.copytree(profile.path, copy)
+    shutil.copy(other.path / trace_name("per-bucket"), copy / trace_name("per-bucket"))
+    with pytest.raises(PredictionError, match="holds buckets .* where the report measured"):
+        predict_buckets(read_report(copy), [4096, 512], ["per-bucket"])

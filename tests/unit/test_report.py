@@ -190,6 +190,17 @@ def test_wrong_schema_version_is_a_report_error(data_dir):
         read_report(data_dir / "wrong-schema")
 
 
+@pytest.mark.parametrize("version", ["1.0", "true", '"1"'])
+def test_a_schema_version_that_only_equals_the_number_is_refused(report_copy, version):
+    path = report_copy("baseline")
+    run = path / "run.json"
+    text = run.read_text()
+    assert f'"schema_version": {SCHEMA_VERSION},' in text
+    run.write_text(text.replace(f'"schema_version": {SCHEMA_VERSION},', f'"schema_version": {version},', 1))
+    with pytest.raises(ReportError, match="this bcgprof reads version"):
+        read_report(path)
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda t: t.replace("per-bucket,4096", "per-bucket,lots", 1), "'lots' is not a number"),
     (lambda t: t.replace(",ok,", ",melted,", 1), "row 2, column status: unknown value 'melted'"),
