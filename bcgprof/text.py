@@ -12,7 +12,7 @@ import re
 MAX_FIELD_CHARS = 300  # a field longer than this is shown cut, with an ellipsis
 
 # C0 controls (tabs and newlines are folded to spaces first), DEL, and C1 controls (CSI, OSC, ...).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # and lone surrogates: no encoder writes them
 REPLACEMENT = "\N{REPLACEMENT CHARACTER}"
 
 

@@ -166,10 +166,9 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
                                       f"vs {getattr(r.run, name)!r}); predict from captures that differ in the "
                                       "layer count only")
     counts = [int(r.run.layers) for r in reports]
-    unrecorded = [str(r.path) for r, c in zip(reports, counts, strict=True) if c < 1]
-    if unrecorded:  # 0 is run.json's default when the field is absent: no depth to fit a line through
-        raise PredictionError(f"{unrecorded[0]} records no layer count (run.json's layers); predict from reports "
-                              "that `capture --num-layers` wrote")
+    if min(counts) < 1:  # 0 is run.json's default when the field is absent: no depth to fit a line through
+        raise PredictionError(f"{reports[counts.index(min(counts))].path} records no layer count (run.json's "
+                              "layers); predict from reports that `capture --num-layers` wrote")
     if len(set(counts)) < 2:
         raise PredictionError(f"all reports have {counts[0]} layers; pass captures at two or more layer counts")
     if len(set(counts)) != len(counts):

@@ -30,7 +30,7 @@ from bcgprof.text import printable
 FIX = "restore the file or re-run the capture that wrote it"
 
 # C0 controls (CR, LF, TAB, ESC, BEL, ...), DEL and the C1 controls (CSI, OSC, ...)
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # and lone surrogates: no encoder writes them
 
 
 def clean_text(text: str) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import fields
 from itertools import compress, repeat
 from operator import attrgetter, eq
@@ -112,6 +112,29 @@ def check_bucket_rows(path: Path, run: RunInfo, rows: list[BucketRecord], lines:
             _check_replay(f"{path}: row {line}", r)
     counts = Counter((mode, rank) for mode, rank, _ in seen)
     _check_no_gaps(path, run, sequences, seen, counts)
+
+
+def check_bucket_sums(path: Path, rows: list[BucketRecord], lines: list[int]) -> None:
+    """The figures a capture derives from the same readings agree within each row, so a row edited by hand
+    is not read as a capture: non-torch is device used less torch reserved, memory outside the pool is
+    torch reserved less the pool's growth, and the ledger's four causes sum to device used."""
+    for r, line in zip(rows, lines, strict=True):
+        if r.status != BucketStatus.OK:
+            continue
+        wrong = ""
+        if r.non_torch_delta_bytes != r.device_used_delta_bytes - r.torch_reserved_delta_bytes:
+            wrong = "non_torch_delta_bytes is not device_used_delta_bytes less torch_reserved_delta_bytes"
+        elif r.outside_pool_delta_bytes is not None and \
+                r.outside_pool_delta_bytes != r.torch_reserved_delta_bytes - r.pool_delta_bytes:
+            wrong = "outside_pool_delta_bytes is not torch_reserved_delta_bytes less pool_delta_bytes"
+        elif r.pool_live_delta_bytes is not None and r.pool_free_delta_bytes is not None and \
+                r.outside_pool_delta_bytes is not None and \
+                r.pool_live_delta_bytes + r.pool_free_delta_bytes + r.outside_pool_delta_bytes \
+                + r.non_torch_delta_bytes != r.device_used_delta_bytes:
+            wrong = "the ledger's pool_live, pool_free, outside_pool and non_torch do not sum to device_used_delta_bytes"
+        if wrong:
+            raise ReportError(f"{path}: row {line} ({r.mode} bucket {r.bucket}): {wrong}, as a capture writes them; "
+                              f"{FIX}")
 
 
 def _rows_agree(run: RunInfo, rows: list[BucketRecord], place: dict[str, int], positions: dict[str, dict[int, int]],
@@ -215,9 +238,21 @@ def check_summary_rows(path: Path, run: RunInfo, rows: list[SummaryRecord], line
                                   f"gives {encode_value(b) or 'empty'}; {fix}")
 
 
-def check_site_rows(path: Path, run: RunInfo, rows: list[SiteRecord], lines: list[int]) -> None:
-    """sites.csv names modes, ranks and buckets of the run."""
+def check_site_rows(path: Path, run: RunInfo, rows: list[SiteRecord], lines: list[int],
+                    buckets: Sequence[BucketRecord] = ()) -> None:
+    """sites.csv names modes, ranks and buckets of the run, and the rows of each (mode, rank, bucket) sum to
+    that bucket's pool in buckets.csv (the peak's sites and the slack are the whole pool)."""
     listed = set(run.buckets)
+    sums: dict[tuple[str, int, int], int] = {}
+    for s in rows:
+        key = (s.mode, s.rank, s.bucket)
+        sums[key] = sums.get(key, 0) + s.bytes
+    pools = {(r.mode, r.rank, r.bucket): r.pool_bytes for r in buckets if r.status == BucketStatus.OK}
+    for (mode, rank, bucket), total in sums.items():
+        pool = pools.get((mode, rank, bucket))
+        if pool is not None and pool != total:
+            raise ReportError(f"{path}: the rows of {mode} rank {rank} bucket {bucket} sum to {total} bytes, but its "
+                              f"pool in buckets.csv is {pool}; {FIX}")
     for s, line in zip(rows, lines, strict=True):
         where = f"{path}: row {line}"
         if s.mode not in run.modes:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bcgprof.errors import ReportError
-from bcgprof.report.consistency import check_bucket_rows, check_site_rows, check_summary_rows
+from bcgprof.report.consistency import check_bucket_rows, check_bucket_sums, check_site_rows, check_summary_rows
 from bcgprof.report.files import read_small_text
 from bcgprof.report.limits import (
     MAX_BUCKETS_BYTES,
@@ -107,6 +107,7 @@ def _read_checked(path: Path) -> Report:
     rows_cap, rows_hint = _bucket_rows_cap(run)
     buckets = read_table(path / BUCKETS_FILE, BucketRecord, MAX_BUCKETS_BYTES, rows_cap, rows_hint)
     check_bucket_rows(buckets.path, run, buckets.records, buckets.lines)
+    check_bucket_sums(buckets.path, buckets.records, buckets.lines)
     summary = read_table(path / SUMMARY_FILE, SummaryRecord, MAX_SUMMARY_BYTES, MAX_SUMMARY_ROWS,
                          f"the {MAX_SUMMARY_ROWS} a summary can hold ({MAX_MODES} modes x ({MAX_TP} ranks + max + sum))")
     computed = summarize(buckets.records)
@@ -115,7 +116,7 @@ def _read_checked(path: Path) -> Report:
     sites: list[SiteRecord] = []
     if (path / SITES_FILE).exists() or (path / SITES_FILE).is_symlink():
         table = read_table(path / SITES_FILE, SiteRecord, MAX_SITES_BYTES)
-        check_site_rows(table.path, run, table.records, table.lines)
+        check_site_rows(table.path, run, table.records, table.lines, buckets.records)
         sites = table.records
     columns = {"buckets": buckets.known_columns(BucketRecord), "summary": summary.known_columns(SummaryRecord)}
     return Report(path, run, buckets.records, computed, summary_source=source, sites=sites, columns=columns)

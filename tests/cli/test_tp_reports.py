@@ -41,6 +41,7 @@ def test_gate_fails_naming_the_worst_rank_rank0_included(write_report, rows, tmp
     for r in both:
         if r.rank == 0 and r.mode == "shared" and r.bucket == 4096:
             r.device_used_delta_bytes += 20 * MIB
+            r.non_torch_delta_bytes += 20 * MIB
     result = run("gate", "--baseline", base, "--current", write_report("both", both, tp=2))
     text = " ".join(result.output.split())
     assert result.exit_code == 1 and "FAIL: 2 regressions; worst: shared rank 1 total" in text

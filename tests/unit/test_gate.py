@@ -89,8 +89,10 @@ def test_per_bucket_checks_catch_growth_that_totals_hide(write_report, rows):
     # 20 MiB moves from the largest bucket to bucket 512: the totals stay put.
     big, small = grouped["per-bucket"][4096], grouped["per-bucket"][512]
     big.pool_delta_bytes -= 20 * MIB
+    big.torch_reserved_delta_bytes -= 20 * MIB
     big.device_used_delta_bytes -= 20 * MIB
     small.pool_delta_bytes += 20 * MIB
+    small.torch_reserved_delta_bytes += 20 * MIB
     small.device_used_delta_bytes += 20 * MIB
     for b in (4096, 2048, 1024):
         grouped["per-bucket"][b].pool_bytes -= 20 * MIB
@@ -174,7 +176,7 @@ def test_improvement_is_reported_and_passes(data_dir):
 def test_small_shrink_is_a_plain_pass(write_report, rows):
     base = write_report("base")
     grouped = rows()
-    grow_bucket(grouped["shared"][256], device=-2 * MIB)
+    grow_bucket(grouped["shared"][256], device=-2 * MIB, non_torch=-2 * MIB)
     result = gate(base, write_report("cur", grouped.all()))
     assert find(result, "shared", "device_used_bytes").verdict == PASS
 

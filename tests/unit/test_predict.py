@@ -270,7 +270,8 @@ def test_a_shallow_deepest_capture_widens_the_band_by_its_pools_change(tmp_path)
     capture and the band covers how much it moved from the 1-layer one."""
     one = _synthetic(tmp_path, 1)
     moved = [dataclasses.replace(r, pool_delta_bytes=r.pool_delta_bytes + 40 * MIB,
-                                 torch_reserved_delta_bytes=r.torch_reserved_delta_bytes + 40 * MIB)
+                                 torch_reserved_delta_bytes=r.torch_reserved_delta_bytes + 40 * MIB,
+                                 device_used_delta_bytes=r.device_used_delta_bytes + 40 * MIB)
              if r.order == 0 else r for r in one.buckets]
     ReportWriter(tmp_path / "l1-moved", one.run, moved)
     shallow = read_report(tmp_path / "l1-moved")

@@ -53,6 +53,7 @@ def test_round_trip_is_identical(tmp_path, rows):
     # Values that are easy to lose: None, negative deltas, floats that are not short decimals.
     records[0].graph_nodes = None
     records[1].device_used_delta_bytes = -2 * 1024 ** 2
+    records[1].non_torch_delta_bytes = records[1].device_used_delta_bytes - records[1].torch_reserved_delta_bytes
     records[2].replay_max_abs_diff = 0.1 + 0.2  # a failed replay check: the capture marks the bucket error
     records[2].status, records[2].detail = "error", "replay differs from eager by 0.3 (allowed 0)"
     records[3].status, records[3].detail = "oom", "CUDA out of memory, tried to allocate 2.00 GiB"
@@ -264,3 +265,72 @@ def test_report_frames_keep_bytes_as_integers(data_dir):
     shared = summary.set_index("mode").loc["shared"]
     assert shared["saved_vs_per_bucket_bytes"] == 24 * 1024 ** 2
     assert summary.loc[summary["mode"] == "per-bucket", "saved_vs_per_bucket_bytes"].isna().all()
+
+
+def test_a_lone_surrogate_in_run_json_is_replaced_so_every_output_can_encode_it(report_copy):
+    """JSON may spell a lone UTF-16 surrogate (\\ud800); no encoder writes one, so it is read as U+FFFD."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from bcgprof.cli import app
+
+    path = report_copy("baseline")
+    data = json.loads((path / "run.json").read_text())
+    data["model"] = data["model"] + "\ud800"
+    (path / "run.json").write_text(json.dumps(data))  # ensure_ascii: written as the escape \ud800
+    assert "\\ud800" in (path / "run.json").read_text()
+    assert read_report(path).run.model.endswith("\ufffd")
+    result = CliRunner().invoke(app, ["show", str(path), "--section", "summary"])
+    assert result.exit_code == 0 and "\ufffd" in result.stdout, result.stderr
+
+
+def _edited(tmp_path, name, edit):
+    """A copy of a committed report with ``edit`` (csv text -> csv text) applied to one of its files."""
+    import shutil
+
+    copy = tmp_path / "edited"
+    shutil.copytree("reports/gpt-oss-20b-h200", copy)
+    (copy / name).write_text(edit((copy / name).read_text()))
+    return copy
+
+
+def test_sites_that_do_not_sum_to_their_pool_are_refused(tmp_path):
+    """Every site row twice: explain would show the floor's pool twice as large."""
+    copy = _edited(tmp_path, "sites.csv", lambda t: t + "".join(t.splitlines(keepends=True)[1:]))
+    with pytest.raises(ReportError, match="sum to .* but its pool in buckets.csv is"):
+        read_report(copy)
+
+
+@pytest.mark.parametrize("column, says", [
+    ("outside_pool_delta_bytes", "outside_pool_delta_bytes is not torch_reserved_delta_bytes less"),
+    ("non_torch_delta_bytes", "non_torch_delta_bytes is not device_used_delta_bytes less"),
+    ("pool_live_delta_bytes", "do not sum to device_used_delta_bytes"),
+])
+def test_figures_that_do_not_follow_from_one_another_are_refused(tmp_path, column, says):
+    """A capture writes each row's derived figures from the same readings; a row edited by hand (with the
+    summary edited to match) would otherwise be gated and explained as measured."""
+    import csv
+    import io
+
+    from bcgprof.report.codec import records_to_csv
+    from bcgprof.report.schema import SummaryRecord
+    from bcgprof.report.summaries import summarize
+
+    def edit(text):
+        rows = list(csv.DictReader(io.StringIO(text)))
+        rows[5][column] = str(int(rows[5][column]) + (1 << 30))
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+
+    copy = _edited(tmp_path, "buckets.csv", edit)
+    from bcgprof.report.schema import BucketRecord
+    from bcgprof.report.table import read_table
+
+    records = read_table(copy / "buckets.csv", BucketRecord, 1 << 26).records
+    (copy / "summary.csv").write_text(records_to_csv(summarize(records), SummaryRecord))
+    with pytest.raises(ReportError, match=says):
+        read_report(copy)

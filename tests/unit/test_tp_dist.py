@@ -132,6 +132,7 @@ class FakeCapturer:
             rec = BucketRecord(mode=self.mode, bucket=bucket, order=order, status="oom" if failed else "ok",
                                rank=self.rank, pool_bytes=(order + 1) * (self.rank + 1) * 1000,
                                device_used_delta_bytes=bucket * (self.rank + 1) * 100,
+                               non_torch_delta_bytes=bucket * (self.rank + 1) * 100,
                                detail="out of memory" if failed else "")
             self.result.records.append(rec)
             yield rec
