@@ -208,6 +208,7 @@ class Replayer:
         # mode -> the report's measured (bucket, pool bytes) in capture order: a trace is used only once the
         # replay of its own list gives them (a damaged trace, or another capture's, would replay as "exact")
         self.expected: dict[str, list[tuple[int, int]]] = {}
+        self._refused: dict[str, str] = {}  # mode -> why its trace failed that check (asked again: refused again)
         self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
         self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
         self.position: dict[str, dict[int, float]] = {}  # mode -> bucket -> its place in the capture order (an interpolated bucket: between its neighbours)
@@ -241,13 +242,15 @@ class Replayer:
         if self._twin is None:
             twin = Replayer(self.traces, not self.below)
             for name in ("settings", "ops", "order", "profiled", "warmup", "leftover", "position", "crossing", "kept",
-                         "_numbers", "expected"):
+                         "_numbers", "expected", "_refused"):
                 setattr(twin, name, getattr(self, name))  # the same dicts: a trace read by either serves both
             twin._twin, self._twin = self, twin
         return self._twin
 
     def has(self, mode: str) -> bool:
         """Whether ``mode``'s trace is there (read and prepared on the first call)."""
+        if mode in self._refused:
+            raise ReplayError(self._refused[mode])
         if mode in self.ops:
             return True
         trace = self.traces.get(mode)
@@ -270,7 +273,11 @@ class Replayer:
         self.warmup[mode] = warmup_growth(trace)
         self.leftover[mode] = prewarm_leftover(trace)
         if mode in self.expected:
-            self._verify(mode, trace.path)
+            try:
+                self._verify(mode, trace.path)
+            except ReplayError as e:
+                self._refused[mode] = str(e)
+                raise
         return True
 
     def _verify(self, mode: str, path: Optional[Path]) -> None:

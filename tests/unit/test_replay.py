@@ -231,3 +231,13 @@ def test_another_captures_trace_is_refused(tmp_path, profile):
     shutil.copy(other.path / trace_name("per-bucket"), copy / trace_name("per-bucket"))
     with pytest.raises(PredictionError, match="holds buckets .* where the report measured"):
         predict_buckets(read_report(copy), [4096, 512], ["per-bucket"])
+
+
+def test_a_refused_trace_stays_refused_when_asked_again(tmp_path, profile):
+    from bcgprof.analysis.replay import ReplayError
+
+    p = bucket_profile(_damaged(tmp_path, profile, "shared", _grown))
+    for _ in range(2):
+        with pytest.raises(ReplayError, match="does not replay to the report's own pool"):
+            p.replayer.has("shared")
+    assert p.replayer.has("per-bucket")
