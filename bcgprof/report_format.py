@@ -71,16 +71,18 @@ def pct_change(old: Optional[float], new: Optional[float]) -> Optional[float]:
 MAX_PARSED_BYTES = 2 ** 60  # 1 EiB: larger sizes are typing mistakes
 
 
-def parse_bytes(text: str, *, what: str = "size") -> int:
+def parse_bytes(text: str, *, what: str = "size", bare: bool = True) -> int:
     """``16MiB``, ``1.5 GiB``, ``512k``, ``1048576`` (bytes) -> bytes. Units are binary (KiB, MiB, GiB, TiB).
 
-    At most :data:`MAX_PARSED_BYTES`; anything else is a one-line :class:`BcgprofError`.
+    At most :data:`MAX_PARSED_BYTES`; anything else is a one-line :class:`BcgprofError`. ``bare``: whether a
+    number without a unit (bytes) is offered in that line (where the caller takes one).
     """
     shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:36] + "...")
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text or "")
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS:
-        raise BcgprofError(f"{what} {shown} is not a size; write e.g. 16MiB, 1.5GiB, 512KiB or a byte count")
+        raise BcgprofError(f"{what} {shown} is not a size; write e.g. 16MiB, 1.5GiB"
+                           + (", 512KiB or a byte count" if bare else " or 512KiB"))
     number = m.group(1)
     if len(number) > 30 or float(number) * _UNITS[unit] > MAX_PARSED_BYTES:
         raise BcgprofError(f"{what} {shown} is too large; write e.g. 16MiB, 1.5GiB or 512KiB")

@@ -231,7 +231,7 @@ class Replayer:
         found: dict[str, Trace | Path] = {}
         for mode in modes:
             path = Path(report_dir) / trace_name(mode)
-            if path.exists():
+            if path.exists() or path.is_symlink():  # a broken link is a damaged trace, which reading it says
                 found[mode] = path
         return cls(found) if found else None
 

@@ -118,7 +118,8 @@ def predict(
     free_bytes = _size(free, "--free") if free is not None else None
     if buckets is not None:
         if len(reports) != 1:
-            raise PredictionError("--buckets predicts from one profile; pass a single --from")
+            held = f" ({source[0]} holds {len(reports)} layer reports: name one of them)" if len(source) == 1 else ""
+            raise PredictionError(f"--buckets predicts from one profile; pass a single --from report{held}")
         if layers is not None:
             raise PredictionError("predict either another layer count (several --from) or another bucket list "
                                   "(--buckets), not both at once")
@@ -158,9 +159,10 @@ def _size(text: str, option: str = "--budget") -> int:
     from bcgprof.report_format import parse_bytes
 
     if re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*", text or ""):
-        raise BcgprofError(f"{option} {text.strip()!r} has no unit; write e.g. {text.strip()}GiB or "
-                           f"{text.strip()}MiB")
-    return parse_bytes(text, what=option)
+        number = text.strip()
+        example = f"{number}GiB or {number}MiB" if len(number) <= 6 else "2.5GiB or 512MiB"  # not 1073741824GiB
+        raise BcgprofError(f"{option} {number[:40]!r} has no unit; write e.g. {example}")
+    return parse_bytes(text, what=option, bare=False)
 
 
 @app.command()

@@ -269,6 +269,17 @@ def test_a_layer_directory_with_an_unreadable_report_is_refused_not_fitted_witho
     assert "layers-4/run.json is missing" in refused(run("predict", "--from", layers))
 
 
+def test_a_trace_that_is_a_broken_link_is_called_damaged_not_absent(tmp_path):
+    from bcgprof.report.traces import trace_name
+
+    profile = tmp_path / "profile"
+    shutil.copytree("reports/llama-3.1-8b-h200-sparse", profile)
+    (profile / trace_name("shared")).unlink()
+    (profile / trace_name("shared")).symlink_to(tmp_path / "nowhere")
+    line = refused(run("predict", "--from", profile, "-b", "1024,8192"))
+    assert trace_name("shared") in line and "re-capture" in line and "--modes including" not in line
+
+
 def test_a_trace_whose_header_names_no_device_index_is_one_line(tmp_path):
     import gzip
 

@@ -259,6 +259,18 @@ def test_a_budget_needs_a_unit():
     assert "has no unit; write e.g. 2.5GiB" in line
 
 
+def test_a_size_without_a_unit_is_answered_with_a_size_the_option_takes():
+    line = refused(run("advise", "--from", DATA / "baseline", "--budget", "1073741824"))
+    assert "has no unit; write e.g. 2.5GiB or 512MiB" in line and "1073741824GiB" not in line
+    line = refused(run("advise", "--from", DATA / "baseline", "--budget", "abc"))
+    assert "is not a size" in line and "byte count" not in line  # --budget takes no bare byte count
+
+
+def test_buckets_from_a_layer_directory_names_its_reports():
+    line = refused(run("predict", "--from", "reports/gpt-oss-20b-h200-layers", "-b", "512"))
+    assert "holds 2 layer reports: name one of them" in line
+
+
 def test_predict_refuses_an_absurd_layer_count():
     line = refused(run("predict", "--from", DATA / "baseline", "--layers", "1000000000"))
     assert "--layers" in line and "4096" in line
