@@ -357,10 +357,10 @@ def bucket_profile(report: Report) -> BucketProfile:
     """The report's rows and traces, read once for many list predictions. Refuses a report without traces."""
     _check_usable(report)
     rows = {m: {r.bucket: r for r in _rows(report, m)} for m in report.modes()}
-    replayer = Replayer.load(report.path, list(rows))
+    measured = {m: [(r.bucket, r.pool_bytes) for r in _rows(report, m)] for m in rows}
+    replayer = Replayer.load(report.path, list(rows), expected=measured)
     if replayer is None:
         raise PredictionError(NO_TRACES.format(path=report.path))
-    replayer.expected = {m: [(r.bucket, r.pool_bytes) for r in _rows(report, m)] for m in rows}
     largest = max(report.run.buckets)
     per_bucket = rows.get(Mode.PER_BUCKET, {})
     # without per-bucket rows: the largest bucket's output, in proportion (an output is rows x hidden)

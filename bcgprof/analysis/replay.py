@@ -195,9 +195,13 @@ class PoolReplay:
 class Replayer:
     """Replays the traces of one report; states after each list prefix are cached."""
 
-    def __init__(self, traces: dict[str, Trace | Path], below: bool = False):
+    def __init__(self, traces: dict[str, Trace | Path], below: bool = False,
+                 expected: Optional[dict[str, list[tuple[int, int]]]] = None):
         """``traces``: mode -> its trace, or the path of its file (read when first needed). ``below``: where a
-        segment without a usable recorded address goes (:class:`bcgprof.analysis.allocator.Pool`)."""
+        segment without a usable recorded address goes (:class:`bcgprof.analysis.allocator.Pool`).
+        ``expected``: mode -> the report's measured (bucket, pool bytes) in capture order; a mode's trace is
+        used only once the replay of its own list gives them (a damaged trace, or another capture's, would
+        replay as "exact")."""
         self.traces = dict(traces)
         self.below = below
         self._twin: Optional[Replayer] = None
@@ -205,9 +209,7 @@ class Replayer:
         self.ops: dict[str, dict[int, BucketOps]] = {}
         self.order: dict[str, list[int]] = {}
         self.profiled: dict[str, list[int]] = {}  # mode -> its trace's own buckets, ascending
-        # mode -> the report's measured (bucket, pool bytes) in capture order: a trace is used only once the
-        # replay of its own list gives them (a damaged trace, or another capture's, would replay as "exact")
-        self.expected: dict[str, list[tuple[int, int]]] = {}
+        self.expected = dict(expected or {})
         self._refused: dict[str, str] = {}  # mode -> why its trace failed that check (asked again: refused again)
         self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
         self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
@@ -226,14 +228,16 @@ class Replayer:
         self.events_replayed = 0  # allocator events stepped through
 
     @classmethod
-    def load(cls, report_dir: Path, modes: Sequence[str]) -> Optional[Replayer]:
-        """The report's traces of ``modes`` (those present, read when first needed); None when it has none."""
+    def load(cls, report_dir: Path, modes: Sequence[str],
+             expected: Optional[dict[str, list[tuple[int, int]]]] = None) -> Optional[Replayer]:
+        """The report's traces of ``modes`` (those present, read when first needed); None when it has none.
+        ``expected``: as for the constructor."""
         found: dict[str, Trace | Path] = {}
         for mode in modes:
             path = Path(report_dir) / trace_name(mode)
             if path.exists() or path.is_symlink():  # a broken link is a damaged trace, which reading it says
                 found[mode] = path
-        return cls(found) if found else None
+        return cls(found, expected=expected) if found else None
 
     def other_placement(self) -> Replayer:
         """A replayer of the same traces that puts segments without a recorded address the other way (above

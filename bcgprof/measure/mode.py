@@ -38,6 +38,7 @@ from bcgprof.errors import (
     is_out_of_memory,
 )
 from bcgprof.options import CaptureOptions
+from bcgprof.vocab import AddressLayout
 
 Emit = Callable[[dict], None]
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for --snapshot (the most recent ones)
@@ -118,7 +119,7 @@ def _gather_failures(error: Optional[tuple[str, int]], group: Group) -> tuple[li
 
 
 def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group,
-             address_layout: str = "random") -> int:
+             address_layout: str = AddressLayout.RANDOM) -> int:
     """Capture every bucket of ``mode`` on this rank; rank 0 appends every rank's rows.
 
     ``address_layout``: the layout this process got (see :func:`fix_address_layout`), for run.json.
@@ -269,7 +270,7 @@ def _write_snapshot(report_dir: Path, mode: str, group: Group, recorder) -> None
 
 
 def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group,
-                              address_layout: str = "random") -> int:
+                              address_layout: str = AddressLayout.RANDOM) -> int:
     """:func:`run_mode`, with a failure outside any bucket (a model that does not fit, say)
     turned into one error event and an exit code; the traceback goes to stderr (the mode's log)."""
     try:
@@ -374,7 +375,8 @@ def fix_address_layout() -> bool:
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     report_dir, mode, opts = Path(args[0]), args[1], CaptureOptions.from_json(args[2])
-    layout = "fixed" if opts.address_layout == "fixed" and fix_address_layout() else "random"
+    fixed = opts.address_layout == AddressLayout.FIXED and fix_address_layout()
+    layout = AddressLayout.FIXED if fixed else AddressLayout.RANDOM
     try:
         _preload(opts)
         if sys.stdin.readline().strip() != "go":  # the runner let this process go unused
