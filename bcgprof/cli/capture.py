@@ -204,9 +204,10 @@ def capture(
         raise typer.Exit(_run_capture(opts)[0])
     # one report per layer count, each in its own directory under --out
     from bcgprof.measure.runner import default_out
+    from bcgprof.report.schema import layer_report_name
 
     parent = Path(out) if out is not None else default_out(spec.name)
-    runs = [dataclasses.replace(opts, num_layers=n, out=parent / f"layers-{n}") for n in layer_counts]
+    runs = [dataclasses.replace(opts, num_layers=n, out=parent / layer_report_name(n)) for n in layer_counts]
     codes = []
     handoff = None  # the next depth's first mode, started while this depth's last mode works
     try:

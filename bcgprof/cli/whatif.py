@@ -140,13 +140,16 @@ def predict(
 def _layer_reports(paths: list[Path]) -> list[Path]:
     """Each path, or, for a directory that `capture --num-layers` filled, all its layers-N reports (one that
     cannot be read is then refused by the reader, not left out of the fit)."""
+    from bcgprof.report.schema import RUN_FILE, layer_count_of
+
     out = []
     for path in paths:
         try:
-            if (path / "run.json").exists() or not path.is_dir():
+            if (path / RUN_FILE).exists() or not path.is_dir():
                 out.append(path)
                 continue
-            found = {int(d.name[7:]): d for d in path.iterdir() if re.fullmatch(r"layers-[0-9]{1,6}", d.name)}
+            counts = {d: layer_count_of(d.name) for d in path.iterdir()}
+            found = {n: d for d, n in counts.items() if n is not None}
         except OSError as e:
             raise BcgprofError(f"cannot read --from {path}: {e.strerror or e}; give a report directory you can "
                                "read") from None

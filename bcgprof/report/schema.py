@@ -23,6 +23,18 @@ RUN_FILE = "run.json"
 BUCKETS_FILE = "buckets.csv"
 SUMMARY_FILE = "summary.csv"
 SITES_FILE = "sites.csv"
+LAYER_REPORT_PREFIX = "layers-"  # `capture --num-layers 2,4` writes one report per count: <out>/layers-2, <out>/layers-4
+
+
+def layer_report_name(layers: int) -> str:
+    """The directory name of the report captured at ``layers`` layers, under a `--num-layers` capture's --out."""
+    return f"{LAYER_REPORT_PREFIX}{layers}"
+
+
+def layer_count_of(name: str) -> Optional[int]:
+    """The layer count a directory name written by :func:`layer_report_name` stands for; None for any other name."""
+    digits = name[len(LAYER_REPORT_PREFIX):] if name.startswith(LAYER_REPORT_PREFIX) else ""
+    return int(digits) if len(digits) <= 6 and digits.isascii() and digits.isdigit() else None
 
 
 @dataclass

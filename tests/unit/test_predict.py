@@ -306,6 +306,23 @@ def test_predict_reads_the_directory_that_a_layer_list_capture_wrote():
     assert data["basis"][0].endswith("layers-2") and data["basis"][1].endswith("layers-4")
 
 
+def test_the_layer_report_name_capture_writes_is_the_one_predict_reads_back(tmp_path):
+    """`capture --num-layers` names its reports with layer_report_name; predict --from DIR finds them by
+    layer_count_of, in depth order, and ignores any other directory beside them."""
+    import shutil
+
+    from bcgprof.cli.whatif import _layer_reports
+    from bcgprof.report.schema import layer_count_of, layer_report_name
+
+    assert [layer_count_of(layer_report_name(n)) for n in (2, 4, 10)] == [2, 4, 10]
+    for other in ("layers-", "layers-x", "layers-\u00b2", "layers-1234567", "layer-2", "notes"):
+        assert layer_count_of(other) is None
+    for n in (10, 2):  # written out of order: read back by depth, not by name
+        shutil.copytree("reports/gpt-oss-20b-h200-layers/layers-2", tmp_path / layer_report_name(n))
+    (tmp_path / "layers-x").mkdir()
+    assert _layer_reports([tmp_path]) == [tmp_path / "layers-2", tmp_path / "layers-10"]
+
+
 def test_the_per_layer_note_gives_kernel_nodes_only_where_the_captures_counted_them():
     """Node counts need the CUDA bindings; captures without them leave the column empty, which is no count
     of 0 nodes per layer."""
