@@ -207,7 +207,8 @@ def capture(
     from bcgprof.report.schema import layer_report_name
 
     parent = Path(out) if out is not None else default_out(spec.name)
-    runs = [dataclasses.replace(opts, num_layers=n, out=parent / layer_report_name(n)) for n in layer_counts]
+    runs = [dataclasses.replace(opts, num_layers=n, out=parent / layer_report_name(n))
+            for n in layer_counts if n is not None]  # a list of several counts holds numbers only
     codes = []
     handoff = None  # the next depth's first mode, started while this depth's last mode works
     try:
