@@ -25,6 +25,7 @@ Memory and lifetime rules:
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,8 +84,9 @@ def _new_cuda_graph() -> tuple[torch.cuda.CUDAGraph, bool]:
         return torch.cuda.CUDAGraph(), False
 
 
-def _inline(fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
-    """A break in a full graph: the op is captured like any other."""
+def _call(fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
+    """Run a break's op as it is: inside a full graph it is captured like any other op; between
+    segments it runs eagerly."""
     fn(*args, **kwargs)
 
 
@@ -104,7 +106,6 @@ class BreakableGraph:
     steps: list = field(default_factory=list)  # CUDAGraph | _Break, in capture order
     graph_nodes: Optional[int] = 0
     capture_ms: float = 0.0
-    _run_break: Optional[Callable[[Callable[..., None], tuple, dict], None]] = field(default=None, repr=False)
 
     @property
     def segments(self) -> int:
@@ -135,10 +136,9 @@ class BreakableGraph:
         called); replays always call the op itself.
         """
         graph = cls(pool=pool, stream=stream)
-        graph._run_break = run_break
         torch.cuda.synchronize()
         start = time.perf_counter()
-        handler = graph._on_break if breakable else _inline
+        handler = functools.partial(graph._on_break, run_break or _call) if breakable else _call
         with torch.cuda.stream(stream):
             graph._begin_segment()
             try:
@@ -150,7 +150,6 @@ class BreakableGraph:
                 graph._abort_segment()
                 raise
             graph._end_segment()
-        graph._run_break = None
         torch.cuda.synchronize()
         graph.capture_ms = (time.perf_counter() - start) * 1000.0
         return graph, out
@@ -182,12 +181,12 @@ class BreakableGraph:
                 g.capture_end()
         self.steps.clear()
 
-    def _on_break(self, fn: Callable[..., None], args: tuple, kwargs: dict) -> None:
+    def _on_break(self, run_break: Callable[[Callable[..., None], tuple, dict], None], fn: Callable[..., None],
+                  args: tuple, kwargs: dict) -> None:
+        """End the segment, run the op between segments (eagerly, on the capture stream, unless
+        ``run_break`` repeats it otherwise), keep it for replays, and begin the next segment."""
         self._end_segment()
-        if self._run_break is None:
-            fn(*args, **kwargs)  # eagerly, on the capture stream, between segments
-        else:
-            self._run_break(fn, args, kwargs)
+        run_break(fn, args, kwargs)
         self.steps.append(_Break(fn, _detach_refs(args), _detach_refs(kwargs)))
         self._begin_segment()
 

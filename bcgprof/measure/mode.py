@@ -118,11 +118,9 @@ def _gather_failures(error: Optional[tuple[str, int]], group: Group) -> tuple[li
 # ---------------------------------------------------------------- the loop
 
 
-def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group,
-             address_layout: str = AddressLayout.RANDOM) -> int:
+def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:
     """Capture every bucket of ``mode`` on this rank; rank 0 appends every rank's rows.
 
-    ``address_layout``: the layout this process got (see :func:`fix_address_layout`), for run.json.
     Returns the exit code of the group's outcome (the same on every rank).
     """
     import torch
@@ -180,7 +178,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         recorder.start()  # before the pre-warm, so --snapshot's history holds it
     status = EXIT_OK
     timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes,
-                    "kv_cache_bytes": workload.kv_cache_bytes, "address_layout": address_layout}
+                    "kv_cache_bytes": workload.kv_cache_bytes, "address_layout": address_layout()}
     try:
         captured_at = time.perf_counter()
         for rows in lockstep(capturer.run(), group):
@@ -269,12 +267,11 @@ def _write_snapshot(report_dir: Path, mode: str, group: Group, recorder) -> None
     atomic_write_bytes(report_dir / name, pickle.dumps(recorder.viewer_snapshot()))
 
 
-def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group,
-                              address_layout: str = AddressLayout.RANDOM) -> int:
+def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:
     """:func:`run_mode`, with a failure outside any bucket (a model that does not fit, say)
     turned into one error event and an exit code; the traceback goes to stderr (the mode's log)."""
     try:
-        return run_mode(opts, mode, report_dir, emit, group, address_layout)
+        return run_mode(opts, mode, report_dir, emit, group)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as e:
@@ -337,6 +334,26 @@ def _preload(opts: CaptureOptions) -> None:
         raise RuntimeError("a module imported before the mode's turn created a CUDA context")
 
 
+def _personality() -> Optional[Callable[[int], int]]:
+    """Linux's personality(2), or None where there is none to call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).personality
+    except (OSError, AttributeError):
+        return None
+
+
+def address_layout() -> AddressLayout:
+    """The address layout this process runs with, read from its own flags (for run.json): FIXED
+    where the kernel's randomisation is off for it, whoever turned it off; RANDOM otherwise."""
+    personality = _personality()
+    flags = personality(0xFFFFFFFF) if personality is not None else -1  # reads the flags without changing them
+    return AddressLayout.FIXED if flags != -1 and flags & ADDR_NO_RANDOMIZE else AddressLayout.RANDOM
+
+
 def fix_address_layout() -> bool:
     """Whether this process runs with the kernel's address randomisation off; if it does not yet,
     turn it off and re-run the process (the flag applies from the next exec), before any import.
@@ -349,13 +366,8 @@ def fix_address_layout() -> bool:
     runs; without randomisation, runs got the same addresses. False where the flag cannot be set
     (not Linux, or refused, as a container's seccomp profile may): the layout is then random.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        personality = ctypes.CDLL(None, use_errno=True).personality
-    except (OSError, AttributeError):
+    personality = _personality()
+    if personality is None:
         return False
     current = personality(0xFFFFFFFF)  # reads the flags without changing them
     if current == -1:
@@ -375,8 +387,8 @@ def fix_address_layout() -> bool:
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     report_dir, mode, opts = Path(args[0]), args[1], CaptureOptions.from_json(args[2])
-    fixed = opts.address_layout == AddressLayout.FIXED and fix_address_layout()
-    layout = AddressLayout.FIXED if fixed else AddressLayout.RANDOM
+    if opts.address_layout == AddressLayout.FIXED:
+        fix_address_layout()  # run.json records the layout the process got (address_layout())
     try:
         _preload(opts)
         if sys.stdin.readline().strip() != "go":  # the runner let this process go unused
@@ -388,13 +400,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if world == 1:
         import torch
 
-        return run_mode_reporting_errors(opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device)), layout)
+        return run_mode_reporting_errors(opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device)))
     from bcgprof.measure import dist
 
     group = None
     try:
         group = dist.init_rank(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
-        return run_mode_reporting_errors(opts, mode, report_dir, emit, group, layout)
+        return run_mode_reporting_errors(opts, mode, report_dir, emit, group)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as e:  # joining the group failed

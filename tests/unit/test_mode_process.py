@@ -10,18 +10,18 @@ import pytest
 
 PROBE = """
 import ctypes
-from bcgprof.measure.mode import fix_address_layout
+from bcgprof.measure.mode import address_layout, fix_address_layout
 fixed = fix_address_layout()
 block = ctypes.create_string_buffer(1 << 26)  # large enough for malloc to map it on its own
-print(fixed, open('/proc/self/personality').read().strip(), ctypes.addressof(block))
+print(fixed, open('/proc/self/personality').read().strip(), ctypes.addressof(block), address_layout())
 """
 
 
-def _probe(env: dict | None = None) -> tuple[str, str, int]:
+def _probe(env: dict | None = None) -> tuple[str, str, int, str]:
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
                          env=dict(os.environ, **(env or {})))
-    fixed, personality, address = out.stdout.split()
-    return fixed, personality, int(address)
+    fixed, personality, address, layout = out.stdout.split()
+    return fixed, personality, int(address), layout
 
 
 def _flag_allowed() -> bool:
@@ -44,13 +44,15 @@ def test_a_mode_process_gets_the_same_addresses_every_run():
     assert first[0] == second[0] == "True"
     assert int(first[1], 16) & 0x0040000  # the flag is set in the process that goes on to run the mode
     assert first[2] == second[2]  # the same address for the same request, run after run
+    assert first[3] == second[3] == "fixed"  # what run.json records, read from the process's own flag
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the flag is Linux's")
 def test_a_process_already_relaunched_does_not_try_again():
     """If the flag did not hold after the re-exec, the process says so and runs on (no exec loop)."""
-    fixed, personality, _ = _probe({"BCGPROF_ADDRESS_LAYOUT_SET": "1"})
+    fixed, personality, _, layout = _probe({"BCGPROF_ADDRESS_LAYOUT_SET": "1"})
     assert fixed == "False" and not int(personality, 16) & 0x0040000
+    assert layout == "random"  # run.json says what the process got, not what was asked for
 
 
 def test_a_mode_process_ends_without_teardown_and_loses_no_output():
