@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 from bcgprof.analysis.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
-from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, predict_layers
+from bcgprof.analysis.predict import BucketProfile, PredictionError, bucket_profile, predict_buckets, predict_layers
 from bcgprof.errors import BcgprofError
 from bcgprof.report import Report, RunInfo, read_report
 from bcgprof.report.summaries import needs_free_bytes
@@ -82,9 +83,17 @@ def _total(report: Report, mode: str) -> int:
     return next(s.device_used_bytes for s in report.summary if s.mode == mode and str(s.rank) == "0")  # summary ranks are text ("max", "sum")
 
 
-def held_out(profile: Report, reports: Sequence[Report], root: Path) -> ListEvidence:
-    """The residuals of every held-out list of ``profile``'s configuration."""
-    key, p = run_key(profile.run), bucket_profile(profile)
+def held_out(profile: Report, reports: Sequence[Report], root: Path,
+             profiles: Optional[dict[str, BucketProfile]] = None) -> ListEvidence:
+    """The residuals of every held-out list of ``profile``'s configuration. ``profiles``: where the prepared
+    profile is kept, by report name, so that a caller predicting the same lists again replays from its cache."""
+    name = _name(profile, root)
+    p = profiles.get(name) if profiles is not None else None
+    if p is None:
+        p = bucket_profile(profile)
+        if profiles is not None:
+            profiles[name] = p
+    key = run_key(profile.run)
     profiled = set(profile.run.buckets)
     residuals = []
     for report in sorted(reports, key=lambda r: _name(r, root)):
@@ -107,7 +116,7 @@ def held_out(profile: Report, reports: Sequence[Report], root: Path) -> ListEvid
                 point = min((point, other), key=lambda v: abs(measured - v))
             interpolated = sum(1 for r in pred.buckets if r.interpolated_from)
             residuals.append(Residual(_name(report, root), mode, len(rows), point, measured, interpolated))
-    return ListEvidence(key, profile.run.model, profile.run.gpu_name, _name(profile, root), tuple(residuals))
+    return ListEvidence(key, profile.run.model, profile.run.gpu_name, name, tuple(residuals))
 
 
 # Shared layer weights capture what distinct dummy weights capture (every figure but the free memory
@@ -160,12 +169,13 @@ def _layer_check(members: list[Report], target: Report, root: Path) -> list[Laye
     return checks
 
 
-def build(root: Path) -> tuple[Calibration, list[tuple[str, str]]]:
-    """The calibration from every report under ``root``, and the reports passed over (path, why)."""
+def build(root: Path, prepared: Optional[dict[str, BucketProfile]] = None) -> tuple[Calibration, list[tuple[str, str]]]:
+    """The calibration from every report under ``root``, and the reports passed over (path, why).
+    ``prepared``: as ``profiles`` of :func:`held_out`."""
     root = Path(root)
     reports, skipped = _read_all(root)
     profiles = [r for r in reports if _has_traces(r)]
-    lists = tuple(e for e in (held_out(p, reports, root) for p in sorted(profiles, key=lambda r: _name(r, root)))
+    lists = tuple(e for e in (held_out(p, reports, root, prepared) for p in sorted(profiles, key=lambda r: _name(r, root)))
                   if e.residuals)
     cal = Calibration(lists=lists, layers=tuple(layer_checks(reports, root)))
     runs = {_name(p, root): p.run for p in profiles}
