@@ -65,7 +65,7 @@ def test_the_shipped_calibration_is_what_the_committed_reports_give(built):
 
 
 TRACED = {PROFILE: 12, "reports/llama-3.1-8b-h200-traced": 8, "reports/qwen3-30b-a3b-h200-traced": 7,  # Qwen: + its floor
-          "reports/gpt-oss-20b-h100-traced": 1}
+          "reports/gpt-oss-20b-h100-traced": 2}
 
 
 def _group(cal, profile):
@@ -131,7 +131,9 @@ def test_every_committed_list_is_inside_its_band_and_the_band_is_under_two_perce
                 assert m.band_too_wide == (m.high_bytes - m.low_bytes > 0.02 * m.device_used_bytes)
                 continue
             assert not m.band_too_wide and m.high_bytes - m.low_bytes <= 0.02 * m.device_used_bytes
-            lists = len({x.report for x in group.residuals})  # one, on the H100: its own residual is its band
+            # a list drawn from the profile's buckets is banded by such lists only; one with buckets the profile
+            # lacked, by all (one exact list on the H100: its own residual is its band)
+            lists = len({x.report for x in group.residuals if r.interpolated or not x.interpolated})
             assert m.band_lists >= min(2, lists) and f"held-out list(s) of {profile.run.model} on {group.gpu}" in m.band_source
 
 
