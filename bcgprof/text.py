@@ -11,8 +11,9 @@ import re
 
 MAX_FIELD_CHARS = 300  # a field longer than this is shown cut, with an ellipsis
 
-# C0 controls (tabs and newlines are folded to spaces first), DEL, and C1 controls (CSI, OSC, ...).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # and lone surrogates: no encoder writes them
+# C0 controls (CR, LF, TAB, ESC, BEL, ...), DEL and C1 controls (CSI, OSC, ...); printable folds tabs and newlines
+# to spaces first, and report fields holding any of these are refused (report.codec).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # and lone surrogates: no encoder writes them
 REPLACEMENT = "\N{REPLACEMENT CHARACTER}"
 
 
@@ -22,5 +23,5 @@ def printable(text: object, limit: int = MAX_FIELD_CHARS) -> str:
     if len(s) > 4 * limit:  # never scan megabytes to print a few hundred characters
         s = s[: 4 * limit]
     s = s.replace("\t", " ").replace("\r\n", " ").replace("\n", " ")
-    s = _CONTROL.sub(REPLACEMENT, s)
+    s = CONTROL.sub(REPLACEMENT, s)
     return s if len(s) <= limit else s[: max(limit - 1, 0)] + "\N{HORIZONTAL ELLIPSIS}"

@@ -84,16 +84,14 @@ def _total(report: Report, mode: str) -> int:
 
 
 def held_out(profile: Report, reports: Sequence[Report], root: Path,
-             profiles: Optional[dict[str, BucketProfile]] = None) -> ListEvidence:
-    """The residuals of every held-out list of ``profile``'s configuration. ``profiles``: where the prepared
+             prepared: Optional[dict[str, BucketProfile]] = None) -> ListEvidence:
+    """The residuals of every held-out list of ``profile``'s configuration. ``prepared``: where the prepared
     profile is kept, by report name, so that a caller predicting the same lists again replays from its cache."""
     name = _name(profile, root)
-    p = profiles.get(name) if profiles is not None else None
-    if p is None:
-        p = bucket_profile(profile)
-        if profiles is not None:
-            profiles[name] = p
-    key = run_key(profile.run)
+    prepared = {} if prepared is None else prepared
+    if name not in prepared:
+        prepared[name] = bucket_profile(profile)
+    key, p = run_key(profile.run), prepared[name]
     profiled = set(profile.run.buckets)
     residuals = []
     for report in sorted(reports, key=lambda r: _name(r, root)):
@@ -171,7 +169,7 @@ def _layer_check(members: list[Report], target: Report, root: Path) -> list[Laye
 
 def build(root: Path, prepared: Optional[dict[str, BucketProfile]] = None) -> tuple[Calibration, list[tuple[str, str]]]:
     """The calibration from every report under ``root``, and the reports passed over (path, why).
-    ``prepared``: as ``profiles`` of :func:`held_out`."""
+    ``prepared``: as for :func:`held_out`."""
     root = Path(root)
     reports, skipped = _read_all(root)
     profiles = [r for r in reports if _has_traces(r)]

@@ -148,8 +148,7 @@ def _layer_reports(paths: list[Path]) -> list[Path]:
             if (path / RUN_FILE).exists() or not path.is_dir():
                 out.append(path)
                 continue
-            counts = {d: layer_count_of(d.name) for d in path.iterdir()}
-            found = {n: d for d, n in counts.items() if n is not None}
+            found = {n: d for d in path.iterdir() if (n := layer_count_of(d.name)) is not None}
         except OSError as e:
             raise BcgprofError(f"cannot read --from {path}: {e.strerror or e}; give a report directory you can "
                                "read") from None

@@ -25,12 +25,10 @@ from typing import Any, Optional
 from bcgprof.errors import ReportError
 from bcgprof.report.limits import INT64, MAX_TEXT_CHARS
 from bcgprof.report.schema import Rule
-from bcgprof.text import printable
+from bcgprof.text import CONTROL, printable
 
 FIX = "restore the file or re-run the capture that wrote it"
 
-# C0 controls (CR, LF, TAB, ESC, BEL, ...), DEL and the C1 controls (CSI, OSC, ...)
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # and lone surrogates: no encoder writes them
 
 
 def clean_text(text: str) -> str:
