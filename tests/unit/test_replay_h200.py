@@ -13,8 +13,8 @@ One more profile was captured on an H100 80GB (same torch, same model code):
 ``reports/gpt-oss-20b-h100-traced``, whose pool rows are the H200 reference's. On each card the
 every-third list was captured after its prediction from that card's profile was committed
 (``reports/gpt-oss-20b-h100-third/predicted.json``, ``reports/gpt-oss-20b-h200-third/predicted.json``),
-and on the H100 a 13-bucket list none of whose buckets was profiled, its largest (12000) included
-(``reports/gpt-oss-20b-h100-interpolated``).
+and on both cards a 13-bucket list none of whose buckets was profiled, its largest (12000) included
+(``reports/gpt-oss-20b-h100-interpolated``, ``reports/gpt-oss-20b-h200-interpolated``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from bcgprof.report.summaries import needs_free_bytes
 REFERENCES = {  # profile prefix -> the lists captured on the H200 besides the profile's own
     "gpt-oss-20b-h200": ["sparse", "subset20", "snapshot", "second-13824-per-bucket",
                          "second-13824-shared-largest", "second-15360-per-bucket", "second-15360-shared-largest",
-                         "advised-per-bucket", "advised-shared", "advised-shared-largest", "range512", "third"],
+                         "advised-per-bucket", "advised-shared", "advised-shared-largest", "range512", "third",
+                         "interpolated"],
     "llama-3.1-8b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "unprofiled",
                           "advised-per-bucket", "advised-shared"],
     "qwen3-30b-a3b-h200": ["range512", "sparse", "subset20", "third", "tophalf", "step600"],
@@ -39,7 +40,8 @@ REFERENCES = {  # profile prefix -> the lists captured on the H200 besides the p
 }
 REFERENCE_OF = {"gpt-oss-20b-h100": "gpt-oss-20b-h200"}  # the graph pool does not depend on the card
 # lists with buckets the profile lacks: each allocation's size is interpolated, so the replay is not exact
-INTERPOLATED = {"llama-3.1-8b-h200-unprofiled", "qwen3-30b-a3b-h200-step600", "gpt-oss-20b-h100-interpolated"}
+INTERPOLATED = {"llama-3.1-8b-h200-unprofiled", "qwen3-30b-a3b-h200-step600", "gpt-oss-20b-h100-interpolated",
+                "gpt-oss-20b-h200-interpolated"}
 CASES = [(prefix, name) for prefix, names in REFERENCES.items() for name in names]
 
 
@@ -93,7 +95,7 @@ def test_every_list_captured_beside_a_profile_is_predicted_row_by_row(prefix, na
 
 
 @pytest.mark.parametrize(("prefix", "name"), [("gpt-oss-20b-h100", "third"), ("gpt-oss-20b-h200", "third"),
-                                            ("gpt-oss-20b-h100", "interpolated")])
+                                            ("gpt-oss-20b-h100", "interpolated"), ("gpt-oss-20b-h200", "interpolated")])
 def test_the_prediction_committed_before_the_capture_is_what_predict_gives_and_it_held(prefix, name):
     report, p = _profile(prefix)
     measured = read_report(f"reports/{prefix}-{name}")
