@@ -59,6 +59,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
+from random import Random
 from typing import Optional
 
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: every size is rounded to a multiple of it
@@ -145,9 +146,10 @@ class Pool:
     above its size is ``get_free_block``'s ``lower_bound``.
     """
 
-    def __init__(self, settings: Settings = Settings(), below: bool = False):
+    def __init__(self, settings: Settings = Settings(), below: bool = False, shuffle: Optional[Random] = None):
         self.settings = settings
         self.below = below  # where a segment without a usable recorded address goes (see the module's notes)
+        self.shuffle = shuffle  # set: every segment goes to a random free address (another process's layout)
         self.segments: dict[int, int] = {}  # base address -> bytes
         self._bases: list[int] = []  # the segments' base addresses, sorted (a new segment's overlap test bisects)
         self.reserved = 0
@@ -207,7 +209,12 @@ class Pool:
         return self._blocks[addr]
 
     def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
-        if at is None or at in self.segments or self._overlaps(at, size):
+        if self.shuffle is not None:  # the recorded addresses were another layout's: any order can come
+            at = self.shuffle.randrange(1, 1 << 20) * SEGMENT_GAP
+            while at in self.segments or self._overlaps(at, size):
+                at = self.shuffle.randrange(1, 1 << 20) * SEGMENT_GAP
+            self.made_up += 1
+        elif at is None or at in self.segments or self._overlaps(at, size):
             self.made_up += 1
             if self.below:
                 lowest = self._bases[0] if self._bases else MADE_UP_START  # segments never leave a graph pool
@@ -297,7 +304,7 @@ class Pool:
 
     def clone(self) -> Pool:
         """An independent copy (same addresses, same free lists)."""
-        twin = Pool(self.settings, self.below)
+        twin = Pool(self.settings, self.below, self.shuffle)
         twin.segments = dict(self.segments)
         twin._bases = list(self._bases)
         twin.reserved = self.reserved

@@ -21,6 +21,23 @@ from collections.abc import Sequence
 from bcgprof.analysis.fit import least_squares
 from bcgprof.report import BucketRecord
 
+NVML_STEP = 2 << 20  # NVML counts device memory in 2 MiB steps
+
+
+def staircase_slope(rows: Sequence[BucketRecord]) -> tuple[float, float]:
+    """Bytes of executables per bucket over ``rows`` (one mode's later buckets, in capture order), and the
+    standard error: the least-squares slope of their cumulative non-torch bytes against the bucket count.
+    NVML counts in 2 MiB steps, so the slope of the whole staircase is far finer than any one step."""
+    totals, run = [], 0
+    for r in rows:
+        run += r.non_torch_delta_bytes
+        totals.append(float(run))
+    n = len(totals)
+    if n < 3:  # too few points for a slope with an error: the mean, known to within one step
+        return (totals[-1] / n if n else 0.0), float(NVML_STEP) / max(n, 1)
+    line = least_squares([[1.0] * n, [float(x) for x in range(1, n + 1)]], totals)
+    return line.coef[1], line.std_errors[1]
+
 
 def later_executables(rows: Sequence[BucketRecord]) -> dict[int, int]:
     """bucket -> bytes of graph executables for every bucket after the first of ``rows`` (one mode's rows, in

@@ -13,8 +13,9 @@ does the driver memory of the graph executables, which NVML sees and the allocat
   total over a mode's later buckets climbs in 2 MiB steps, and its least-squares slope (one
   bucket's executables) is far finer than a step. That slope is a line in the layer count.
   The first bucket's executables are a later bucket's less what the driver had reserved.
-  The band is twice the propagated slope error, two NVML steps, and the pool's change when
-  the deepest input is shallower than the steady depth. The free memory the capture needs takes
+  The band is twice the propagated slope error, two NVML steps, the pool's change when
+  the deepest input is shallower than the steady depth, and the pools the deepest input's list
+  replays to with its segments at random addresses (:mod:`bcgprof.analysis.layout_spread`). The free memory the capture needs takes
   each bucket's measured peak above what it kept from the deepest input (the eager warm-up's
   cache: one layer's working set, so it does not grow with depth) on top of the predicted kept
   bytes; its band comes from the committed deeper captures (:func:`bcgprof.analysis.bands.layer_needs_free_band`).
@@ -40,9 +41,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bcgprof.analysis.bands import TOO_WIDE, Band, ListBands, layer_band_source, layer_needs_free_band, too_wide
-from bcgprof.analysis.executables import later_executables
+from bcgprof.analysis.executables import later_executables, staircase_slope
 from bcgprof.analysis.fit import Fit, least_squares
 from bcgprof.analysis.headroom import Headroom, headroom_json, layered_headroom, measured_headroom, traced_headroom
+from bcgprof.analysis.layout_spread import LAID_OUT, layout_spread
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.analysis.replay_interpolate import line_size, neighbours
 from bcgprof.errors import BcgprofError
@@ -199,7 +201,7 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
         if any([row.bucket for row in rows] != buckets for rows in per_report):
             raise PredictionError(f"mode {mode}: the reports captured different buckets")
         if len(buckets) > 1:
-            steps[mode] = [_staircase(rows[1:]) for rows in per_report]
+            steps[mode] = [staircase_slope(rows[1:]) for rows in per_report]
     for mode, per_report in rows_of.items():
         buckets = [row.bucket for row in per_report[0]]
         # Executables (non-torch): every later bucket adds the same graphs, so their NVML total climbs a
@@ -242,8 +244,11 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
         later = len(buckets) - 1
         # the first bucket's reserve is a bound read in 2 MiB steps: two steps either way
         band = 2.0 * later * each_error + later * misfit + 2 * SEGMENT_ROUND + unsettled
-        result = _mode(mode, predicted, 0.0, band)
+        result = _mode(mode, predicted, band)
         result.band_source = layer_band_source(first.run)
+        if spread := layout_spread(reports[deepest], mode, per_report[deepest]):  # another depth, another layout
+            result.low_bytes, result.high_bytes = result.low_bytes - spread.below, result.high_bytes + spread.above
+            result.band_source += f"; {spread.note(counts[deepest])}" if spread.below or spread.above else ""
         result.headroom = layered_headroom(mode, predicted, per_report[deepest], free_band,
                                            f"{LAYER_HEADROOM.format(layers=counts[deepest])}; band "
                                            f"±{free_band / MIB:.1f} MiB: {free_source}")
@@ -253,26 +258,15 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
             result.headroom.check(free)
         modes.append(result)
     notes.append(_per_layer_note(reports, counts, common[0], steps.get(common[0])))
-    notes += _too_wide_notes(modes, f": the extrapolation from {counts[next_deepest]} and {counts[deepest]} layers to "
-                                    f"{target} multiplies the slopes' error: capture deeper inputs to narrow it")
+    laid = [m for m in modes if LAID_OUT in m.band_source]  # widened by the pool's layouts, not by the slopes
+    notes += _too_wide_notes(laid, ": the graph pool depends on where the driver places its segments (see its band); "
+                                   "capture the full depth to pin it down")
+    notes += _too_wide_notes([m for m in modes if m not in laid],
+                             f": the extrapolation from {counts[next_deepest]} and {counts[deepest]} layers to "
+                             f"{target} multiplies the slopes' error: capture deeper inputs to narrow it")
     return Prediction(kind="layers", model=first.run.model, gpu=first.run.gpu_name, layers=target,
                       bucket_list=list(first.run.buckets), modes=modes, basis=[str(r.path) for r in reports],
                       notes=notes)
-
-
-def _staircase(rows: Sequence[BucketRecord]) -> tuple[float, float]:
-    """Bytes of executables per bucket over ``rows`` (one mode's later buckets, in capture order), and the
-    standard error: the least-squares slope of their cumulative non-torch bytes against the bucket count.
-    NVML counts in 2 MiB steps, so the slope of the whole staircase is far finer than any one step."""
-    totals, run = [], 0
-    for r in rows:
-        run += r.non_torch_delta_bytes
-        totals.append(float(run))
-    n = len(totals)
-    if n < 3:  # too few points for a slope with an error: the mean, known to within one step
-        return (totals[-1] / n if n else 0.0), float(SEGMENT_ROUND) / max(n, 1)
-    line = _line(range(1, n + 1), totals)
-    return line.coef[1], line.std_errors[1]
 
 
 def _per_layer_note(reports: Sequence[Report], counts: list[int], mode: str,
@@ -311,14 +305,12 @@ def _full_depth(report: Report) -> int:
     raise PredictionError(f"the full depth of {report.run.model!r} is unknown here; pass --layers N")
 
 
-def _mode(mode: str, rows: list[BucketPrediction], rms: float, misfit: float, upside: int = 0) -> ModePrediction:
-    """Totals of a mode's predicted rows; the band is twice the noise over the rows plus the misfit, and
-    ``upside`` widens only its top (a growth the model cannot rule out)."""
-    band = math.ceil(2.0 * rms * math.sqrt(len(rows)) + misfit)
-    used = sum(r.device_used_delta_bytes for r in rows)
+def _mode(mode: str, rows: list[BucketPrediction], band: float) -> ModePrediction:
+    """Totals of a mode's predicted rows, ``band`` (rounded up) either way."""
+    used, width = sum(r.device_used_delta_bytes for r in rows), math.ceil(band)
     return ModePrediction(mode=mode, device_used_bytes=used, pool_bytes=rows[-1].pool_bytes if rows else 0,
-                          non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used - band,
-                          high_bytes=used + band + upside, buckets=rows)
+                          non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used - width,
+                          high_bytes=used + width, buckets=rows)
 
 
 # ---------------------------------------------------------------- bucket lists
@@ -440,7 +432,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
             before = pool
         interpolated = sum(1 for r in predicted if r.interpolated_from)
         band = p.bands[mode].band(len(predicted), interpolated)
-        result = _banded(_mode(mode, predicted, 0.0, 0.0), band)
+        result = _banded(_mode(mode, predicted, 0.0), band)
         result.exact = replay.exact and not interpolated  # recorded events only
         result.headroom = _headroom(p, mode, predicted, replay.sources, free)
         result.band_source = f"{POOL_REPLAYED}; {band.source}"

@@ -23,15 +23,14 @@ bucket that allocated the block and are replayed at its end: no allocation of th
 happens between captures, so their order does not matter. A free recorded inside a later
 capture stays there; when that later bucket is not in the list it is applied before the next
 bucket that is. New segments take the address the profile's allocator gave the recorded
-block's segment when it is free, else one above every segment (addresses only break
-best-fit ties). Replaying the profile's own list therefore reproduces its pool to the byte,
-and every recorded block address (:meth:`Replayer.check`).
+block's segment when it is free, else one above every segment (addresses only break best-fit
+ties; :meth:`Replayer.laid_out` puts every segment at random, as another process layout would).
+Replaying the profile's own list reproduces its pool and every block address (:meth:`Replayer.check`).
 
-Cost: one replay step per event of the list's buckets (about 3,600 for a gpt-oss-20b bucket
-of 24 layers, some 2 microseconds each, fewer where repeated layers are skipped), each step
-O(log) in the pool's blocks and segments: a list of ``k`` buckets of ``E`` events costs
-O(k E log) once. Lists replayed are kept in a prefix tree (capture order, largest first) with the
-pool after each of their buckets; the state itself is kept where a list ends and where a later
+Cost: one replay step per event of the list's buckets (about 3,600 for a gpt-oss-20b bucket of 24
+layers, some 2 microseconds each, fewer where repeated layers are skipped), each O(log) in the pool's
+blocks and segments: ``k`` buckets of ``E`` events cost O(k E log) once. Lists replayed are kept in a
+prefix tree (capture order, largest first) with the pool after each of their buckets; the state itself is kept where a list ends and where a later
 list leaves an earlier one's path (up to ``CACHE_STATES`` states, least recently used dropped), so
 a list that shares leading buckets with one replayed before replays only the buckets after the
 shared part, and the pool after that part is known without a replay (:meth:`Replayer.known_pool`).
@@ -49,6 +48,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from random import Random
 from typing import Optional
 
 from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings, round_size
@@ -196,14 +196,12 @@ class Replayer:
     """Replays the traces of one report; states after each list prefix are cached."""
 
     def __init__(self, traces: dict[str, Trace | Path], below: bool = False,
-                 expected: Optional[dict[str, list[tuple[int, int]]]] = None):
-        """``traces``: mode -> its trace, or the path of its file (read when first needed). ``below``: where a
-        segment without a usable recorded address goes (:class:`bcgprof.analysis.allocator.Pool`).
+                 expected: Optional[dict[str, list[tuple[int, int]]]] = None, layout: Optional[int] = None):
+        """``traces``: mode -> its trace, or the path of its file (read when first needed). ``below``, ``layout``
+        (a seed): where segments go (:class:`bcgprof.analysis.allocator.Pool`'s ``below``, ``shuffle``).
         ``expected``: mode -> the report's measured (bucket, pool bytes) in capture order; a mode's trace is
-        used only once the replay of its own list gives them (a damaged trace, or another capture's, would
-        replay as "exact")."""
-        self.traces = dict(traces)
-        self.below = below
+        used only once the replay of its own list gives them (a damaged or another capture's would be "exact")."""
+        self.traces, self.below, self.layout = dict(traces), below, layout
         self._twin: Optional[Replayer] = None
         self.settings: dict[str, Settings] = {}
         self.ops: dict[str, dict[int, BucketOps]] = {}
@@ -240,16 +238,23 @@ class Replayer:
         return cls(found, expected=expected) if found else None
 
     def other_placement(self) -> Replayer:
-        """A replayer of the same traces that puts segments without a recorded address the other way (above
-        or below every segment): where the two differ, the driver's address choice decides the pool. It shares
-        what this one has read and interpolated."""
+        """The same traces with segments that lack a recorded address put the other way (above or below every
+        segment): where the two differ, the driver's address choice decides the pool."""
         if self._twin is None:
-            twin = Replayer(self.traces, not self.below)
-            for name in ("settings", "ops", "order", "profiled", "warmup", "leftover", "position", "crossing", "kept",
-                         "_numbers", "expected", "_refused"):
-                setattr(twin, name, getattr(self, name))  # the same dicts: a trace read by either serves both
+            twin = self._sibling(not self.below, None)
             twin._twin, self._twin = self, twin
         return self._twin
+
+    def laid_out(self, seed: int) -> Replayer:
+        """The same traces with every segment at a random address (seeded): another process layout."""
+        return self._sibling(self.below, seed)
+
+    def _sibling(self, below: bool, layout: Optional[int]) -> Replayer:
+        twin = Replayer(self.traces, below, layout=layout)  # shares what this one has read and interpolated
+        for name in ("settings", "ops", "order", "profiled", "warmup", "leftover", "position", "crossing", "kept",
+                     "_numbers", "expected", "_refused"):
+            setattr(twin, name, getattr(self, name))  # the same dicts: a trace read by either serves both
+        return twin
 
     def has(self, mode: str) -> bool:
         """Whether ``mode``'s trace is there (read and prepared on the first call)."""
@@ -429,7 +434,8 @@ class Replayer:
                 return held  # replayed already (read it, do not change it)
             state = held.clone()
         else:
-            state = _State(Pool(self.settings[plan[0][1]], self.below), {}, {}, [])
+            state = _State(Pool(self.settings[plan[0][1]], self.below,
+                                None if self.layout is None else Random(self.layout)), {}, {}, [])
         shared = len(path)
         parent = path[-1] if path else root
         for n in range(kept + 1, len(plan)):

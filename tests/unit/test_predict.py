@@ -252,7 +252,7 @@ def test_the_committed_gpt_oss_120b_prediction_is_what_predict_says_now():
 def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
     """Each bucket adds c bytes; NVML shows the running total in 2 MiB steps. The staircase's slope
     recovers c to well under a percent where the total over the buckets is off by up to a step."""
-    from bcgprof.analysis.predict import _staircase
+    from bcgprof.analysis.executables import staircase_slope
 
     for c in (0.61 * MIB, 1.47 * MIB, 7.93 * MIB):
         seen, rows = 0, []
@@ -260,7 +260,7 @@ def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
             now = -(-int(k * c + 0.3 * MIB) // (2 * MIB)) * 2 * MIB
             rows.append(BucketRecord(mode="shared", bucket=k, order=k, status="ok", non_torch_delta_bytes=now - seen))
             seen = now
-        slope, error = _staircase(rows)
+        slope, error = staircase_slope(rows)
         assert abs(slope - c) <= 0.005 * c, (c, slope)
         assert error < 0.01 * MIB
 
