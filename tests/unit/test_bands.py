@@ -244,8 +244,8 @@ def test_layer_bands_hold_on_every_full_depth_capture_within_half_a_percent(buil
                                              "Qwen3-30B-A3B", "Qwen3-8B"}
     for c in cal.layers:
         assert c.inside, (c.model, c.mode)
-        if (c.model, c.mode) == ("Qwen3-8B", "per-bucket"):  # its pool moved with the layout: 7.2% off, but
-            assert c.low_bytes <= c.measured_bytes < c.predicted_bytes - 0.05 * c.measured_bytes  # inside its band
+        if (c.model, c.mode) == ("Qwen3-8B", "per-bucket"):  # its pool moves with the layout (up to 7.2% off),
+            assert c.low_bytes <= c.predicted_bytes - 271 * 2**20, c.layers  # and the band spans the layouts
             continue
         assert abs(c.predicted_bytes - c.measured_bytes) <= 0.005 * c.measured_bytes, (c.model, c.mode)
     # every deeper depth captured is a check, not only the full one: 2+4 against 8, 16 and 32 layers, and
@@ -259,8 +259,9 @@ def test_a_layer_predictions_band_cites_its_check():
     reports = [read_report(ROOT / f"reports/llama-3.1-8b-h200-layers/layers-{k}") for k in (2, 4)]
     pred = predict_layers(reports)
     checks = len(bands.shipped_calibration().layers)
-    assert checks == 48  # six models at full depth (four modes each), Llama-3.1-8B and Qwen3-30B-A3B also at
-    # 8 and 16 layers and at full depth from 8+16
+    assert checks == 68  # seven full-depth captures of six models (four modes each), Llama-3.1-8B and
+    # Qwen3-30B-A3B also at 8 and 16 layers and at full depth from 8+16, Qwen3-8B (H200) at 8, 16 and 24 and
+    # at full depth from 8+16+24
     for m in pred.modes:
         assert "a formula" in m.band_source and f"{checks} of {checks} mode totals inside their band" in m.band_source
         assert "this model is among them" in m.band_source and not m.exact

@@ -3,7 +3,9 @@ pools the deepest capture's own list replays to with its segments at random addr
 
 ``reports/qwen3-8b-h100-layers`` (2 and 4 layers, with traces) and ``reports/qwen3-8b-h100`` (36 layers) were
 captured on an H100 80GB at fixed addresses; Qwen3-8B's per-bucket pool is 3454009344 bytes at 4 layers and
-3164602368 at 36, a best-fit tie decided the other way in another address layout.
+3164602368 at 36, a best-fit tie decided the other way in another address layout. The same on the H200
+(``reports/qwen3-8b-h200-layers``, ``-layers-8-16-24``, ``reports/qwen3-8b-h200``), where 8, 16 and 24 layers
+gave three more pools between those two.
 """
 
 from __future__ import annotations
@@ -71,3 +73,15 @@ def test_a_shuffled_pool_ignores_recorded_addresses_and_repeats_with_its_seed():
     plain = Pool()
     plain.malloc(30 << 20, at=1 << 40)
     assert sorted(plain.segments) == [1 << 40]  # without a shuffle the recorded address is used
+
+
+def test_every_depth_captured_on_the_h200_ends_its_pool_inside_the_four_layer_captures_spread():
+    four = read_report("reports/qwen3-8b-h200-layers/layers-4")
+    spread = layout_spread(four, "per-bucket", _rows(four, "per-bucket"))
+    assert spread is not None
+    depths = {n: read_report(f"reports/qwen3-8b-h200-layers-8-16-24/layers-{n}") for n in (8, 16, 24)}
+    depths[36] = read_report("reports/qwen3-8b-h200")
+    pools = {n: _rows(r, "per-bucket")[-1].pool_bytes for n, r in depths.items()}
+    assert len(set(pools.values())) == 4  # 3403677696, 3454009344, 3441426432, 3164602368: the layout moves it
+    assert all(spread.lowest <= p <= spread.highest for p in pools.values()), pools
+    assert spread.lowest == pools[36]
