@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from bcgprof.analysis.allocator import AllocatorError
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.report import Report
 from bcgprof.report.traces import TraceError
@@ -59,6 +60,6 @@ def layout_spread(report: Report, mode: str, rows: list) -> Optional[LayoutSprea
             return None
         buckets = [b for b, _ in measured]
         pools = [replayer.laid_out(seed).replay(mode, buckets).pool_bytes[-1] for seed in range(1, LAYOUTS + 1)]
-    except (ReplayError, TraceError, OSError):
+    except (ReplayError, TraceError, AllocatorError, OSError):
         return None  # no spread to add: the band stays what the layer fit gives
     return LayoutSpread(mode, measured[-1][1], min(pools), max(pools), LAYOUTS)

@@ -15,10 +15,10 @@ does the driver memory of the graph executables, which NVML sees and the allocat
   The first bucket's executables are a later bucket's less what the driver had reserved.
   The band is twice the propagated slope error, two NVML steps, the pool's change when
   the deepest input is shallower than the steady depth, and the pools the deepest input's list
-  replays to with its segments at random addresses (:mod:`bcgprof.analysis.layout_spread`). The free memory the capture needs takes
-  each bucket's measured peak above what it kept from the deepest input (the eager warm-up's
-  cache: one layer's working set, so it does not grow with depth) on top of the predicted kept
-  bytes; its band comes from the committed deeper captures (:func:`bcgprof.analysis.bands.layer_needs_free_band`).
+  replays to with its segments at random addresses (:mod:`bcgprof.analysis.layout_spread`).
+  The free memory the capture needs takes each bucket's measured peak above what it kept from
+  the deepest input (the eager warm-up's cache: one layer's working set, so it does not grow
+  with depth) on top of the predicted kept bytes; its band comes from the committed deeper captures (:func:`bcgprof.analysis.bands.layer_needs_free_band`).
 * :func:`predict_buckets` predicts another bucket list drawn from one profile: the graph pool
   by replaying the profile's allocator traces through a model of PyTorch's caching allocator
   (:mod:`bcgprof.analysis.replay`), exact for every list of profiled buckets; each bucket's torch memory

@@ -30,15 +30,15 @@ Replaying the profile's own list reproduces its pool and every block address (:m
 Cost: one replay step per event of the list's buckets (about 3,600 for a gpt-oss-20b bucket of 24
 layers, some 2 microseconds each, fewer where repeated layers are skipped), each O(log) in the pool's
 blocks and segments: ``k`` buckets of ``E`` events cost O(k E log) once. Lists replayed are kept in a
-prefix tree (capture order, largest first) with the pool after each of their buckets; the state itself is kept where a list ends and where a later
-list leaves an earlier one's path (up to ``CACHE_STATES`` states, least recently used dropped), so
-a list that shares leading buckets with one replayed before replays only the buckets after the
-shared part, and the pool after that part is known without a replay (:meth:`Replayer.known_pool`).
-A bucket replayed before from a small state of the same content (pool, live blocks) is looked
-up instead of replayed (:meth:`Replayer._memo_step`): where each bucket frees what it allocates
-the pool comes back to the same few free segments after every bucket, whatever the list.
-:meth:`Replayer.pool_within` replays only until the pool passes a limit. ``Replayer.bucket_replays``,
-``events_replayed`` and ``memo_hits`` count the work done. Torch-free.
+prefix tree (capture order, largest first) with the pool after each of their buckets; the state itself
+is kept where a list ends and where a later list leaves an earlier one's path (up to ``CACHE_STATES``
+states, least recently used dropped), so a list that shares leading buckets with one replayed before
+replays only the buckets after the shared part, and the pool after that part is known without a replay
+(:meth:`Replayer.known_pool`). A bucket replayed before from a small state of the same content (pool,
+live blocks) is looked up instead of replayed (:meth:`Replayer._memo_step`): where each bucket frees
+what it allocates the pool comes back to the same few free segments after every bucket, whatever the
+list. :meth:`Replayer.pool_within` replays only until the pool passes a limit.
+``Replayer.bucket_replays``, ``events_replayed`` and ``memo_hits`` count the work done. Torch-free.
 """
 
 from __future__ import annotations
