@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bcgprof.analysis.bands import QUANTUM
 from bcgprof.analysis.fit import least_squares
 from bcgprof.report import BucketRecord
-
-NVML_STEP = 2 << 20  # NVML counts device memory in 2 MiB steps
 
 
 def staircase_slope(rows: Sequence[BucketRecord]) -> tuple[float, float]:
@@ -34,7 +33,7 @@ def staircase_slope(rows: Sequence[BucketRecord]) -> tuple[float, float]:
         totals.append(float(run))
     n = len(totals)
     if n < 3:  # too few points for a slope with an error: the mean, known to within one step
-        return (totals[-1] / n if n else 0.0), float(NVML_STEP) / max(n, 1)
+        return (totals[-1] / n if n else 0.0), float(QUANTUM) / max(n, 1)
     line = least_squares([[1.0] * n, [float(x) for x in range(1, n + 1)]], totals)
     return line.coef[1], line.std_errors[1]
 

@@ -13,12 +13,13 @@ from the 4-layer trace; gpt-oss-20b's pools do not move.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
 from bcgprof.analysis.allocator import AllocatorError
 from bcgprof.analysis.replay import Replayer, ReplayError
-from bcgprof.report import Report
+from bcgprof.report import BucketRecord, Report
 from bcgprof.report.traces import TraceError
 
 LAYOUTS = 24  # random layouts replayed per mode (seeds 1..LAYOUTS)
@@ -50,7 +51,7 @@ class LayoutSpread:
                 "from the measured one: the band spans that")
 
 
-def layout_spread(report: Report, mode: str, rows: list) -> Optional[LayoutSpread]:
+def layout_spread(report: Report, mode: str, rows: Sequence[BucketRecord]) -> Optional[LayoutSpread]:
     """``mode``'s spread over :data:`LAYOUTS` random layouts (``rows``: its measured rows in capture order);
     None when the report has no usable trace of it (captured before traces, or a damaged one)."""
     measured = [(r.bucket, r.pool_bytes) for r in rows]

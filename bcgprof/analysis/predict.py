@@ -44,7 +44,7 @@ from bcgprof.analysis.bands import TOO_WIDE, Band, ListBands, layer_band_source,
 from bcgprof.analysis.executables import later_executables, staircase_slope
 from bcgprof.analysis.fit import Fit, least_squares
 from bcgprof.analysis.headroom import Headroom, headroom_json, layered_headroom, measured_headroom, traced_headroom
-from bcgprof.analysis.layout_spread import LAID_OUT, layout_spread
+from bcgprof.analysis.layout_spread import layout_spread
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.analysis.replay_interpolate import line_size, neighbours
 from bcgprof.errors import BcgprofError
@@ -192,7 +192,7 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
     if counts[deepest] < STEADY_LAYERS:
         notes.append(f"the deepest capture has {counts[deepest]} layers, fewer than {STEADY_LAYERS}: its pool may "
                      "not be the full model's; the band includes its change from the next count")
-    modes = []
+    modes, laid = [], []  # laid: the modes whose band spans the pool's layouts
     free_band, free_source = layer_needs_free_band()
     rows_of = {mode: [_rows(r, mode) for r in reports] for mode in common}  # mode -> each report's rows
     steps = {}  # mode -> per-report executable bytes per later bucket, and their standard errors
@@ -246,9 +246,11 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
         band = 2.0 * later * each_error + later * misfit + 2 * SEGMENT_ROUND + unsettled
         result = _mode(mode, predicted, band)
         result.band_source = layer_band_source(first.run)
-        if spread := layout_spread(reports[deepest], mode, per_report[deepest]):  # another depth, another layout
+        spread = layout_spread(reports[deepest], mode, per_report[deepest])  # another depth, another layout
+        if spread is not None and (spread.below or spread.above):
             result.low_bytes, result.high_bytes = result.low_bytes - spread.below, result.high_bytes + spread.above
-            result.band_source += f"; {spread.note(counts[deepest])}" if spread.below or spread.above else ""
+            result.band_source += f"; {spread.note(counts[deepest])}"
+            laid.append(result)  # widened by the pool's layouts, not by the slopes
         result.headroom = layered_headroom(mode, predicted, per_report[deepest], free_band,
                                            f"{LAYER_HEADROOM.format(layers=counts[deepest])}; band "
                                            f"±{free_band / MIB:.1f} MiB: {free_source}")
@@ -258,7 +260,6 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
             result.headroom.check(free)
         modes.append(result)
     notes.append(_per_layer_note(reports, counts, common[0], steps.get(common[0])))
-    laid = [m for m in modes if LAID_OUT in m.band_source]  # widened by the pool's layouts, not by the slopes
     notes += _too_wide_notes(laid, ": the graph pool depends on where the driver places its segments (see its band); "
                                    "capture the full depth to pin it down")
     notes += _too_wide_notes([m for m in modes if m not in laid],
