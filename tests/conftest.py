@@ -12,7 +12,7 @@ import torch
 
 from helpers import DATA, load_data_module
 
-# The fused kernels' CPU tests (tests/unit/test_kernels.py) run Triton's interpreter, which has
+# The fused kernels' CPU tests (tests/models/test_kernels.py) run Triton's interpreter, which has
 # to be chosen before triton is first imported; with a GPU the compiled kernels are tested.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -1,5 +1,6 @@
 """Shared by the CPU tests (importable by name: pytest puts tests/ on sys.path): the generators
-under tests/data/ loaded as modules, and the check of a command that refused its input."""
+under tests/data/ and the scripts the tests check, loaded as modules, and the check of a command
+that refused its input."""
 
 from __future__ import annotations
 
@@ -9,18 +10,27 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-DATA = Path(__file__).resolve().parent / "data"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
 
 
 @functools.cache
-def load_data_module(name: str) -> ModuleType:
-    """``tests/data/<name>.py`` (not a package) as the module ``name``, loaded once."""
-    spec = importlib.util.spec_from_file_location(name, DATA / f"{name}.py")
-    assert spec is not None and spec.loader is not None, name
+def load_script(path: str) -> ModuleType:
+    """A Python file outside any package (``tests/data/make_reports.py``,
+    ``benchmarks/gpu/same_figures.py``), by its path from the repository's root, as the module named
+    after the file; loaded once."""
+    name = Path(path).stem
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def load_data_module(name: str) -> ModuleType:
+    """``tests/data/<name>.py`` as the module ``name``, loaded once."""
+    return load_script(f"tests/data/{name}.py")
 
 
 def refused(result, code=2) -> str:

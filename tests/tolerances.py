@@ -18,7 +18,7 @@ A chain of ``depth`` such sums (the layers of a model) adds the errors to first 
 What it assumes: each stage is well conditioned, i.e. its output has the magnitude of its
 terms (no catastrophic cancellation), so errors are not amplified from stage to stage. The
 normalisations of a transformer (RMSNorm before each block, softmax weights summing to one)
-keep that roughly true; tests/unit/test_tolerances.py checks it against float64 for every family.
+keep that roughly true; tests/models/test_tolerances.py checks it against float64 for every family.
 
 Elementwise functions count their roundings (``ACTIVATION_TERMS``; an exp is worth a few ulps,
 ``TRANSCENDENTAL_ULPS``). A 16-bit path that accumulates in float32 and rounds to bf16 or

@@ -5,9 +5,9 @@ functions named below are that file's), read in a recent main-branch version (th
 ``AcceleratorAllocatorConfig::large_segment_size`` and ``graph_capture_record_stream_reuse``, a
 setting torch 2.11's snapshots list) and in an older one without memory pools (torch 2.1 era):
 the rules modelled here are the same in both. Checked against torch 2.11.0+cu130 on an H200 by
-``tests/unit/test_allocator_real.py`` (every block address and segment of the floor capture whose
+``tests/regression/test_allocator_real.py`` (every block address and segment of the floor capture whose
 history ``reports/gpt-oss-20b-h200-snapshot`` keeps) and, on a GPU, by
-``tests/gpu/test_replay_gpu.py`` and ``tests/gpu/replay_proof.sh`` with the torch installed there.
+``tests/gpu/test_replay_gpu.py`` and ``benchmarks/gpu/replay_proof.sh`` with the torch installed there.
 
 The rules (default allocator settings; ``PYTORCH_CUDA_ALLOC_CONF`` empty):
 

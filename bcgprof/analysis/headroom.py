@@ -40,7 +40,7 @@ on the H200 (same largest bucket): each bucket's predicted need is within 4.4 Mi
 NVML peak (the executables' staircase and NVML's 2 MiB steps) on 305 of 308 rows and 62-64 MiB
 above it on three; each list's needs-free within 1.7 MiB. A list with a smaller largest bucket
 measured 38-90 MiB more per warm-up (8192 first), within the pre-warm's leftover (182 MiB), which
-the prediction then adds as an upper bound. Under pressure (tests/gpu/free_check.py, H200): every
+the prediction then adds as an upper bound. Under pressure (benchmarks/gpu/free_check.py, H200): every
 failure called certain happened at the predicted bucket, and a warm-up under pressure that was
 not called certain captured every bucket. Torch-free.
 """

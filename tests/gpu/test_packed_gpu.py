@@ -3,7 +3,7 @@
 * The packed fused MoE at gpt-oss-20b's expert shape (E 32, top-4, H = I = 2880) and a few
   token counts against the bf16 fused MoE run on the weights ``mxfp4.dequantize_mxfp4`` gives
   (exact in bf16): the same products, float32 sums in another order, so at most a flipped bf16
-  rounding at each of the four rounding points (tests/unit/test_packed_experts.py derives the bound).
+  rounding at each of the four rounding points (tests/models/test_packed_experts.py derives the bound).
 * No bf16 copy of an expert weight: building a packed gpt-oss-20b expert layer allocates the packed
   bytes and nothing near the bf16 size, and a forward allocates exactly what the bf16 fused MoE
   allocates (the same workspace), byte for byte.

@@ -22,7 +22,7 @@ from bcgprof.report.traces import Trace, TraceRow
 
 MIB = 1 << 20
 PROFILE = "reports/gpt-oss-20b-h200-traced"
-# lists captured on the H200 that start from the profile's largest bucket (tests/unit/test_replay_h200.py)
+# lists captured on the H200 that start from the profile's largest bucket (tests/regression/test_replay_h200.py)
 SAME_TOP = ["subset20", "snapshot", "second-13824-per-bucket", "second-13824-shared-largest", "second-15360-per-bucket",
             "second-15360-shared-largest", "advised-per-bucket", "advised-shared", "advised-shared-largest"]
 
@@ -156,7 +156,7 @@ def test_the_own_list_without_traces_uses_the_measured_peaks():
     assert pred.mode("shared").headroom.fits
 
 
-# Captured on the H200 under memory held by another process (tests/gpu/free_check.py): report -> its profile
+# Captured on the H200 under memory held by another process (benchmarks/gpu/free_check.py): report -> its profile
 PRESSURE = {"llama-3.1-8b-h200-free-5164": "llama-3.1-8b-h200", "llama-3.1-8b-h200-free-4884": "llama-3.1-8b-h200",
             "llama-3.1-8b-h200-free-5300": "llama-3.1-8b-h200", "qwen3-30b-a3b-h200-free-3182": "qwen3-30b-a3b-h200",
             "qwen3-30b-a3b-h200-free-3300": "qwen3-30b-a3b-h200", "gpt-oss-20b-h200-free-4500": "gpt-oss-20b-h200"}

@@ -2,7 +2,7 @@
 # Captures a queue of bucket lists on the GPU, each as users run it, within one device command's
 # time; every finished report is appended to $OUT/reports.tar at once, so that a run cut short
 # still brings back what finished. Run from the repository root:
-#   OUT=dir JOBS="name|expected_s|capture args;..." [GATE="name=reports/baseline ..."] bash tests/gpu/lists_proof.sh
+#   OUT=dir JOBS="name|expected_s|capture args;..." [GATE="name=reports/baseline ..."] bash benchmarks/gpu/lists_proof.sh
 # A job starts only when its expected seconds fit in what is left of BUDGET_S (default 570).
 # GATE pairs a captured report with a committed one (or, by an absolute path such as $OUT/r/NAME, with
 # another captured here) for a zero-tolerance per-bucket gate; a pair ending in :allow-mismatch gates
@@ -16,7 +16,7 @@ mkdir -p "$R"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 STAGES=""
-. "$HERE/tests/gpu/proof_lib.sh"
+. "$HERE/benchmarks/gpu/proof_lib.sh"
 BUDGET_S=${BUDGET_S:-570}
 start=$SECONDS
 IFS=';' read -r -a jobs <<<"${JOBS:-}"

@@ -1,7 +1,7 @@
 """Column by column, are two captures of the same run the same? Every figure of buckets.csv except the
 wall times (warmup_ms, capture_ms), row by row, and each mode's allocator trace (decompressed rows, device addresses aside).
 
-    python tests/gpu/same_figures.py REFERENCE CURRENT
+    python benchmarks/gpu/same_figures.py REFERENCE CURRENT
 
 Prints one line per column that differs (rows differing, largest difference) and one per trace; exits 0
 when everything is the same."""

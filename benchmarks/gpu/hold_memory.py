@@ -1,6 +1,6 @@
 """Hold device memory from another process so that a capture starts with a chosen free amount.
 
-    python tests/gpu/hold_memory.py TARGET_FREE_BYTES
+    python benchmarks/gpu/hold_memory.py TARGET_FREE_BYTES
 
 Allocates until NVML reports TARGET_FREE_BYTES free (to one 2 MiB step), prints the free
 bytes it reached as one line ``free <bytes>``, then holds the memory until stdin closes.

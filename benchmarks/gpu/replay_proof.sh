@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Does replaying the allocator traces reproduce the graph pool to the byte? Run from the repository
 # root on a CUDA machine; everything lands under $OUT and a short table is printed last.
-#   OUT=dir bash tests/gpu/replay_proof.sh            (STAGES="env profile gate replay fresh test")
+#   OUT=dir bash benchmarks/gpu/replay_proof.sh            (STAGES="env profile gate replay fresh test")
 # Stages:
 #   env      GPU, driver, torch
 #   profile  the default capture (gpt-oss-20b, 74 buckets, four modes) with traces, into $OUT/profile
 #   gate     that capture gated with zero tolerance against reports/gpt-oss-20b-h200: recording the
 #            traces changed no measured figure (and the model's requests are those of the held-out reports)
-#   replay   tests/gpu/replay_check.py: the profile's own list replayed (every row's pool_bytes, every
+#   replay   benchmarks/gpu/replay_check.py: the profile's own list replayed (every row's pool_bytes, every
 #            allocation's address), then the committed H200 lists predicted from it row by row
 #   fresh    a sparse list captured now ($OUT/fresh-sparse) and predicted from the profile
 #   test     pytest tests/gpu/test_replay_gpu.py (a tiny model: own list and a captured subset)
@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 HERE=$PWD
-. "$HERE/tests/gpu/proof_lib.sh"
+. "$HERE/benchmarks/gpu/proof_lib.sh"
 BUDGET_S=${BUDGET_S:-600}
 LEFT_S=${LEFT_S:-150}
 time_for() {  # a stage that may be skipped: is there time for it and the replay after it?
@@ -71,7 +71,7 @@ fi
 
 if stage replay; then
   # shellcheck disable=SC2086  # HELD_OUT is a list of paths without spaces
-  timeout 240 python3 tests/gpu/replay_check.py "$OUT/profile" $HELD_OUT >"$OUT/replay.txt" 2>&1
+  timeout 240 python3 benchmarks/gpu/replay_check.py "$OUT/profile" $HELD_OUT >"$OUT/replay.txt" 2>&1
   code=$?
   say ""
   say "replay (exit $code):"

@@ -1,6 +1,6 @@
 """Eager forward time and transient memory of a preset's full stack at T tokens (GPU).
 
-    PYTHONPATH=<tree> python tests/gpu/forward_time.py [--model gpt-oss-20b] [--tokens 16384]
+    PYTHONPATH=<tree> python benchmarks/gpu/forward_time.py [--model gpt-oss-20b] [--tokens 16384]
 
 Run it with PYTHONPATH pointing at two checkouts to compare them: it uses only
 ``bcgprof.models.load``. Prints one JSON line: median milliseconds of 5 forwards after 2

@@ -1,7 +1,7 @@
-"""Side-by-side figures of two capture reports, for tests/gpu/packed_proof.sh: a bf16-expert
+"""Side-by-side figures of two capture reports, for benchmarks/gpu/packed_proof.sh: a bf16-expert
 baseline and a capture with ``--experts packed``.
 
-    python3 tests/gpu/packed_table.py BASELINE CURRENT
+    python3 benchmarks/gpu/packed_table.py BASELINE CURRENT
 
 Prints, from the report files alone (run.json, summary.csv, buckets.csv; no bcgprof import, so a
 broken tree still gets its table): the experts and the parameter bytes of each, each mode's pool

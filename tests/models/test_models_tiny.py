@@ -1,5 +1,5 @@
 """Tiny configs of every family and their transformers reference models (helpers for
-the tests/unit/test_models_*.py files; no tests of its own).
+the tests/models/test_models_*.py files; no tests of its own).
 
 The tiny configs keep what makes each family itself (gpt-oss: sinks, a small sliding
 window, YaRN, biases, a clamp limit low enough to bite; Llama: llama3 RoPE scaling with

@@ -1,4 +1,4 @@
-"""tests/gpu/same_figures.py, the check that two captures of one run measured the same: CPU only, on a
+"""benchmarks/gpu/same_figures.py, the check that two captures of one run measured the same: CPU only, on a
 committed traced report and a copy of it."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu import same_figures
+from helpers import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parents[2]
+same_figures = load_script("benchmarks/gpu/same_figures.py")
 REPORT = ROOT / "reports" / "gpt-oss-20b-h200-traced"
 
 

@@ -1,6 +1,6 @@
 """Capture the lists `bcgprof advise` picks and check them against the advice (run on a CUDA machine).
 
-    PYTHONPATH=. python3 tests/gpu/advised_check.py OUT PROFILE BUDGET:MODE[:FREE] ...
+    PYTHONPATH=. python3 benchmarks/gpu/advised_check.py OUT PROFILE BUDGET:MODE[:FREE] ...
 
 For each case: `bcgprof advise --from PROFILE --budget BUDGET --mode MODE [--free FREE] -f json`, then
 `bcgprof capture` of the advised list in that mode alone (same model, as the profile's run.json

@@ -1,6 +1,6 @@
 """Does the replay reproduce what was measured? (no GPU needed to run it; the reports come from one)
 
-    python3 tests/gpu/replay_check.py PROFILE [HELD_OUT ...]
+    python3 benchmarks/gpu/replay_check.py PROFILE [HELD_OUT ...]
 
 PROFILE is a report captured with allocator traces. For each of its modes the profile's own list
 is replayed with every allocation's address checked against the recorded one, and every row's

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `--experts packed` on the GPU: gpt-oss's MXFP4 experts kept as uint8 blocks and scales, decoded
 # inside the fused MoE's GEMMs.
-#   cd <tree> && OUT=dir bash tests/gpu/packed_proof.sh
+#   cd <tree> && OUT=dir bash benchmarks/gpu/packed_proof.sh
 # Stages (STAGES="tests capture" by default):
 #   tests    python3 -m pytest -q tests/gpu -k packed: the packed kernel against the bf16 fused MoE at
 #            gpt-oss-20b's expert shape, no bf16 expert copy, graph replay (log: $OUT/r/pytest.log)
 #   capture  bcgprof capture --experts packed (gpt-oss-20b, every mode) into $OUT/packed, then the
-#            side-by-side table against reports/gpt-oss-20b-h200 (tests/gpu/packed_table.py)
+#            side-by-side table against reports/gpt-oss-20b-h200 (benchmarks/gpu/packed_table.py)
 # Timeouts: TEST_TIMEOUT (default 120 s), CAP_TIMEOUT (default 360 s); together under a 600 s limit. The short table comes last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -17,7 +17,7 @@ R=$OUT/r
 mkdir -p "$R"
 SUMMARY=$R/summary.txt
 : >"$SUMMARY"
-. "$HERE/tests/gpu/proof_lib.sh"
+. "$HERE/benchmarks/gpu/proof_lib.sh"
 BASELINE=$HERE/reports/gpt-oss-20b-h200
 
 say "packed experts proof in $HERE ($(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo '?')); out $OUT"
@@ -51,7 +51,7 @@ if stage capture; then
   fi
   if [ -f "$OUT/packed/run.json" ]; then
     PYTHONPATH=$HERE python3 -m bcgprof show "$OUT/packed" --section summary >"$R/packed.summary" 2>&1
-    PYTHONPATH=$HERE timeout 60 python3 "$HERE/tests/gpu/packed_table.py" "$BASELINE" "$OUT/packed" >"$R/table.txt" 2>&1
+    PYTHONPATH=$HERE timeout 60 python3 "$HERE/benchmarks/gpu/packed_table.py" "$BASELINE" "$OUT/packed" >"$R/table.txt" 2>&1
     say "table: exit $? ($R/table.txt)"
   else
     say "no report in $OUT/packed; the end of the capture's output:"

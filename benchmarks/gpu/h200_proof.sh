@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything bcgprof checks on a GPU machine, stage by stage; logs and reports land under $OUT
 # (one tarball) and a short summary is printed last.
-#   OUT=dir STAGES="env tests kernels forward build proof sites" bash tests/gpu/h200_proof.sh
+#   OUT=dir STAGES="env tests kernels forward build proof sites" bash benchmarks/gpu/h200_proof.sh
 # Stages:
 #   env      GPU, driver, torch, triton
 #   tests    pytest tests/gpu (all but the slow 16k builds)
@@ -34,7 +34,7 @@ R=$OUT/r
 mkdir -p "$R"
 SUMMARY=$R/summary.txt
 : >"$SUMMARY"
-. "$HERE/tests/gpu/proof_lib.sh"
+. "$HERE/benchmarks/gpu/proof_lib.sh"
 start=$SECONDS
 
 if stage env; then
@@ -58,7 +58,7 @@ fi
 
 if stage forward; then
   for tree in $HERE $OLD; do
-    (cd "$tree" && PYTHONPATH=$tree timeout 180 python3 "$HERE/tests/gpu/forward_time.py" --model gpt-oss-20b) \
+    (cd "$tree" && PYTHONPATH=$tree timeout 180 python3 "$HERE/benchmarks/gpu/forward_time.py" --model gpt-oss-20b) \
       >>"$R/forward.log" 2>&1
   done
   say "forward at 16384:"; grep '^{' "$R/forward.log" | tee -a "$SUMMARY"

@@ -1,10 +1,10 @@
 """Capture under memory pressure: does the first bucket bcgprof predicts to run out fail first?
 
-    PYTHONPATH=. python3 tests/gpu/free_check.py OUT_DIR MODEL:REPORT:FREE_MIB[,FREE_MIB...] ...
+    PYTHONPATH=. python3 benchmarks/gpu/free_check.py OUT_DIR MODEL:REPORT:FREE_MIB[,FREE_MIB...] ...
 
 For each model: a one-bucket capture (the largest) learns what the process takes before its first
 bucket's warm-up (model, pre-warm, CUDA context), as NVML free before the process less NVML free
-when that warm-up begins. Then, for each FREE_MIB, tests/gpu/hold_memory.py holds memory so that
+when that warm-up begins. Then, for each FREE_MIB, benchmarks/gpu/hold_memory.py holds memory so that
 FREE_MIB are free when the first warm-up begins, and a per-bucket capture of the report's list
 runs. The prediction (bcgprof.analysis.headroom, from the committed REPORT's measured rows) is
 printed beside what happened: the first bucket that failed, its status, and the last that captured.

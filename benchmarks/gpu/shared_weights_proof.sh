@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `--weights shared` on the GPU: captures with one layer's weights for every layer, checked against
 # the committed captures with distinct weights at zero tolerance, and models too large for the card.
-#   OUT=dir STAGES="gpt-oss-20b llama" bash tests/gpu/shared_weights_proof.sh
+#   OUT=dir STAGES="gpt-oss-20b llama" bash benchmarks/gpu/shared_weights_proof.sh
 # Stages:
 #   gpt-oss-20b   the default capture with --weights shared, against reports/gpt-oss-20b-h200
 #   llama         Llama-3.1-8B likewise, against reports/llama-3.1-8b-h200
@@ -18,7 +18,7 @@ R=$OUT/r
 mkdir -p "$R"
 SUMMARY=$R/summary.txt
 : >"$SUMMARY"
-. "$HERE/tests/gpu/proof_lib.sh"
+. "$HERE/benchmarks/gpu/proof_lib.sh"
 
 cap() {
   local name=$1; shift
