@@ -19,7 +19,9 @@ from bcgprof.vocab import (
     Mode,
     Order,
     Phase,
+    RecordGroup,
     RunStatus,
+    Source,
     Verify,
     WarmupOutput,
     WarmupRepeat,
@@ -30,6 +32,10 @@ from bcgprof.vocab import (
 # The words of each choice, from bcgprof.vocab (modes in the order they run and are shown).
 MODES = words(Mode)
 DEFAULT_MODES = MODES
+# The words a recorded report's mode column holds instead (bcgprof record), and every word a report may hold.
+RECORD_GROUPS = words(RecordGroup)
+REPORT_MODES = MODES + RECORD_GROUPS
+SOURCES = words(Source)
 GRAPH_KINDS = words(GraphKind)
 ORDERS = words(Order)
 PHASES = words(Phase)
@@ -50,8 +56,8 @@ DEFAULT_MODEL = "gpt-oss-20b"
 
 
 def mode_index(mode: str) -> int:
-    """Sort key that puts modes in :data:`MODES` order, unknown ones last."""
-    return MODES.index(mode) if mode in MODES else len(MODES)
+    """Sort key that puts modes in :data:`REPORT_MODES` order, unknown ones last."""
+    return REPORT_MODES.index(mode) if mode in REPORT_MODES else len(REPORT_MODES)
 
 
 @dataclass

@@ -31,6 +31,27 @@ class Mode(StrEnum):
     FLOOR = "floor"  # the largest bucket alone
 
 
+class RecordGroup(StrEnum):
+    """What the rows of a recorded report (``bcgprof record``) stand for in place of a :class:`Mode`:
+    the phase of the recorded program's graphs, as an engine adapter knows it."""
+
+    PREFILL = "prefill"  # prefill (extend) graphs, by token count
+    DECODE = "decode"  # decode graphs, by batch size
+    DRAFT = "draft"  # a speculative draft model's graphs
+    FULL = "full"  # vLLM's FULL graphs (one graph per batch, attention inside)
+    PIECEWISE = "piecewise"  # vLLM's PIECEWISE graphs (pieces between attention calls)
+    ESTIMATE = "estimate"  # graphs an engine captures only to estimate capture memory, then frees
+    COMPILED = "compiled"  # torch.compile's cudagraph trees
+    GRAPHS = "graphs"  # no adapter knew the phase: one row per graph, or per --bucket call
+
+
+class Source(StrEnum):
+    """How a report was made (run.json ``source``)."""
+
+    CAPTURE = "capture"  # bcgprof capture: bcgprof's own replica of a model, every mode in a fresh process
+    RECORD = "record"  # bcgprof record: another program's captures, seen from inside its processes
+
+
 class ListMode(StrEnum):
     """The modes that capture a whole bucket list (every :class:`Mode` but the floor): what a server runs."""
 

@@ -34,7 +34,7 @@ from typing import Optional
 from bcgprof.errors import ReportError
 from bcgprof.report.codec import FIX, encode_value, shorten
 from bcgprof.report.schema import BucketRecord, RunInfo, SiteRecord, SummaryRecord
-from bcgprof.vocab import BucketStatus, Mode, Order, RunStatus
+from bcgprof.vocab import BucketStatus, Mode, Order, RunStatus, Source
 
 # The replay tolerance of every capture: bcgprof.measure.capture.Capturer.verify marks a bucket ``error``
 # when its replay differs from the eager forward by more than its ``atol``, which the mode loop
@@ -44,7 +44,10 @@ REPLAY_ATOL = 0.0
 
 
 def capture_sequence(run: RunInfo, mode: str) -> list[int]:
-    """The buckets ``mode`` captures, in order (bcgprof.measure.capture.Capturer's rule)."""
+    """The buckets ``mode`` captures, in order (bcgprof.measure.capture.Capturer's rule; a recording's
+    order is its program's, kept in run.json's ``extra.sequences``)."""
+    if run.source == Source.RECORD:
+        return list(run.extra["sequences"][mode])
     largest_first = sorted(set(run.buckets), reverse=True)
     if mode == Mode.FLOOR:
         return largest_first[:1]

@@ -29,9 +29,9 @@ Figures: bytes within +-:data:`MAX_BYTES` (1 PiB), times within :data:`MAX_MS` (
 from __future__ import annotations
 
 from bcgprof.buckets import MAX_BUCKETS
-from bcgprof.options import MODES
+from bcgprof.options import REPORT_MODES
 
-MAX_MODES = len(MODES)
+MAX_MODES = len(REPORT_MODES)  # a capture's four modes, or the groups of a recording
 MAX_TP = 8  # tensor-parallel ranks: the GPUs of one host
 MAX_BUCKET_ROWS = MAX_MODES * MAX_TP * MAX_BUCKETS
 MAX_SUMMARY_ROWS = MAX_MODES * (MAX_TP + 2)

@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bcgprof.errors import ReportError
 from bcgprof.report.consistency import check_bucket_rows, check_bucket_sums, check_site_rows, check_summary_rows
-from bcgprof.report.files import read_small_text
+from bcgprof.report.files import is_present, read_small_text, report_directory
 from bcgprof.report.limits import (
     MAX_BUCKETS_BYTES,
     MAX_MODES,
@@ -66,8 +65,9 @@ def read_csv_records(path: Path, cls: Any) -> list:
 def _bucket_rows_cap(run: RunInfo) -> tuple[int, str]:
     """At most every mode on every rank and bucket of run.json: a bound known before the file is read
     (which modes run.json lists is checked row by row)."""
-    n = MAX_MODES * run.tp * len(run.buckets)
-    return n, f"{MAX_MODES} modes x run.json's {run.tp} rank(s) x {len(run.buckets)} bucket(s) allow ({n} rows)"
+    modes = len(run.modes)
+    n = modes * run.tp * len(run.buckets)
+    return n, f"run.json's {modes} mode(s) x {run.tp} rank(s) x {len(run.buckets)} bucket(s) allow ({n} rows)"
 
 
 @contextlib.contextmanager
@@ -94,10 +94,7 @@ def read_report(path: str | Path) -> Report:
     have stopped between files, the summary is recomputed from buckets.csv and
     :attr:`Report.summary_source` says so. sites.csv, when present, is read too.
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise ReportError(f"report {path} does not exist or is not a directory; give a report directory written by "
-                          "bcgprof capture")
+    path = report_directory(Path(path))
     with cyclic_gc_paused():
         return _read_checked(path)
 
@@ -114,7 +111,7 @@ def _read_checked(path: Path) -> Report:
     check_summary_rows(summary.path, run, summary.records, summary.lines, summary.header, computed)
     source = SUMMARY_FROM_FILE if run.status == RunStatus.COMPLETE else SUMMARY_RECOMPUTED
     sites: list[SiteRecord] = []
-    if (path / SITES_FILE).exists() or (path / SITES_FILE).is_symlink():
+    if is_present(path / SITES_FILE):
         table = read_table(path / SITES_FILE, SiteRecord, MAX_SITES_BYTES)
         check_site_rows(table.path, run, table.records, table.lines, buckets.records)
         sites = table.records

@@ -18,18 +18,19 @@ from typing import Any
 
 from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
 from bcgprof.errors import ReportError
-from bcgprof.options import EXPERTS, GRAPH_KINDS, MODES, ORDERS, PHASES, RUN_STATUSES, WEIGHTS
+from bcgprof.options import EXPERTS, GRAPH_KINDS, ORDERS, PHASES, REPORT_MODES, RUN_STATUSES, SOURCES, WEIGHTS
 from bcgprof.report.codec import FIX, clean_json, clean_text, json_shown
 from bcgprof.report.files import read_small_text
 from bcgprof.report.limits import MAX_JSON_DEPTH, MAX_RUN_BYTES, MAX_TP
 from bcgprof.report.schema import SCHEMA_VERSION, RunInfo
+from bcgprof.vocab import Source
 
 # run.json fields a report must have (the others take RunInfo's defaults)
 RUN_REQUIRED = ("schema_version", "model", "phase", "buckets", "modes", "tp", "status")
 # bcgprof.spec.config_hash writes 16 hexadecimal digits; any short token without spaces is taken
 CONFIG_HASH = re.compile(r"[0-9A-Za-z._-]{1,64}")
 _CHOICES = {"phase": PHASES, "status": RUN_STATUSES, "graph": GRAPH_KINDS, "order": ORDERS, "weights": WEIGHTS,
-            "experts": EXPERTS}
+            "experts": EXPERTS, "source": SOURCES}
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 
@@ -76,8 +77,8 @@ def check_run(path: Path, data: dict) -> RunInfo:
             if len(set(value)) != len(value):
                 raise bad(name, "a list of distinct bucket sizes")
         elif name == "modes":
-            if not isinstance(value, list) or not all(isinstance(m, str) and m in MODES for m in value):
-                raise bad(name, f"a list of modes ({', '.join(MODES)})")
+            if not isinstance(value, list) or not all(isinstance(m, str) and m in REPORT_MODES for m in value):
+                raise bad(name, f"a list of modes ({', '.join(REPORT_MODES)})")
             if len(set(value)) != len(value):
                 raise bad(name, "a list of distinct modes")
         elif name == "tp":
@@ -108,7 +109,24 @@ def check_run(path: Path, data: dict) -> RunInfo:
         raise bad("config_hash", "the model config's hash (16 hexadecimal digits, as `bcgprof capture` records it; "
                   "compare and gate tell models apart by it)")
     values["schema_version"] = data["schema_version"]
+    if values.get("source") == Source.RECORD:
+        _check_recorded_sequences(path, values)
     return RunInfo(**values)
+
+
+def _check_recorded_sequences(path: Path, values: dict[str, Any]) -> None:
+    """A recording's capture order, ``extra.sequences``: each mode's buckets in the order its program
+    captured them (the order column's meaning), distinct buckets of the run's list."""
+    sequences = values.get("extra", {}).get("sequences")
+    listed = set(values.get("buckets", ()))
+    modes = values.get("modes", ())
+    if not isinstance(sequences, dict) or set(sequences) != set(modes):
+        raise ReportError(f"{path}: a recorded report's extra.sequences must give every mode of its modes "
+                          f"({', '.join(modes) or 'none'}) its buckets in capture order; {FIX}")
+    for mode, seq in sequences.items():
+        if not isinstance(seq, list) or not all(_is_int(b) and b in listed for b in seq) or len(set(seq)) != len(seq):
+            raise ReportError(f"{path}: extra.sequences of {mode} must be distinct buckets of run.json's bucket "
+                              f"list; {FIX}")
 
 
 def parse_run_json(path: Path, text: str) -> RunInfo:

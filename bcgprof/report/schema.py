@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
-from bcgprof.options import MODES, STATUSES
+from bcgprof.options import REPORT_MODES, STATUSES
 from bcgprof.report.limits import INT64, MAX_BYTES, MAX_MS, MAX_TP
-from bcgprof.vocab import Experts, GraphKind, Order, Phase, RunStatus, WarmupOutput, Weights
+from bcgprof.vocab import Experts, GraphKind, Order, Phase, RunStatus, Source, WarmupOutput, Weights
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -69,6 +69,7 @@ class BucketRecord:
     pool_free_delta_bytes: Optional[int] = None  # growth of unused bytes the pool's segments hold
     outside_pool_delta_bytes: Optional[int] = None  # torch-reserved growth outside the pool
     pool_output_bytes: Optional[int] = None  # the part of retained_output_bytes that lies in the pool
+    pid: Optional[int] = None  # the process that captured the bucket (bcgprof record); empty from capture
 
 
 @dataclass
@@ -147,6 +148,7 @@ class RunInfo:
     graph: str = GraphKind.BREAKABLE  # breakable | full (reports written before this field: breakable)
     order: str = Order.LARGEST_FIRST  # largest-first | smallest-first
     experts: str = Experts.BF16  # bf16 | packed (reports written before this field: bf16)
+    source: str = Source.CAPTURE  # capture | record (reports written before this field: capture)
 
     @property
     def warmup_outputs_freed(self) -> bool:
@@ -217,7 +219,7 @@ def byte_rule(optional: bool = False, signed: bool = False) -> Rule:
 
 
 BUCKET_RULES: dict[str, Rule] = {
-    "mode": Rule(str, choices=MODES),
+    "mode": Rule(str, choices=REPORT_MODES),
     "bucket": Rule(int, lo=1, hi=MAX_BUCKET_SIZE),
     "order": Rule(int, lo=0, hi=MAX_BUCKETS - 1),
     "status": Rule(str, choices=STATUSES),
@@ -240,7 +242,9 @@ BUCKET_RULES: dict[str, Rule] = {
     "free_bytes": byte_rule(optional=True),
     "detail": Rule(str),
     **{name: byte_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
+    "pid": Rule(int, optional=True, lo=0, hi=2 ** 31 - 1),
 }
+
 
 def total_rule(optional: bool = False, signed: bool = False) -> Rule:
     """A sum of bucket figures over a mode (and, in a ``sum`` row, over its ranks): any 64-bit integer."""
@@ -248,7 +252,7 @@ def total_rule(optional: bool = False, signed: bool = False) -> Rule:
 
 
 SUMMARY_RULES: dict[str, Rule] = {
-    "mode": Rule(str, choices=MODES),
+    "mode": Rule(str, choices=REPORT_MODES),
     "buckets": Rule(int, lo=0, hi=MAX_BUCKETS * MAX_TP),
     "segments": Rule(int, lo=0, hi=INT64 - 1),
     "pool_bytes": total_rule(),  # a sum in a ``sum`` row
@@ -267,7 +271,7 @@ SUMMARY_RULES: dict[str, Rule] = {
 }
 
 SITE_RULES: dict[str, Rule] = {
-    "mode": Rule(str, choices=MODES),
+    "mode": Rule(str, choices=REPORT_MODES),
     "rank": Rule(int, lo=0, hi=MAX_TP - 1),
     "bucket": Rule(int, lo=1, hi=MAX_BUCKET_SIZE),
     "kind": Rule(str, choices=SITE_KINDS),

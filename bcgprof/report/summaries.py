@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from operator import add, attrgetter
 from typing import Optional
 
-from bcgprof.options import MODES
+from bcgprof.options import REPORT_MODES
 from bcgprof.report.schema import LEDGER_FIELDS, BucketRecord, SummaryRecord
 from bcgprof.vocab import BucketStatus, Mode
 
@@ -28,7 +28,7 @@ def summarize(records: list[BucketRecord]) -> list[SummaryRecord]:
     if len(ranks) > 1:
         out.extend(across_ranks(out))
     fill_comparisons(out)
-    order = {m: i for i, m in enumerate(MODES)}
+    order = {m: i for i, m in enumerate(REPORT_MODES)}
     out.sort(key=lambda s: (order.get(s.mode, len(order)), rank_key(s.rank)))
     return out
 
