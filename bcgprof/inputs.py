@@ -35,13 +35,35 @@ def _kind(mode: int) -> str:
     return DIRECTORY if stat.S_ISDIR(mode) else SPECIAL
 
 
+MISSING, REGULAR, BROKEN_LINK = "missing", "a regular file", "a symbolic link to nothing"
+
+
+def kind_of(path: Path) -> tuple[str, str]:
+    """What ``path`` names, without ever raising: ``(kind, "")`` with ``kind`` one of :data:`MISSING`,
+    :data:`REGULAR`, :data:`DIRECTORY`, :data:`SPECIAL` or :data:`BROKEN_LINK`, or ``("unreadable", reason)``
+    when the system cannot look (a name too long, a loop of links, a directory without permission, a NUL
+    byte). One ``stat`` (and an ``lstat`` for a missing name); every path a user names is looked at
+    through this or :func:`open_capped`, so no such name reaches a command as an ``OSError``."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return (BROKEN_LINK if os.path.islink(path) else MISSING), ""
+    except OSError as e:
+        return "unreadable", e.strerror or str(e)
+    except ValueError:  # an embedded NUL byte: no file system has such a name
+        return "unreadable", "the name holds a NUL byte"
+    return (REGULAR if stat.S_ISREG(mode) else _kind(mode)), ""
+
+
 def _open_capped_fd(path: Path, max_bytes: int) -> int:
     try:
         info = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise Refused("missing") from None
     except OSError as e:
         raise Refused("unreadable", e.strerror or str(e)) from None
+    except ValueError:
+        raise Refused("unreadable", "the name holds a NUL byte") from None
     if not stat.S_ISREG(info.st_mode):
         raise Refused("not regular", _kind(info.st_mode))
     if info.st_size > max_bytes:

@@ -16,13 +16,32 @@ from pathlib import Path
 from typing import IO, TextIO, cast
 
 from bcgprof.errors import ReportError
-from bcgprof.inputs import Refused, open_capped
+from bcgprof.inputs import DIRECTORY, MISSING, Refused, kind_of, open_capped
 from bcgprof.report.codec import FIX
 from bcgprof.report.limits import MAX_LINE_BYTES, MIB
 
 
 def describe_cap(cap: int) -> str:
     return f"{cap // MIB} MiB" if cap >= MIB and cap % MIB == 0 else f"{cap} bytes"
+
+
+def report_directory(path: Path) -> Path:
+    """``path`` if it names a directory; else a :class:`~bcgprof.errors.ReportError` saying what it is
+    instead (missing, a file, a name the system refuses: too long, a loop of links), never an ``OSError``.
+    The one check of a report's path before its files are opened."""
+    kind, reason = kind_of(path)
+    if kind == DIRECTORY:
+        return path
+    if kind == "unreadable":
+        raise ReportError(f"cannot read report {path}: {reason}; give a report directory written by bcgprof capture")
+    what = "does not exist or is not a directory" if kind == MISSING else f"is {kind}, not a directory"
+    raise ReportError(f"report {path} {what}; give a report directory written by bcgprof capture")
+
+
+def is_present(path: Path) -> bool:
+    """Whether a report's optional file is there to be read: anything by that name, a broken link or a
+    name the system refuses included (reading it then says what is wrong), only a missing name not."""
+    return kind_of(path)[0] != MISSING
 
 
 def open_report_file(path: Path, cap: int) -> IO[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bcgprof import dtypes
 from bcgprof.errors import ModelConfigError
+from bcgprof.inputs import BROKEN_LINK, DIRECTORY, MISSING, kind_of
 from bcgprof.spec.presets import list_presets, presets_dir, read_config
 from bcgprof.spec.registry import by_architecture, families, get_family
 from bcgprof.spec.shapes import AttentionShape, attention_shape
@@ -97,20 +98,27 @@ def resolve_model(model: str) -> ModelSpec:
     ModelConfigError line."""
     presets = {p.lower(): p for p in list_presets()}
     path = Path(model).expanduser()
+    kind, reason = kind_of(path)  # never an OSError: a name too long, a loop of links are said in one line
     ckpt: Path | None
-    if model.lower() in presets and not path.exists():
+    if model.lower() in presets and kind == MISSING:
         name = presets[model.lower()]
         config_path, source, ckpt = presets_dir() / f"{name}.json", "preset", None
-    elif path.is_dir():
+    elif kind == DIRECTORY:
         config_path, source, ckpt, name = path / "config.json", "path", path, model
-        if not config_path.is_file():
+        if kind_of(config_path)[0] == MISSING:
             raise ModelConfigError(f"{path} holds no config.json; pass a checkpoint directory or a preset")
-    elif path.is_file():
-        config_path, source, ckpt, name = path, "path", path.parent, model
-    else:
+    elif kind == MISSING:
         raise ModelConfigError(
             f"unknown model {model!r}: not a preset ({', '.join(list_presets())}) nor an existing path"
         )
+    elif kind == BROKEN_LINK:
+        raise ModelConfigError(f"--model {model!r} is a symbolic link to nothing; pass a config.json, a checkpoint "
+                               "directory or a preset")
+    elif kind == "unreadable":
+        raise ModelConfigError(f"cannot read --model {model!r}: {reason}; pass a config.json, a checkpoint "
+                               "directory or a preset")
+    else:  # a regular file, or what read_config refuses by name (a device, a FIFO, a broken link)
+        config_path, source, ckpt, name = path, "path", path.parent, model
     config = read_config(config_path)
     family = detect_family(config, str(config_path))
     missing = [k for k in REQUIRED if not isinstance(config.get(k), int) or isinstance(config[k], bool)
