@@ -200,7 +200,7 @@ def write_trace(directory: Path, trace: Trace) -> Path:
 
 # ---------------------------------------------------------------- reading
 
-_FIX = "re-capture the report to predict bucket lists from it (show, gate and layer predictions do not read it)"
+_FIX = "re-capture the report to predict from it (show, gate and explain do not read it)"
 
 
 def _bad(path: Path, what: str) -> TraceError:
@@ -236,6 +236,8 @@ def _header(path: Path, first: str) -> dict:
         head = json.loads(first[1:])
     except json.JSONDecodeError:
         raise _bad(path, "the header is not JSON") from None
+    except (ValueError, RecursionError):  # an integer of thousands of digits, brackets nested beyond the stack
+        raise _bad(path, "the header is not usable JSON (too deep or too long a number)") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise _bad(path, f"not a {FORMAT} file")
     if head.get("version") != VERSION:
