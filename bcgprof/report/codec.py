@@ -152,7 +152,7 @@ def _json_ints(joined: str, n: int) -> Optional[list]:
         return None
     try:
         values = json.loads(f"[{joined}]")
-    except ValueError:  # a sign, a leading zero, anything else JSON does not read
+    except (ValueError, RecursionError):  # a sign, a leading zero, deep brackets: what JSON does not read
         return None
     if len(values) != n or not _INT_TYPE.issuperset(map(type, values)):
         return None
