@@ -95,8 +95,8 @@ app = typer.Typer(
     name="bcgprof",
     cls=OneLineErrors,
     help="Profile the GPU memory of breakable CUDA-graph capture across size buckets (capture), read the "
-         "reports it writes (show, compare, plot, gate, explain, predict, advise), and estimate output buffers "
-         "from a model config alone (estimate).",
+         "reports it writes (show, compare, plot, gate, explain, predict, advise, audit), and estimate output "
+         "buffers from a model config alone (estimate).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
