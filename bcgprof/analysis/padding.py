@@ -12,6 +12,7 @@ tokens (10 runs as a chunk of 8 and a remainder of 2 in bucket 4) of 18 requeste
 from __future__ import annotations
 
 import csv
+import io
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,8 +24,11 @@ from bcgprof.errors import AdviceError
 from bcgprof.inputs import open_regular_text
 from bcgprof.text import printable
 
-MAX_LENGTHS_FILE_BYTES = 256 * 2 ** 20  # about 30 million token counts
-MAX_LENGTHS = 50_000_000
+# A lengths file is a sample of observed prefill sizes, one count (at most 10 digits) a row: a million
+# rows is far more than a padding estimate needs, and 16 MiB holds them with room for a few more columns.
+# Within both caps reading takes well under a second and some 100 MiB.
+MAX_LENGTHS_FILE_BYTES = 16 * 2 ** 20
+MAX_LENGTHS = 1_000_000
 MAX_REQUEST_TOKENS = 2 ** 31 - 1  # longer than any context window
 
 
@@ -45,34 +49,67 @@ def _looks_numeric(cell: str) -> bool:
 def read_lengths(path: Path) -> list[int]:
     """Token counts, one per row, from a CSV file (a header row is allowed; the first column is read).
 
-    Only a regular file of at most :data:`MAX_LENGTHS_FILE_BYTES` is read, row by row, so a bad row is
-    found without reading the rest.
+    Only a regular file of at most :data:`MAX_LENGTHS_FILE_BYTES` is read (its size checked before a byte
+    is), of at most :data:`MAX_LENGTHS` counts (a line each, and a header). A file of plain counts is checked
+    in one pass over its first column; any other is read row by row, which names the first bad row.
     """
     what = "--lengths"
-    values: list[int] = []
     with open_regular_text(Path(path), what, MAX_LENGTHS_FILE_BYTES) as f:
         try:
-            for lineno, row in enumerate(csv.reader(f), start=1):
-                if not row or not row[0].strip():
-                    continue
-                cell = row[0].strip()
-                if len(cell) > 40 or not _COUNT.fullmatch(cell):
-                    if lineno == 1 and not _looks_numeric(cell):
-                        continue  # a header
-                    raise AdviceError(f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
-                                      "integer per row")
-                value = int(cell)
-                if not 1 <= value <= MAX_REQUEST_TOKENS:
-                    raise AdviceError(f"{what} {path}:{lineno}: a token count is from 1 to {MAX_REQUEST_TOKENS}, "
-                                      f"got {value}")
-                values.append(value)
-                if len(values) > MAX_LENGTHS:
-                    raise AdviceError(f"{what} {path} holds more than {MAX_LENGTHS} token counts; pass a sample")
-        except (UnicodeDecodeError, csv.Error) as e:
+            text = f.read(MAX_LENGTHS_FILE_BYTES + 1)
+        except UnicodeDecodeError as e:
             raise AdviceError(f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
                               "counts") from None
+    if len(text) > MAX_LENGTHS_FILE_BYTES:  # it grew while being read
+        raise AdviceError(f"{what} {path} is over the cap of {MAX_LENGTHS_FILE_BYTES // 2 ** 20} MiB; pass a sample")
+    if text.count("\n", 0, len(text) - 1) >= MAX_LENGTHS + 1:  # lines beyond a header and the counts
+        raise AdviceError(f"{what} {path} has more than {MAX_LENGTHS + 1} lines; it may hold at most {MAX_LENGTHS} "
+                          "token counts, one a line: pass a sample")
+    values = _plain_counts(text)
+    values = _checked_counts(text, path, what) if values is None else values
     if not values:
         raise AdviceError(f"{what} {path} holds no token counts")
+    return values
+
+
+def _plain_counts(text: str) -> Optional[list[int]]:
+    """The counts of a file that is a column of unsigned counts (a header, other columns and blank rows
+    allowed), each in range; None for anything else (quotes, a sign, a bad cell), for
+    :func:`_checked_counts` to read and name."""
+    if '"' in text:
+        return None
+    cells = [line.split(",", 1)[0].strip() for line in text.split("\n")]
+    if cells and not _looks_numeric(cells[0]):
+        cells[0] = ""  # a header
+    cells = [c for c in cells if c]
+    joined = "".join(cells)
+    if not (joined.isascii() and joined.isdigit() and max(map(len, cells)) <= 10):  # ASCII digits only
+        return None
+    values = list(map(int, cells))
+    return values if min(values) >= 1 and max(values) <= MAX_REQUEST_TOKENS else None
+
+
+def _checked_counts(text: str, path: Path, what: str) -> list[int]:
+    """The counts row by row through the csv module: the first bad row is named."""
+    values: list[int] = []
+    try:
+        for lineno, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+            if not row or not row[0].strip():
+                continue
+            cell = row[0].strip()
+            if len(cell) > 40 or not _COUNT.fullmatch(cell):
+                if lineno == 1 and not _looks_numeric(cell):
+                    continue  # a header
+                raise AdviceError(f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
+                                  "integer per row")
+            value = int(cell)
+            if not 1 <= value <= MAX_REQUEST_TOKENS:
+                raise AdviceError(f"{what} {path}:{lineno}: a token count is from 1 to {MAX_REQUEST_TOKENS}, "
+                                  f"got {value}")
+            values.append(value)
+    except csv.Error as e:
+        raise AdviceError(f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
+                          "counts") from None
     return values
 
 
@@ -84,10 +121,8 @@ def length_weights(candidates: list[int], lengths: Optional[Sequence[int]]) -> t
     if lengths is None:
         weights[1:] = 1.0
         return weights, float(top * (top + 1) // 2), f"uniform over 1..{top} tokens"
-    for t in lengths:
-        rem = t % top
-        if rem:
-            weights[rem] += 1.0
+    counts = np.bincount(np.asarray(lengths, dtype=np.int64) % top, minlength=top + 1)  # the remainders
+    weights[1:] = counts[1:top + 1]  # a remainder of 0 is full chunks alone: it pads nothing
     requested = float(sum(lengths))
     return weights, requested, f"{len(lengths)} observed lengths ({requested:.0f} tokens)"
 
