@@ -39,7 +39,9 @@ from bcgprof.analysis.compare import BOTH, OLD_ONLY, BucketComparison, Change, C
 from bcgprof.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import Report
+from bcgprof.report.consistency import capture_sequence
 from bcgprof.report_format import MIB, fmt_bytes, fmt_pct, parse_bytes, pct_change
+from bcgprof.vocab import Source
 
 TOTAL_METRICS = ("pool_bytes", "device_used_bytes")
 BUCKET_METRICS = ("pool_delta_bytes", "device_used_delta_bytes")
@@ -295,8 +297,10 @@ def _missing_rows(report: Report) -> list[str]:
     have = {(r.mode, r.rank, r.bucket) for r in report.buckets}
     missing = []
     for mode in run.modes:
-        expected = ([max(run.buckets)] if run.buckets else []) if mode == "floor" else run.buckets
-        for rank in range(run.tp):
+        expected = capture_sequence(run, mode)
+        # a recording's process captures the groups it captures: only ranks with rows of a group promise it
+        ranks = sorted({r for m, r, _ in have if m == mode}) if run.source == Source.RECORD else range(run.tp)
+        for rank in ranks:
             for bucket in expected:
                 if (mode, rank, bucket) not in have:
                     missing.append(f"{mode}" + (f" rank {rank}" if run.tp > 1 else "") + f" bucket {bucket}")

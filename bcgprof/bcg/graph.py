@@ -64,7 +64,7 @@ def _detach_refs(value: Any) -> Any:
 # ------------------------------------------------------------ the graph itself
 
 
-def _graph_node_count(graph: torch.cuda.CUDAGraph) -> Optional[int]:
+def graph_node_count(graph: torch.cuda.CUDAGraph) -> Optional[int]:
     """Nodes of a kept graph, through the CUDA Python bindings when they are installed."""
     try:
         from cuda.bindings import runtime as cudart
@@ -166,7 +166,7 @@ class BreakableGraph:
         join_side_streams()  # a capture cannot end with forked work unjoined
         g.capture_end()
         if self.graph_nodes is not None:
-            nodes = _graph_node_count(g)
+            nodes = graph_node_count(g)
             self.graph_nodes = None if nodes is None else self.graph_nodes + nodes
         # With keep_graph the executable is built here, not at the first replay, so
         # its device memory lands in this bucket's figures.

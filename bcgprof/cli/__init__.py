@@ -3,7 +3,8 @@
 * :mod:`bcgprof.cli.root`: the application, exit codes, the one place errors become lines
 * :mod:`bcgprof.cli.output`: stdout for results, stderr for progress, notes and errors
 * :mod:`bcgprof.cli.common`: help texts and parsing of options more than one command takes
-* :mod:`bcgprof.cli.capture`: ``capture`` (the only command that needs a GPU)
+* :mod:`bcgprof.cli.capture`: ``capture`` (a GPU: bcgprof's own replica of a model)
+* :mod:`bcgprof.cli.record`: ``record`` (a GPU: another program's captures, from inside it)
 * :mod:`bcgprof.cli.reports`: ``show``, ``compare``, ``plot``
 * :mod:`bcgprof.cli.gate`: ``gate``
 * :mod:`bcgprof.cli.whatif`: ``estimate``, ``explain``, ``predict``, ``advise``
@@ -27,6 +28,7 @@ from bcgprof.cli.root import app as _app
 # load them all (tests/cli/test_cli.py checks this table against the loaded app).
 COMMAND_MODULES = {
     "capture": "capture",
+    "record": "record",
     "show": "reports", "compare": "reports", "plot": "reports",
     "gate": "gate",
     "estimate": "whatif", "explain": "whatif", "predict": "whatif", "advise": "whatif",

@@ -210,7 +210,8 @@ def build_figure(report: Report, *, rank: int = 0):
     run = report.run
     status = "" if run.status == "complete" else f" [{run.status}]"
     tp = f", rank {rank} of {run.tp}" if run.tp and run.tp > 1 else ""
-    top.set_title(f"{run.model}: {run.layers} layers, {run.dtype}, {run.phase}, {len(labels)} buckets"
+    what = "recorded" if run.source == "record" else f"{run.layers} layers, {run.dtype}, {run.phase}"
+    top.set_title(f"{run.model}: {what}, {len(labels)} buckets"
                   f"{tp} on {run.gpu_name or 'unknown GPU'}{status}")
 
     width = 0.8 / max(len(curves), 1)

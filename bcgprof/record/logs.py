@@ -1,0 +1,48 @@
+"""The capture-memory lines engines print, read from a recorded program's output.
+
+* SGLang: ``Capture {target|draft} {decode|prefill|...} CUDA graph end. elapsed=T s, mem usage=X GB,
+  avail mem=Y GB.`` and, in older versions, ``Capture cuda graph end. Time elapsed: T s. mem usage=X
+  GB. avail mem=Y GB.`` X is the free memory before its graph runner was built minus after, in GiB
+  (printed as "GB").
+* vLLM: ``Graph capturing finished in N secs, took X GiB`` (free memory before and after the capture
+  loop) and, since v0.21, ``CUDA graph pool memory: X GiB (actual), Y GiB (estimated)``.
+
+Each match becomes a dict with the engine, the phase where the line names one, and the figure in
+bytes (``GiB`` and SGLang's ``GB`` both as 2**30 bytes). Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+GIB = 2 ** 30
+_PATTERNS = (
+    ("sglang", re.compile(r"Capture (?:(?P<target>target|draft) )?(?P<phase>[a-z_-]+ )?cuda graph end\..*?"
+                          r"mem usage=(?P<x>[0-9.]+) GB", re.IGNORECASE), "mem usage"),
+    ("vllm", re.compile(r"Graph capturing finished in (?P<t>[0-9.]+) secs?, took (?P<x>[0-9.]+) GiB"), "took"),
+    ("vllm", re.compile(r"CUDA graph pool memory: (?P<x>[0-9.]+) GiB \(actual\), (?P<y>[0-9.]+) GiB \(estimated\)"),
+     "pool memory"),
+)
+MAX_KEPT = 64  # engine lines kept in run.json
+
+
+def engine_figure(line: str) -> Optional[dict[str, Any]]:
+    """The capture-memory figure a line of engine output states, or None."""
+    if len(line) > 4096 or ("graph" not in line and "Graph" not in line):
+        return None
+    for engine, pattern, what in _PATTERNS:
+        m = pattern.search(line)
+        if m is None:
+            continue
+        found: dict[str, Any] = {"engine": engine, "what": what, "bytes": round(float(m["x"]) * GIB),
+                                 "line": line.strip()[:300]}
+        groups = m.groupdict()
+        if groups.get("phase"):
+            found["phase"] = groups["phase"].strip().lower()
+        if groups.get("target"):
+            found["target"] = groups["target"].lower()
+        if groups.get("y"):
+            found["estimated_bytes"] = round(float(m["y"]) * GIB)
+        return found
+    return None

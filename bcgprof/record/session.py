@@ -1,0 +1,275 @@
+"""One recording: run a program with the hook, merge what its processes write into a report.
+
+The program runs in a session of its own (its process group), with ``PYTHONPATH`` led by a folder
+holding bcgprof's bootstrap (``sitecustomize``) and a link to this bcgprof, so every Python process
+it starts loads the hook. Its stdout and stderr pass through bcgprof line by line (they are pipes for
+the program, as under ``| tee``) and are scanned for the engines' capture-memory lines
+(:mod:`bcgprof.record.logs`); ``scan_logs=False`` leaves them on the terminal untouched.
+
+Every ``POLL_S`` the lines the processes appended are merged (:mod:`bcgprof.record.merge`) and, when
+they changed, the report's files are rewritten atomically (:class:`~bcgprof.report.ReportWriter`): the
+folder is a valid report while the program runs, after Ctrl-C and after a crash. With
+``stop_after_capture`` the program is stopped (SIGINT, then SIGTERM, then SIGKILL to its process
+group) once an engine's capture phase has ended in every process that began one, or, for a program no
+adapter knows, once ``idle_s`` pass without a new bucket after the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any, Optional
+
+from bcgprof import __version__
+from bcgprof.errors import BcgprofError
+from bcgprof.record import adapters as table
+from bcgprof.record.logs import MAX_KEPT, engine_figure
+from bcgprof.record.merge import Merged, MergeError, merge
+from bcgprof.record.rows import read_lines, spool_of
+from bcgprof.report.schema import RunInfo
+from bcgprof.report.write import ReportWriter
+from bcgprof.vocab import Phase, RecordGroup, RunStatus, Source
+
+POLL_S = 0.5
+STOP_GRACE_S = (10.0, 5.0)  # after SIGINT, then after SIGTERM
+SITE = "site"
+
+
+@dataclass
+class RecordOptions:
+    command: list[str]
+    out: Path
+    buckets: list[str] = field(default_factory=list)  # --bucket MODULE:QUALNAME:ARG
+    adapters: bool = True
+    stop_after_capture: bool = False
+    idle_s: float = 10.0
+    sample_interval_ms: float = 5.0
+    model: str = ""
+    scan_logs: bool = True
+
+
+@dataclass
+class RecordResult:
+    report: Path
+    status: str
+    exit_code: int  # the program's; 0 when bcgprof stopped it after its capture
+    merged: Merged
+    engine_lines: list[dict[str, Any]]
+    stopped: bool
+
+
+def check_options(options: RecordOptions) -> list[table.Adapter]:
+    """Everything that can be refused before the program starts."""
+    if not options.command:
+        raise BcgprofError("no command to record; give it after --, e.g. bcgprof record -- python my_script.py")
+    user = [table.parse_bucket_option(spec) for spec in options.buckets]
+    out = options.out
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BcgprofError(f"--out {out} exists and is not an empty folder; give a new folder for the report")
+    if not 0 < options.idle_s <= 86400:
+        raise BcgprofError(f"--idle {options.idle_s:g}: give seconds between 0 and 86400")
+    if not 0 <= options.sample_interval_ms <= 10_000:
+        raise BcgprofError(f"--sample-interval-ms {options.sample_interval_ms:g}: give 0 (off) to 10000")
+    return user
+
+
+def _label(options: RecordOptions) -> tuple[str, str]:
+    """The model name run.json gives, and a config hash that tells recordings of one program apart from
+    others (a preset or config.json given as --model gives capture's own hash, so compare pairs them)."""
+    if options.model:
+        try:
+            from bcgprof.spec import resolve_model
+
+            spec = resolve_model(options.model)
+            return spec.name, spec.config_hash
+        except Exception:
+            label = options.model
+    else:
+        words = [w for w in options.command if not w.startswith("-")]
+        label = " ".join(Path(w).name for w in words[:3]) or "program"
+    return label[:200], "rec-" + hashlib.sha256(label.encode()).hexdigest()[:16]
+
+
+def _site(spool: Path) -> Path:
+    site = spool / SITE
+    site.mkdir(parents=True, exist_ok=True)
+    here = Path(__file__).resolve().parent
+    shutil.copyfile(here / "site" / "sitecustomize.py", site / "sitecustomize.py")
+    (site / "bcgprof").symlink_to(here.parent, target_is_directory=True)
+    return site
+
+
+def _environment(options: RecordOptions, user: list[table.Adapter], spool: Path, site: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["BCGPROF_RECORD_DIR"] = str(spool)
+    adapters = (list(table.ADAPTERS) if options.adapters else []) + user
+    env["BCGPROF_RECORD_WATCH"] = ",".join(sorted({a.module for a in adapters}))
+    env["BCGPROF_RECORD_BUCKETS"] = "\n".join(options.buckets)
+    env["BCGPROF_RECORD_ADAPTERS"] = "on" if options.adapters else "off"
+    env["BCGPROF_RECORD_SAMPLE_MS"] = f"{options.sample_interval_ms:g}"
+    return env
+
+
+class _Tee(threading.Thread):
+    """Copies one of the program's streams to ours, a line at a time, keeping the engines' figures."""
+
+    def __init__(self, source: IO[bytes], sink: IO[bytes], found: list[dict[str, Any]]):
+        super().__init__(daemon=True)
+        self.source, self.sink, self.found = source, sink, found
+
+    def run(self) -> None:
+        for raw in iter(self.source.readline, b""):
+            with contextlib.suppress(OSError, ValueError):
+                self.sink.write(raw)
+                self.sink.flush()
+            if len(self.found) < MAX_KEPT:
+                figure = engine_figure(raw.decode("utf-8", "replace"))
+                if figure is not None:
+                    self.found.append(figure)
+
+
+def _run_info(options: RecordOptions, merged: Merged, engine_lines: list[dict[str, Any]], status: str,
+              started: str, message: str = "") -> RunInfo:
+    model, config_hash = _label(options)
+    first = merged.processes[0] if merged.processes else {}
+    engines: dict[str, str] = {}
+    for p in merged.processes:
+        engines.update(p.get("engines") or {})
+    groups = merged.groups
+    phase = Phase.DECODE if groups and all(g == RecordGroup.DECODE for g in groups) else Phase.PREFILL
+    extra = {
+        "sequences": merged.sequences,
+        "recorded": {
+            "command": options.command[:64],
+            "hook_path": first.get("hook_path", ""),
+            "engines": engines,
+            "processes": [{"pid": p["pid"], "rank": p.get("rank"), "argv": (p.get("argv") or [])[:16]}
+                          for p in merged.processes[:64]],
+            "adapters": "on" if options.adapters else "off",
+            "buckets": options.buckets,
+            "engine_log": engine_lines[:MAX_KEPT],
+            "notes": merged.notes[:32],
+        },
+    }
+    return RunInfo(bcgprof_version=__version__, command=" ".join(options.command)[:2000], model=model,
+                   model_source="record", config_hash=config_hash, phase=phase, buckets=merged.buckets,
+                   modes=list(groups), gpu_name=first.get("gpu", ""), driver=first.get("driver", ""),
+                   torch_version=first.get("torch", ""), cuda_version=first.get("cuda", ""),
+                   memory_source=first.get("memory_source", ""), tp=merged.tp, started_at=started,
+                   ended_at=_now() if status != RunStatus.RUNNING else "", status=status, message=message,
+                   extra=extra, source=Source.RECORD)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT to the program's process group, then SIGTERM, then SIGKILL, each after a grace period."""
+    for sig, grace in ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def record(options: RecordOptions, progress: Optional[Callable[[str], None]] = None) -> RecordResult:
+    """Run ``options.command`` under the hook and write its report to ``options.out`` (see the module)."""
+    user = check_options(options)
+    out = options.out
+    spool = spool_of(out)
+    site = _site(spool)
+    started = _now()
+    engine_lines: list[dict[str, Any]] = []
+    merged = Merged()
+    ReportWriter(out, _run_info(options, merged, engine_lines, RunStatus.RUNNING, started), [])
+    pipe = subprocess.PIPE if options.scan_logs else None
+    try:
+        proc = subprocess.Popen(options.command, env=_environment(options, user, spool, site), stdout=pipe,
+                                stderr=pipe, start_new_session=True)
+    except OSError as e:
+        shutil.rmtree(site, ignore_errors=True)
+        raise BcgprofError(f"cannot start {options.command[0]!r}: {e.strerror or e}; check the command after --") \
+            from None
+    tees = []
+    if options.scan_logs:
+        tees = [_Tee(proc.stdout, sys.stdout.buffer, engine_lines),  # type: ignore[arg-type]
+                _Tee(proc.stderr, sys.stderr.buffer, engine_lines)]  # type: ignore[arg-type]
+        for t in tees:
+            t.start()
+    stopped = interrupted = False
+    rows_seen, last_change = 0, time.monotonic()
+    state: tuple = ()
+    try:
+        while proc.poll() is None:
+            time.sleep(POLL_S)
+            merged = merge(read_lines(spool))
+            now_state = (len(merged.rows), merged.phases_open, merged.phases_ended, len(engine_lines),
+                         len(merged.processes))
+            if now_state != state:
+                state = now_state
+                _write(out, options, merged, engine_lines, RunStatus.RUNNING, started)
+            if len(merged.rows) != rows_seen:
+                rows_seen, last_change = len(merged.rows), time.monotonic()
+                if progress is not None:
+                    progress(f"{rows_seen} bucket(s) recorded in {', '.join(merged.groups)}")
+            if options.stop_after_capture and _capture_over(merged, last_change, options.idle_s):
+                stopped = True
+                if progress is not None:
+                    progress("capture phase over: stopping the program")
+                _stop(proc)
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        _stop(proc)
+    except MergeError as e:
+        _stop(proc)
+        raise BcgprofError(f"{e}; record a smaller run") from None
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+        for t in tees:
+            t.join(timeout=5.0)
+        shutil.rmtree(site, ignore_errors=True)
+    code = proc.returncode if proc.returncode is not None else -1
+    merged = merge(read_lines(spool))
+    if interrupted:
+        status, message = RunStatus.INTERRUPTED, "interrupted (Ctrl-C): the rows recorded so far"
+    elif stopped or code == 0:
+        status = RunStatus.COMPLETE if merged.complete and merged.rows else RunStatus.PARTIAL
+        message = "" if status == RunStatus.COMPLETE else "; ".join(merged.notes[:3]) or "no graph was captured"
+    else:
+        status = RunStatus.PARTIAL if merged.rows else RunStatus.FAILED
+        message = f"the program exited with code {code}"
+    _write(out, options, merged, engine_lines, status, started, message)
+    return RecordResult(out, status, 0 if stopped else code, merged, engine_lines, stopped)
+
+
+def _capture_over(merged: Merged, last_change: float, idle_s: float) -> bool:
+    if merged.phases_ended and not merged.phases_open:
+        return True
+    if merged.phases_open:
+        return False
+    return bool(merged.rows) and time.monotonic() - last_change >= idle_s
+
+
+def _write(out: Path, options: RecordOptions, merged: Merged, engine_lines: list[dict[str, Any]], status: str,
+           started: str, message: str = "") -> None:
+    run = _run_info(options, merged, engine_lines, status, started, message)
+    ReportWriter(out, run, [dataclasses.replace(r) for r in merged.rows])

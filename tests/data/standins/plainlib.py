@@ -1,0 +1,2 @@
+def capture_size(size, forward):
+    forward(size)
