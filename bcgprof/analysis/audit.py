@@ -26,8 +26,9 @@ capture): the first is the first bucket's need (its sampled NVML peak above the 
 empties the allocator's cache between a probe's captures, so the warm-up's cached blocks are still held
 when the sample is read), each later one is what that bucket kept (its warm-up reuses the first's cached
 blocks). A list captured smallest first does not measure what a probe would, so those estimators are not
-reproduced there. "Would OOM" means the reserve is below the free memory the capture needed, taking the
-reserve as all that is free when capture begins.
+reproduced there (a list is largest first when each row's bucket is smaller than the one before). "Would
+OOM" means the reserve is below the free memory the capture needed, taking the reserve as all that is free
+when capture begins.
 
 Invariant: an estimate depends only on the mode's rows in capture order, the report's phase, graph kind and
 list, and the SGLang settings given; nothing here reads or imports torch. Cost: O(buckets) per mode.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from statistics import median
 from typing import Optional
 
@@ -44,7 +46,7 @@ from bcgprof.analysis.headroom import measured_headroom
 from bcgprof.errors import BcgprofError
 from bcgprof.report.schema import BucketRecord, Report
 from bcgprof.report.summaries import bucket_need_bytes
-from bcgprof.vocab import BucketStatus, GraphKind, Order, Phase, RunStatus
+from bcgprof.vocab import BucketStatus, GraphKind, Phase, RunStatus
 
 MIB = 1024 ** 2
 
@@ -215,11 +217,11 @@ def _check_usable(report: Report) -> None:
                          "captured")
 
 
-def _probe_row(name: str, engine: str, rows: list[BucketRecord], order: str) -> EstimateRow:
+def _probe_row(name: str, engine: str, rows: list[BucketRecord]) -> EstimateRow:
     """vLLM's or tokenspeed's estimate from the rows' first buckets, or why it cannot be had."""
-    if order != Order.LARGEST_FIRST:
-        return EstimateRow(name, engine, None, note=f"captured {order.replace('-', ' ')}: the probe captures the largest buckets "
-                           "first, which this list's rows do not measure")
+    if any(a.bucket <= b.bucket for a, b in pairwise(rows)):
+        return EstimateRow(name, engine, None, note="not captured largest first: the probe captures the largest "
+                           "buckets first, into an empty pool, which this list's rows do not measure")
     if rows[0].device_peak_delta_bytes is None:
         return EstimateRow(name, engine, None, note="the report does not record the first bucket's device peak, "
                            "which the probe's first sample holds")
@@ -280,11 +282,11 @@ def audit_report(report: Report, mode: Optional[str] = None,
             buckets = [r.bucket for r in rows]
             terms = sglang_terms(run.phase, buckets, run.graph, settings)
             audit.estimates = [
-                _probe_row(VLLM, "vLLM", rows, run.order),
+                _probe_row(VLLM, "vLLM", rows),
                 EstimateRow(SGLANG, "SGLang", sglang_estimate(run.phase, buckets, run.graph, settings),
                             basis=" + ".join(label for label, _ in terms) + " MiB"),
-                _probe_row(TOKENSPEED, "tokenspeed", rows, run.order),
-                _probe_row(TOKENSPEED_CAPPED, "tokenspeed", rows, run.order),
+                _probe_row(TOKENSPEED, "tokenspeed", rows),
+                _probe_row(TOKENSPEED_CAPPED, "tokenspeed", rows),
             ]
             for row in audit.estimates:
                 _judge(row, measured, needs_free)

@@ -55,6 +55,7 @@ COMMANDS = [
     ("predict", ["predict", "--from", str(R / "gpt-oss-20b-h200-layers")], {0}),
     # a report without what advise needs is refused (exit 2) after the command's imports ran
     ("advise", ["advise", "--from", str(R / "gpt-oss-20b-h200"), "--budget", "3GiB"], {0, 2}),
+    ("audit", ["audit", str(R / "gpt-oss-20b-h200"), "-f", "json"], {0}),
     ("help", ["--help"], {0}),
     ("version", ["--version"], {0}),
 ]
