@@ -54,6 +54,10 @@ RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
 
 DEFAULT_MODEL = "gpt-oss-20b"
 
+# The options the bucket loop reads (bcgprof.measure.capture): what a Python API call may change.
+LOOP_OPTIONS = ("warmup", "warmup_output", "warmup_repeat", "break_repeat", "sample_interval_ms", "order", "graph",
+                "verify", "snapshot")
+
 
 def mode_index(mode: str) -> int:
     """Sort key that puts modes in :data:`REPORT_MODES` order, unknown ones last."""
@@ -62,30 +66,41 @@ def mode_index(mode: str) -> int:
 
 @dataclass
 class CaptureOptions:
+    """Everything a capture is asked to do, with its one set of defaults.
+
+    The CLI's ``capture`` options take their defaults from here; the runner hands the object to
+    every mode's process as one JSON line (:meth:`to_json`); the bucket loop
+    (:class:`bcgprof.measure.capture.Capturer`, and :func:`bcgprof.capture_buckets` for the
+    Python API) reads the fields named in :data:`LOOP_OPTIONS`. Choice fields hold words of
+    :mod:`bcgprof.vocab`. Constructing one checks nothing but the two rules of
+    :meth:`__post_init__`; the CLI checks every value before a GPU is touched, the runner and
+    the capturer what they use.
+    """
+
     model: str = DEFAULT_MODEL
-    weights: str = "dummy"  # one of WEIGHTS
-    experts: str = "bf16"  # one of EXPERTS
+    weights: str = Weights.DUMMY.value  # one of WEIGHTS
+    experts: str = Experts.BF16.value  # one of EXPERTS
     num_layers: Optional[int] = None  # None: all of the model's layers
-    phase: str = "prefill"  # one of PHASES
+    phase: str = Phase.PREFILL.value  # one of PHASES
     buckets: Optional[str] = None  # bucket spec; None: the phase's SGLang preset
     max_tokens: int = 16384
     max_bs: int = 256
     context_len: int = 4096  # decode: tokens of KV cache per sequence
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
-    warmup: int = 2
-    warmup_output: str = "held"  # one of WARMUP_OUTPUTS
-    warmup_repeat: str = "replayed"  # one of WARMUP_REPEATS
-    break_repeat: str = "replayed"  # one of BREAK_REPEATS
-    address_layout: str = "fixed"  # one of ADDRESS_LAYOUTS
+    warmup: int = 2  # eager warm-up runs per bucket before its capture
+    warmup_output: str = WarmupOutput.HELD.value  # one of WARMUP_OUTPUTS
+    warmup_repeat: str = WarmupRepeat.REPLAYED.value  # one of WARMUP_REPEATS
+    break_repeat: str = BreakRepeat.REPLAYED.value  # one of BREAK_REPEATS
+    address_layout: str = AddressLayout.FIXED.value  # one of ADDRESS_LAYOUTS
     device: str = "cuda:0"
     out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
-    verify: str = "smallest-largest"  # one of VERIFY_CHOICES
+    verify: str = Verify.SMALLEST_LARGEST.value  # one of VERIFY_CHOICES
     in_process: bool = False
-    sample_interval_ms: float = 2.0
+    sample_interval_ms: float = 2.0  # the NVML peak sampler's interval
     tp: int = 1
     seed: int = 0
-    graph: str = "breakable"  # one of GRAPH_KINDS
-    order: str = "largest-first"  # one of ORDERS
+    graph: str = GraphKind.BREAKABLE.value  # one of GRAPH_KINDS
+    order: str = Order.LARGEST_FIRST.value  # one of ORDERS
     snapshot: bool = False  # write each mode's allocator snapshot (memory_viz pickle) into the report
     command: str = ""  # the command line, recorded in run.json
 

@@ -79,7 +79,8 @@ def main() -> int:
     workload = step("build", lambda: build_workload(
         spec, weights=opts.weights, experts=opts.experts, num_layers=args.num_layers, device=device,
         max_tokens=max(buckets), seed=opts.seed), profile=True)
-    capturer = Capturer(workload.fn, workload.inputs, buckets, mode="per-bucket", device=device, memory=memory)
+    capturer = Capturer(workload.fn, workload.inputs, buckets, opts, mode="per-bucket", device=device,
+                        memory=memory)
     step("pre-warm", capturer._prewarm, profile=True)
     steps["process so far"] = time.perf_counter() - START
 

@@ -21,7 +21,7 @@ from bcgprof.cli.common import BUCKETS_HELP, bucket_list
 from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_console
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
-from bcgprof.options import DEFAULT_MODEL, MODES
+from bcgprof.options import MODES, CaptureOptions
 from bcgprof.vocab import (
     AddressLayout,
     BreakRepeat,
@@ -38,8 +38,10 @@ from bcgprof.vocab import (
 
 if TYPE_CHECKING:
     from bcgprof.spec import ModelSpec
-# The model spec, the capture options and the bucket caps are imported where a capture is checked,
-# so that registering this command costs the read commands nothing.
+# The model spec and the bucket caps are imported where a capture is checked, so that registering this
+# command costs the read commands nothing.
+
+D = CaptureOptions()  # every option's default, defined once there
 
 
 def _parse_modes(text: str) -> list[str]:
@@ -74,50 +76,50 @@ def _check_out(out: Optional[Path]) -> None:
 @app.command()
 @command
 def capture(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
+    model: str = typer.Option(D.model, "--model", "-m",
                               help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
-    weights: Weights = typer.Option(Weights.DUMMY, help="dummy: random weights of the right shapes (no download); "
+    weights: Weights = typer.Option(Weights(D.weights), help="dummy: random weights of the right shapes (no download); "
                                                         "shared: dummy weights, one layer's set used by every "
                                                         "layer, so that any depth fits the GPU (the capture "
                                                         "figures are those of distinct weights; only the "
                                                         "parameter bytes shrink); safetensors: load the "
                                                         "checkpoint directory's weights."),
-    experts: Experts = typer.Option(Experts.BF16, "--experts", help="bf16: MoE expert weights in the model's "
+    experts: Experts = typer.Option(Experts(D.experts), "--experts", help="bf16: MoE expert weights in the model's "
                                     "dtype (MXFP4 checkpoints dequantised); packed: gpt-oss's MXFP4 experts kept as "
                                     "the checkpoint stores them (uint8 blocks and scales), decoded inside the fused "
                                     "MoE's GEMMs, so no bf16 copy of them exists."),
     num_layers: Optional[str] = typer.Option(None, "--num-layers", help="Decoder layers to build, or a comma list "
                                              "(2,4): one report per count, in <out>/layers-N. Default: all of the "
                                              "model's layers."),
-    phase: Phase = typer.Option(Phase.PREFILL, help="prefill: buckets are token counts; decode: batch sizes, "
+    phase: Phase = typer.Option(Phase(D.phase), help="prefill: buckets are token counts; decode: batch sizes, "
                                                     "one new token per sequence over a KV cache."),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
-    max_tokens: int = typer.Option(16384, help="Cap, in tokens, of the sglang-prefill preset "
+    max_tokens: int = typer.Option(D.max_tokens, help="Cap, in tokens, of the sglang-prefill preset "
                                                "(SGLang's chunked prefill size); 1 to 1048576."),
-    max_bs: int = typer.Option(256, help="Cap, in sequences, of the sglang-decode preset, and the sequences decode's "
+    max_bs: int = typer.Option(D.max_bs, help="Cap, in sequences, of the sglang-decode preset, and the sequences decode's "
                                          "KV cache is sized for; 1 to 1048576."),
-    context_len: int = typer.Option(4096, "--context-len", help="Decode: tokens of KV cache per sequence, allocated "
+    context_len: int = typer.Option(D.context_len, "--context-len", help="Decode: tokens of KV cache per sequence, allocated "
                                     "once before any capture and never charged to a bucket; 1 to 1048576."),
-    modes: str = typer.Option(",".join(MODES), help="Comma list of modes to run, each in a fresh process: per-bucket "
+    modes: str = typer.Option(",".join(D.modes), help="Comma list of modes to run, each in a fresh process: per-bucket "
                                                      "(each bucket keeps its own output), shared (one max-size output "
                                                      "buffer outside the pool), shared-largest (the largest bucket's "
                                                      "own output, in the pool, is the shared buffer), floor (the "
                                                      "largest bucket alone)."),
-    warmup: int = typer.Option(2, min=0, help="Eager warm-up runs per bucket before its capture."),
-    warmup_output: WarmupOutput = typer.Option(WarmupOutput.HELD, "--warmup-output",
+    warmup: int = typer.Option(D.warmup, min=0, help="Eager warm-up runs per bucket before its capture."),
+    warmup_output: WarmupOutput = typer.Option(WarmupOutput(D.warmup_output), "--warmup-output",
                                                help="held: each warm-up run's output stays alive while the next run "
                                                     "executes (the committed reports); freed: it is dropped first, as "
                                                     "SGLang's warm-up discards each run's result. Changes the peak "
                                                     "figures (peak transient, device peak) and what the warm-up "
                                                     "leaves cached."),
-    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat.REPLAYED, "--warmup-repeat",
+    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat(D.warmup_repeat), "--warmup-repeat",
                                                help="How a bucket's warm-up runs after the first are made. eager: "
                                                     "full forwards; replayed: the first run's allocator requests "
                                                     "(sizes, order, streams) are made again without launching a "
                                                     "kernel, which leaves the allocator, and so every memory figure, "
                                                     "as an eager run would, in less time. A run the history cannot "
                                                     "repeat exactly runs eagerly, as do tensor-parallel ranks."),
-    break_repeat: BreakRepeat = typer.Option(BreakRepeat.REPLAYED, "--break-repeat",
+    break_repeat: BreakRepeat = typer.Option(BreakRepeat(D.break_repeat), "--break-repeat",
                                              help="How the graph breaks (the attention) of a bucket's warm-up and "
                                                   "capture run after the first call of the same shapes. eager: "
                                                   "every call runs; replayed: later calls make the first one's "
@@ -126,27 +128,27 @@ def capture(
                                                   "figure as it was, in less time. Graph replays and the replay "
                                                   "check always run it; --snapshot and tensor-parallel runs "
                                                   "run every call."),
-    device: str = typer.Option("cuda:0", help="CUDA device, cuda:K."),
+    device: str = typer.Option(D.device, help="CUDA device, cuda:K."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
                                                                  "Default: reports/<model>-<timestamp>."),
-    verify: Verify = typer.Option(Verify.SMALLEST_LARGEST, help="Replay buckets with fresh inputs and compare "
+    verify: Verify = typer.Option(Verify(D.verify), help="Replay buckets with fresh inputs and compare "
                                                                 "with an eager forward: the smallest and largest, "
                                                                 "all, or none."),
-    in_process: bool = typer.Option(False, "--in-process", help="Run all modes in this process (debugging; "
+    in_process: bool = typer.Option(D.in_process, "--in-process", help="Run all modes in this process (debugging; "
                                                                 "modes then share allocator state); recorded in "
                                                                 "run.json."),
-    sample_interval_ms: float = typer.Option(2.0, help="NVML peak-sampler interval, in milliseconds "
+    sample_interval_ms: float = typer.Option(D.sample_interval_ms, help="NVML peak-sampler interval, in milliseconds "
                                                             "(0.1 to 60000)."),
-    tp: int = typer.Option(1, min=1, help="Tensor-parallel ranks (GPUs), one process each."),
-    seed: int = typer.Option(0, help="Random seed for dummy weights and inputs."),
-    graph: GraphKind = typer.Option(GraphKind.BREAKABLE, "--graph", help="breakable: each bucket's graph is split "
+    tp: int = typer.Option(D.tp, min=1, help="Tensor-parallel ranks (GPUs), one process each."),
+    seed: int = typer.Option(D.seed, help="Random seed for dummy weights and inputs."),
+    graph: GraphKind = typer.Option(GraphKind(D.graph), "--graph", help="breakable: each bucket's graph is split "
                                     "into segments around attention, which runs eagerly; full: one CUDA graph per "
                                     "bucket with attention captured inside it."),
-    order: Order = typer.Option(Order.LARGEST_FIRST, "--order", help="Capture order of the buckets: largest-first "
+    order: Order = typer.Option(Order(D.order), "--order", help="Capture order of the buckets: largest-first "
                                 "(smaller buckets reuse pool memory the larger ones freed) or smallest-first."),
-    snapshot: bool = typer.Option(False, "--snapshot", help="Record the allocator's history in each mode and write "
+    snapshot: bool = typer.Option(D.snapshot, "--snapshot", help="Record the allocator's history in each mode and write "
                                   "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz)."),
-    address_layout: AddressLayout = typer.Option(AddressLayout.FIXED, "--address-layout",
+    address_layout: AddressLayout = typer.Option(AddressLayout(D.address_layout), "--address-layout",
                                                  help="fixed: each mode process runs with Linux's address "
                                                       "randomisation off, so its device memory lands at the same "
                                                       "addresses every run and the allocator, which picks between "
@@ -178,7 +180,6 @@ def capture(
     if context_len < 1:
         raise BcgprofError(f"--context-len must be a positive number of tokens, got {context_len}")
     from bcgprof.buckets import MAX_BUCKET_SIZE
-    from bcgprof.options import CaptureOptions
     from bcgprof.spec import resolve_model
 
     if context_len > MAX_BUCKET_SIZE:

@@ -18,9 +18,11 @@ Modes:
   copying its output into its leading rows and keeps a view.
 * ``floor``: only the largest bucket; the least any bucket set containing it costs.
 
-Options: ``order`` (``largest-first``, the default, or ``smallest-first``) and ``graph``
-(``breakable``, the default, or ``full``: one CUDA graph per bucket with the breaks'
-ops captured inside it).
+Options come as one :class:`~bcgprof.options.CaptureOptions`, the object ``bcgprof capture``
+builds, with its defaults; the loop reads ``order`` (``largest-first`` or ``smallest-first``),
+``graph`` (``breakable``, or ``full``: one CUDA graph per bucket with the breaks' ops captured
+inside it), the warm-up's ``warmup``, ``warmup_output`` and ``warmup_repeat``, ``break_repeat``,
+``sample_interval_ms``, ``verify`` and ``snapshot``.
 
 Every bucket's record carries a ledger of its device-used growth: the pool's live and
 free bytes (from the allocator snapshot's block states), torch memory outside the pool,
@@ -30,6 +32,7 @@ and what NVML sees beyond torch (graph executables, driver memory); they sum exa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,9 +48,20 @@ from bcgprof.measure.break_repeat import BreakRepeater
 from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.measure.tracing import AllocatorRecorder
 from bcgprof.measure.warmup_repeat import RepeatPlan, plan_repeat, repeat_run
-from bcgprof.options import BREAK_REPEATS, GRAPH_KINDS, MODES, ORDERS, VERIFY_CHOICES, WARMUP_OUTPUTS, WARMUP_REPEATS
+from bcgprof.options import (
+    BREAK_REPEATS,
+    GRAPH_KINDS,
+    LOOP_OPTIONS,
+    MODES,
+    ORDERS,
+    VERIFY_CHOICES,
+    WARMUP_OUTPUTS,
+    WARMUP_REPEATS,
+    CaptureOptions,
+)
 from bcgprof.report import BucketRecord
-from bcgprof.report.traces import TracePhase
+from bcgprof.report.traces import Trace, TracePhase
+from bcgprof.vocab import Mode
 
 
 @dataclass
@@ -66,6 +80,7 @@ class CaptureResult:
     pool: Any = None
     shared_output: Optional[torch.Tensor] = None
     pool_peak: Optional[sites.PoolPeak] = None  # the first bucket's, when sites were recorded
+    trace: Optional[Trace] = None  # the allocator's trace, when capture_buckets was asked for it
 
     @property
     def ok(self) -> bool:
@@ -118,24 +133,23 @@ class Capturer:
         fn: Callable[..., torch.Tensor],
         inputs: Sequence[torch.Tensor],
         buckets: Sequence[int],
+        options: Optional[CaptureOptions] = None,
         *,
-        mode: str = "per-bucket",
-        warmup: int = 2,
-        warmup_output: str = "held",
-        warmup_repeat: str = "eager",
-        break_repeat: str = "eager",
+        mode: str = Mode.PER_BUCKET.value,
         device: Optional[torch.device] = None,
         memory: Optional[DeviceMemory] = None,
-        sample_interval_ms: float = 2.0,
         shared_output: Optional[torch.Tensor] = None,
         rank: int = 0,
         prewarm: bool = True,
-        order: str = "largest-first",
-        graph: str = "breakable",
         record_sites: bool = False,
-        history_on: bool = False,
         recorder: Optional[AllocatorRecorder] = None,
     ):
+        """``options``: the capture's options (default :class:`CaptureOptions`'s), of which the loop reads
+        :data:`~bcgprof.options.LOOP_OPTIONS`; the keywords are what one mode's process knows beyond them
+        (its mode, device, rank, readings and trace)."""
+        opts = options if options is not None else CaptureOptions()
+        order, graph = opts.order, opts.graph
+        warmup_output, warmup_repeat, break_repeat = opts.warmup_output, opts.warmup_repeat, opts.break_repeat
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         if order not in ORDERS:
@@ -170,7 +184,8 @@ class Capturer:
         self.mode = mode
         self.order = order
         self.breakable = graph == "breakable"
-        self.warmup = warmup
+        self.options = opts
+        self.warmup = opts.warmup
         self.free_warmup_output = warmup_output == "freed"
         self.replay_warmup = warmup_repeat == "replayed"
         self.replayed_runs = 0  # warm-up runs made by their allocator requests alone (see warmup_repeat)
@@ -178,14 +193,14 @@ class Capturer:
         self._breaks: Optional[BreakRepeater] = None  # made on first use: it needs the recorder
         self.device = torch.device(device) if device is not None else self.inputs[0].device
         self.memory = memory or DeviceMemory(self.device)
-        self.sampler = PeakSampler(self.memory, sample_interval_ms)
+        self.sampler = PeakSampler(self.memory, opts.sample_interval_ms)
         self.stream = capture_stream(self.device)
         self.home_stream = torch.cuda.current_stream(self.device)  # where inputs are refilled and outputs read
         self.pool = torch.cuda.graph_pool_handle()
         self.rank = rank
         self.prewarm = prewarm
         self.record_sites = record_sites
-        self.history_on = history_on  # the caller records the allocator's history already
+        self.history_on = opts.snapshot  # the allocator's history is kept for --snapshot already
         self.recorder = recorder  # the allocator trace (traces-<mode>.csv.gz); it owns the history when set
         self.result = CaptureResult(mode=mode, pool=self.pool, shared_output=shared_output)
         self.prewarm_ms = 0.0
@@ -421,16 +436,17 @@ class Capturer:
 
     def verify(
         self,
-        which: str = "smallest-largest",
+        which: Optional[str] = None,
         refill: Callable[[Sequence[torch.Tensor], torch.Generator], None] = default_refill,
         seed: int = 1234,
         atol: float = 0.0,
     ) -> list[BucketRecord]:
         """Replay buckets on fresh inputs and compare with an eager forward of the same inputs.
 
-        Sets ``replay_max_abs_diff`` on the checked records; a difference above
-        ``atol`` marks the bucket ``error``. Returns the records it checked.
+        ``which``: the options' ``verify`` unless given. Sets ``replay_max_abs_diff`` on the checked
+        records; a difference above ``atol`` marks the bucket ``error``. Returns the records it checked.
         """
+        which = self.options.verify if which is None else which
         if which == "none" or not self.result.captures:
             return []
         if which not in VERIFY_CHOICES:
@@ -465,37 +481,51 @@ def capture_buckets(
     fn: Callable[..., torch.Tensor],
     inputs: Sequence[torch.Tensor],
     buckets: Sequence[int],
+    options: Optional[CaptureOptions] = None,
     *,
-    mode: str = "per-bucket",
-    warmup: int = 2,
-    warmup_output: str = "held",
-    verify: str = "smallest-largest",
+    mode: str = Mode.PER_BUCKET.value,
     refill: Callable[[Sequence[torch.Tensor], torch.Generator], None] = default_refill,
-    sample_interval_ms: float = 2.0,
     shared_output: Optional[torch.Tensor] = None,
     on_record: Optional[Callable[[BucketRecord], None]] = None,
-    order: str = "largest-first",
-    graph: str = "breakable",
+    trace: bool = False,
+    **changes: Any,
 ) -> CaptureResult:
     """Capture ``fn`` as breakable CUDA graphs for every bucket, measuring each.
 
     ``inputs`` are static buffers sized for the largest bucket; bucket ``b`` runs on
     ``[x[:b] for x in inputs]``. ``fn`` must return one tensor whose first
-    dimension grows with the bucket. Graphs share one pool and are captured largest
-    first (``order="smallest-first"`` reverses that); ``graph="full"`` captures each
-    bucket as one graph, breaks included. ``on_record`` sees each record as soon as its
-    bucket is measured. ``warmup_output="freed"`` drops each eager warm-up run's output before the
-    next run, as SGLang's warm-up does (``"held"``, the default, keeps it until the next run returns).
+    dimension grows with the bucket. ``options`` is a :class:`~bcgprof.options.CaptureOptions`
+    (its defaults are ``bcgprof capture``'s); keywords named in
+    :data:`~bcgprof.options.LOOP_OPTIONS` change single fields of it (``verify="all"``,
+    ``order="smallest-first"``, ``graph="full"``, ``warmup_output="freed"``, ...). Graphs share one
+    pool and are captured largest first unless ``order`` says otherwise. ``on_record`` sees each
+    record as soon as its bucket is measured.
+
+    ``trace``: record the allocator's history during the capture, as ``bcgprof capture`` does, and
+    return it as ``result.trace``. Repeating warm-up runs and graph breaks by their allocator
+    requests (``warmup_repeat``, ``break_repeat``) reads that history, so without ``trace`` every run
+    and break runs eagerly whatever those options say; with it, any history the caller was recording
+    is switched off when the capture ends.
     """
-    capturer = Capturer(fn, inputs, buckets, mode=mode, warmup=warmup, warmup_output=warmup_output,
-                        sample_interval_ms=sample_interval_ms,
-                        shared_output=shared_output, order=order, graph=graph)
+    unknown = sorted(set(changes) - set(LOOP_OPTIONS))
+    if unknown:
+        raise TypeError(f"capture_buckets() got unexpected keyword argument(s) {', '.join(unknown)}; the capture "
+                        f"options it reads are {', '.join(LOOP_OPTIONS)}")
+    opts = dataclasses.replace(options if options is not None else CaptureOptions(), **changes)
+    capturer = Capturer(fn, inputs, buckets, opts, mode=mode, shared_output=shared_output)
+    recorder = None
+    if trace:
+        recorder = AllocatorRecorder(None, mode, capturer.pool, device=capturer.device.index or 0)
+        capturer.recorder = recorder
     try:
         for record in capturer.run():
             if on_record is not None:
                 on_record(record)
         if capturer.result.ok:
-            capturer.verify(verify, refill=refill)
+            capturer.verify(refill=refill)
     finally:
         capturer.close()
+        if recorder is not None:
+            recorder.stop()
+            capturer.result.trace = recorder.trace
     return capturer.result

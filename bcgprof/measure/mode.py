@@ -38,7 +38,7 @@ from bcgprof.errors import (
     is_out_of_memory,
 )
 from bcgprof.options import CaptureOptions
-from bcgprof.vocab import AddressLayout
+from bcgprof.vocab import AddressLayout, Mode
 
 Emit = Callable[[dict], None]
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for --snapshot (the most recent ones)
@@ -159,12 +159,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
 
     assert workload is not None  # built here, or this rank returned above with every rank's failure
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
-    capturer = Capturer(workload.fn, workload.inputs, buckets, mode=mode, warmup=opts.warmup,
-                        warmup_output=opts.warmup_output, warmup_repeat=opts.warmup_repeat,
-                        break_repeat=opts.break_repeat, device=group.device,
-                        memory=memory, sample_interval_ms=opts.sample_interval_ms, rank=group.rank,
-                        order=opts.order, graph=opts.graph, record_sites=(mode == "floor"),
-                        history_on=opts.snapshot)
+    capturer = Capturer(workload.fn, workload.inputs, buckets, options=opts, mode=mode, device=group.device,
+                        memory=memory, rank=group.rank, record_sites=(mode == Mode.FLOOR))
     recorder = None
     if group.world == 1 or opts.snapshot:  # the allocator trace (single GPU), and --snapshot's history
         from bcgprof.measure.tracing import AllocatorRecorder

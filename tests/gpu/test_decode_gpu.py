@@ -10,6 +10,7 @@ import torch
 
 from bcgprof.measure.capture import Capturer, capture_buckets
 from bcgprof.measure.workload import build_workload
+from bcgprof.options import CaptureOptions
 from bcgprof.spec import resolve_model
 
 pytestmark = pytest.mark.gpu
@@ -53,7 +54,7 @@ def test_capture_touches_only_the_slots_its_step_writes(tmp_path):
     w = _workload(tmp_path)
     cache = [a.self_attn.kv_cache for a in w.fn.layers]
     before = [(k.clone(), v.clone()) for k, v in cache]
-    capturer = Capturer(w.fn, w.inputs, BUCKETS, mode="shared", prewarm=False, warmup=1)
+    capturer = Capturer(w.fn, w.inputs, BUCKETS, CaptureOptions(warmup=1), mode="shared", prewarm=False)
     try:
         records = list(capturer.run())
     finally:

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from bcgprof.measure.capture import Capturer, capture_buckets
+from bcgprof.options import CaptureOptions
 from bcgprof.report import LEDGER_FIELDS
 
 from .toy import ToyBreakModel
@@ -68,7 +69,7 @@ def test_shared_largest_refuses_smallest_first():
 
     model, inputs = _toy()
     with pytest.raises(CaptureError, match="--order largest-first"):
-        Capturer(model, inputs, BUCKETS, mode="shared-largest", order="smallest-first")
+        Capturer(model, inputs, BUCKETS, CaptureOptions(order="smallest-first"), mode="shared-largest")
 
 
 def test_smallest_first_captures_ascending_and_shared_buffer_is_max_size():
@@ -134,7 +135,8 @@ def test_a_warm_up_run_replayed_by_its_requests_leaves_every_allocator_figure_as
 
     def records(repeat):
         model, inputs = _toy()
-        cap = Capturer(model, inputs, BUCKETS, mode="per-bucket", warmup_output=warmup_output, warmup_repeat=repeat)
+        opts = CaptureOptions(warmup_output=warmup_output, warmup_repeat=repeat, break_repeat="eager")
+        cap = Capturer(model, inputs, BUCKETS, opts, mode="per-bucket")
         cap.recorder = AllocatorRecorder(None, "per-bucket", cap.pool)
         try:
             rows = list(cap.run())
@@ -160,7 +162,8 @@ def test_graph_breaks_repeated_by_their_requests_leave_every_allocator_figure_as
 
     def records(repeat):
         model, inputs = _toy()
-        cap = Capturer(model, inputs, BUCKETS, mode="per-bucket", warmup_repeat="replayed", break_repeat=repeat)
+        opts = CaptureOptions(warmup_repeat="replayed", break_repeat=repeat)
+        cap = Capturer(model, inputs, BUCKETS, opts, mode="per-bucket")
         cap.recorder = AllocatorRecorder(None, "per-bucket", cap.pool)
         try:
             rows = list(cap.run())

@@ -251,9 +251,28 @@ def test_the_capturer_refuses_an_unknown_warm_up_output_before_it_needs_a_gpu():
 
     from bcgprof.errors import CaptureError
     from bcgprof.measure.capture import Capturer
+    from bcgprof.options import CaptureOptions
 
     with pytest.raises(CaptureError, match="unknown warm-up output 'kept'; use one of held, freed"):
-        Capturer(lambda x: x, [torch.zeros(4)], [4], warmup_output="kept")
+        Capturer(lambda x: x, [torch.zeros(4)], [4], CaptureOptions(warmup_output="kept"))
+
+
+def test_the_python_api_takes_the_capture_options_and_changes_only_loop_fields():
+    """capture_buckets reads the same CaptureOptions as the CLI: a keyword changes one field of it (and reaches
+    the capturer's checks, which come before any GPU work); a field the loop does not read is refused."""
+    import pytest
+    import torch
+
+    from bcgprof.errors import CaptureError
+    from bcgprof.measure.capture import capture_buckets
+    from bcgprof.options import LOOP_OPTIONS, CaptureOptions
+
+    with pytest.raises(CaptureError, match="unknown warm-up repeat 'twice'"):
+        capture_buckets(lambda x: x, [torch.zeros(4)], [4], warmup_repeat="twice")
+    with pytest.raises(CaptureError, match="unknown order 'sideways'"):
+        capture_buckets(lambda x: x, [torch.zeros(4)], [4], CaptureOptions(order="sideways"))
+    with pytest.raises(TypeError, match="unexpected keyword argument.*model.*" + ", ".join(LOOP_OPTIONS)):
+        capture_buckets(lambda x: x, [torch.zeros(4)], [4], model="Qwen3-8B")
 
 
 def test_a_next_depth_that_cannot_start_early_leaves_this_one_alone(tmp_path, monkeypatch):
