@@ -235,7 +235,7 @@ def _probe_row(name: str, engine: str, rows: list[BucketRecord]) -> EstimateRow:
     rest = n - len(samples)
     if name == TOKENSPEED:
         rate = max(median(samples[1:]), 0) if len(samples) > 1 else 0
-        extra = f" + {rest} x {_mib(rate)} (median)" if rest else ""
+        extra = f", then {rest} x {_mib(rate)} (median)" if rest else ""
         return EstimateRow(name, engine, tokenspeed_estimate(samples, n),
                            basis=" + ".join(map(_mib, samples)) + extra)
     estimate = tokenspeed_capped_estimate(samples, n)
@@ -243,9 +243,8 @@ def _probe_row(name: str, engine: str, rows: list[BucketRecord]) -> EstimateRow:
     projected = estimate - measured
     if not rest:
         return EstimateRow(name, engine, estimate, basis=f"{_mib(measured)} measured")
-    how = ("capped at what was measured" if projected == measured
-           else f"{rest} x {_mib(projected // rest)} (mean)")
-    return EstimateRow(name, engine, estimate, basis=f"{_mib(measured)} measured + {_mib(projected)} ({how})")
+    how = f"{_mib(projected)} (capped)" if projected == measured else f"{rest} x {_mib(projected // rest)} (mean)"
+    return EstimateRow(name, engine, estimate, basis=f"{_mib(measured)} measured, then {how}")
 
 
 def _judge(row: EstimateRow, measured: int, needs_free: Optional[int]) -> EstimateRow:

@@ -32,6 +32,7 @@ def _oom(v: Optional[bool]) -> str:
 
 def audit_sheet(a: Audit) -> Sheet:
     multi = any(m.rank != 0 for m in a.modes)
+    any_note = any(e.note for m in a.modes for e in m.estimates)
     columns = [Column("mode", "mode", numeric=False, key_column=True),
                *([Column("rank", "rank", key_column=True)] if multi else []),
                Column("estimator", "estimator", numeric=False, key_column=True),
@@ -42,8 +43,9 @@ def audit_sheet(a: Audit) -> Sheet:
                Column("needs_free_bytes", "needs free MiB", _mib, drop=1),
                Column("free_margin_bytes", "vs needs free MiB", _signed_mib, drop=1),
                Column("oom", "capture", _oom, numeric=False, key_column=True),
+               Column("non_torch_bytes", "non-torch MiB", _mib, drop=3),
                Column("basis", "how (MiB)", numeric=False, wide=True),
-               Column("note", "note", numeric=False, wide=True)]
+               *([Column("note", "note", numeric=False, wide=True)] if any_note else [])]
     sheet = Sheet("audit", "each engine's reserve for this list against the capture's measured cost (MiB)", columns)
     for m in a.modes:
         for e in m.estimates:
@@ -51,7 +53,8 @@ def audit_sheet(a: Audit) -> Sheet:
                                "estimate_bytes": e.estimate_bytes, "measured_bytes": m.measured_bytes,
                                "error_bytes": e.error_bytes, "error_pct": e.error_pct,
                                "needs_free_bytes": m.needs_free_bytes, "free_margin_bytes": e.free_margin_bytes,
-                               "oom": e.oom, "basis": e.basis or "-", "note": e.note or "-"})
+                               "oom": e.oom, "non_torch_bytes": m.non_torch_bytes, "basis": e.basis or "-",
+                               "note": e.note or "-"})
     return sheet
 
 
@@ -71,7 +74,8 @@ def audit_view(a: Audit) -> View:
         Line("measured: device used by the capture (NVML), every bucket's together; needs free: the free memory "
              "(NVML) it needed when its first bucket's warm-up began; error: estimate - measured; capture: OOM "
              "where the estimate is below needs free, taking the reserve as all that is free when capture "
-             "begins", bullet=True),
+             "begins; non-torch: what NVML saw and the allocator did not (graph executables), the part SGLang's "
+             "term is meant to cover", bullet=True),
         Line("the probes' samples (vllm, tokenspeed) are the profile's own: the first bucket's need, then what "
              "each later bucket kept", bullet=True),
     ]
