@@ -1,14 +1,16 @@
 """Files the user names for bcgprof to write (``plot -o``, ``advise -o``, ``gate --summary-md``).
 
-Each is written atomically (a temporary file beside it, then a rename), and never into a
-report directory, whether named directly or through a symbolic link: a report is only ever
-written by the capture that made it.
+An image is written atomically (a temporary file beside it, then a rename); ``--summary-md`` is
+appended to (``O_APPEND``, one locked write: safe for gates run side by side). Neither is ever
+written into a report directory, whether named directly or through a link: a report is only
+ever written by the capture that made it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 from bcgprof.errors import BcgprofError
@@ -82,9 +84,37 @@ def replace_file(real: Path, data: bytes) -> None:
 
 
 def append_text(real: Path, text: str, option: str) -> None:
-    """Append ``text`` to ``real`` (its old content, then the new, replaced atomically)."""
+    """Append ``text`` to ``real``, which :func:`resolved_output` returned: a real append, so that gates
+    run side by side on one file (a CI job's ``$GITHUB_STEP_SUMMARY``) each add their whole text and the
+    file keeps its inode. The file is opened with ``O_APPEND`` (every write lands at its end, whatever
+    others wrote), locked (``flock``, exclusive) and written in one ``write`` of the whole text, so
+    appenders never interleave. ``O_NOFOLLOW`` refuses a link put in its place since the check, and a
+    file with other names (hard links) is refused, since another name could be inside a report."""
+    import fcntl  # here, not at the top: the gate imports this module and rarely writes a file
+
+    data = text.encode("utf-8")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        old = real.read_bytes() if real.exists() else b""
-        replace_file(real, old + text.encode("utf-8"))
+        fd = os.open(real, flags, 0o666)  # O_NONBLOCK: a FIFO put in its place cannot hang the open
     except OSError as e:
         raise BcgprofError(f"cannot write {option} {real}: {e.strerror or e}") from e
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BcgprofError(f"{option} {real} is not a regular file; name a regular file")
+        if info.st_nlink > 1:
+            raise BcgprofError(f"{option} {real} has other names (hard links), one of which could be inside a "
+                               "report; name a file of its own")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _write_all(fd, data)
+    except OSError as e:
+        raise BcgprofError(f"cannot write {option} {real}: {e.strerror or e}") from e
+    finally:
+        os.close(fd)  # and with it the lock
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``data`` written to ``fd``: one ``write`` for a regular file, more only if the system took less."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

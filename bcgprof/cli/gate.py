@@ -1,8 +1,8 @@
 """`bcgprof gate`: the CI memory-regression gate (no GPU, no torch).
 
 The verdict is the exit code, and nothing else may change it: a stdout that is closed,
-full or gone turns into a warning, an unwritable ``--summary-md`` into an error line of its
-own beside any report error, never into a failure that blames a report.
+full or gone turns into a warning. An unusable ``--summary-md`` is found before any report
+is read and is then the one error line (exit 2); one that fails only later is a warning.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import typer
 
 from bcgprof.cli.common import FORMAT_HELP
 from bcgprof.cli.output import OutputClosed, StdoutError, flush_stdout, note, quiet_stdout, stdout_console
-from bcgprof.cli.root import app, command, say_error
+from bcgprof.cli.root import app, command
 from bcgprof.errors import BcgprofError
 from bcgprof.outputs import append_text, resolved_output
 from bcgprof.vocab import Format
@@ -44,7 +44,8 @@ def gate(
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
     summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="Append the verdict and tables as markdown "
                                               "to this file (e.g. \"$GITHUB_STEP_SUMMARY\"), also when the input is "
-                                              "unusable. Written atomically; never into a report directory.",
+                                              "unusable. Appended in one locked write (O_APPEND), so gates run "
+                                              "side by side each add theirs; never into a report directory.",
                                               show_default=False),
 ) -> None:
     """The CI gate: fail when memory grew beyond tolerance (no GPU needed).
@@ -76,14 +77,9 @@ def gate(
     per_metric = dict(parse_tolerance(t, default) for t in tol or [])
     options = GateOptions(default, per_metric, per_bucket=per_bucket, allow_mismatch=allow_mismatch)
 
-    # --summary-md is checked first, but a problem there is reported beside, not instead of, a report's.
-    summary: Optional[Path] = None
-    summary_error: Optional[str] = None
-    if summary_md is not None:
-        try:
-            summary = resolved_output(summary_md, "--summary-md")
-        except BcgprofError as e:
-            summary_error = str(e)
+    # --summary-md is checked first, before any report is read: unusable, it is the one error line (nothing
+    # could be written to it); usable, a report's error goes into it and is the one line.
+    summary = resolved_output(summary_md, "--summary-md") if summary_md is not None else None
     try:
         if same_report(baseline, current):
             raise GateInputError(f"--baseline and --current are the same report ({baseline}); a gate compares a "
@@ -92,13 +88,11 @@ def gate(
             result = gate_reports(read_report(baseline), read_report(current), options)
     except BcgprofError as e:
         if summary is not None:
-            _append_or_warn(summary, gate_error_markdown(str(e)))
-        if summary_error is not None:
-            say_error(str(e))
-            raise BcgprofError(summary_error) from None
+            try:
+                append_text(summary, gate_error_markdown(str(e)), "--summary-md")
+            except BcgprofError as late:  # still one line: the report's error, then why the summary lacks it
+                raise BcgprofError(f"{e} (the job summary does not say so: {late})") from None
         raise
-    if summary_error is not None:
-        raise BcgprofError(summary_error)
 
     try:
         with cyclic_gc_paused():

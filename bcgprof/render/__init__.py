@@ -135,7 +135,10 @@ def gate_markdown(result) -> str:
 
 
 def gate_error_markdown(message: str) -> str:
-    return f"## bcgprof gate: UNUSABLE INPUT\n\n{message}\n\n"
+    """The job summary of a gate refused: its error line, made printable (it can quote a path or a file)."""
+    from bcgprof.text import printable
+
+    return f"## bcgprof gate: UNUSABLE INPUT\n\n{printable(' '.join(message.split()), limit=2000)}\n\n"
 
 
 def print_estimate(est, console: Console | PlainConsole) -> None:
