@@ -22,16 +22,24 @@ def holds_report(directory: Path) -> bool:
     return directory.is_dir() and any((directory / name).exists() for name in REPORT_FILES)
 
 
-def resolved_output(path: Path, option: str, *, create_parents: bool = False) -> Path:
+def resolved_output(path: Path, option: str, *, create_parents: bool = False, append: bool = False) -> Path:
     """Where writing ``path`` would really land; refused (one line) if that is a report's directory or file.
 
     A symbolic link is followed to its target, so a link cannot smuggle an output into a report.
-    With ``create_parents`` missing directories are allowed (:func:`replace_file` makes them).
+    With ``create_parents`` missing directories are allowed (:func:`replace_file` makes them). With
+    ``append`` (:func:`append_text` writes into the file itself) a file with other names is refused too.
     """
     try:
-        return _resolved_output(Path(path), option, create_parents)
+        real = _resolved_output(Path(path), option, create_parents)
+        if append and real.exists() and real.stat().st_nlink > 1:
+            raise BcgprofError(HARD_LINKED.format(option=option, path=path))
+        return real
     except OSError as e:  # a name too long for the file system, a looping link...
         raise BcgprofError(f"cannot write {option} {path}: {e.strerror or e}; name another file") from None
+
+
+HARD_LINKED = ("{option} {path} has other names (hard links), one of which could be inside a report; name a file "
+               "of its own")
 
 
 def _resolved_output(path: Path, option: str, create_parents: bool) -> Path:
@@ -103,8 +111,7 @@ def append_text(real: Path, text: str, option: str) -> None:
         if not stat.S_ISREG(info.st_mode):
             raise BcgprofError(f"{option} {real} is not a regular file; name a regular file")
         if info.st_nlink > 1:
-            raise BcgprofError(f"{option} {real} has other names (hard links), one of which could be inside a "
-                               "report; name a file of its own")
+            raise BcgprofError(HARD_LINKED.format(option=option, path=real))
         fcntl.flock(fd, fcntl.LOCK_EX)
         _write_all(fd, data)
     except OSError as e:

@@ -79,7 +79,7 @@ def gate(
 
     # --summary-md is checked first, before any report is read: unusable, it is the one error line (nothing
     # could be written to it); usable, a report's error goes into it and is the one line.
-    summary = resolved_output(summary_md, "--summary-md") if summary_md is not None else None
+    summary = resolved_output(summary_md, "--summary-md", append=True) if summary_md is not None else None
     try:
         if same_report(baseline, current):
             raise GateInputError(f"--baseline and --current are the same report ({baseline}); a gate compares a "
