@@ -43,7 +43,7 @@ def record(
                                              help="NVML sampling interval for each bucket's device peak, in "
                                                   "ms; 0 turns the sampler off."),
 ) -> None:
-    """Record the CUDA-graph captures of any program, per bucket, as a report (needs a CUDA GPU).
+    """Profile another program's CUDA-graph capture, per bucket (needs a GPU).
 
     Runs COMMAND with a hook in every Python process it starts (sitecustomize on PYTHONPATH): each
     torch.cuda.CUDAGraph capture is seen, grouped into buckets by engine adapters or --bucket, and

@@ -94,7 +94,8 @@ class OneLineErrors(typer.core.TyperGroup):
 app = typer.Typer(
     name="bcgprof",
     cls=OneLineErrors,
-    help="Profile the GPU memory of breakable CUDA-graph capture across size buckets (capture), read the "
+    help="Profile the GPU memory of breakable CUDA-graph capture across size buckets (capture) or of any "
+         "program's capture (record), read the "
          "reports it writes (show, compare, plot, gate, explain, predict, advise, audit), and estimate output "
          "buffers from a model config alone (estimate).",
     no_args_is_help=True,
@@ -155,7 +156,7 @@ def _main(
 ) -> None:
     """Profile the GPU memory of breakable CUDA-graph capture across size buckets.
 
-    `capture` needs a CUDA GPU; every other command reads reports and needs neither a GPU
+    `capture` and `record` need a CUDA GPU; every other command reads reports and needs neither a GPU
     nor PyTorch's model code. Results go to stdout; progress, notes and errors to stderr.
     Exit codes: 0 ok, 1 a regression (gate) or a failed mode (capture), 2 unusable input or
     an internal error, 130 interrupted.

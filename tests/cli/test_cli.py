@@ -59,7 +59,8 @@ _LOADED = ("import sys; from bcgprof.cli import main; sys.argv = ['bcgprof', *sy
     (["--debug", "estimate", "-f", "json"], ["bcgprof.cli.common", "bcgprof.cli.output", "bcgprof.cli.root",
                                              "bcgprof.cli.whatif"]),
     (["--help"], ["bcgprof.cli.audit", "bcgprof.cli.capture", "bcgprof.cli.common", "bcgprof.cli.gate",
-                  "bcgprof.cli.output", "bcgprof.cli.reports", "bcgprof.cli.root", "bcgprof.cli.whatif"]),
+                  "bcgprof.cli.output", "bcgprof.cli.record", "bcgprof.cli.reports", "bcgprof.cli.root",
+                  "bcgprof.cli.whatif"]),
 ])
 def test_a_command_loads_only_its_own_module_and_help_loads_all(argv, loaded):
     proc = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True)
@@ -73,8 +74,8 @@ def test_a_mistyped_command_is_still_matched_against_every_command():
 
 def test_every_option_of_every_command_is_described():
     root = typer.main.get_command(app)
-    assert set(root.commands) == {"capture", "show", "compare", "gate", "plot", "estimate", "explain", "predict",
-                                  "advise", "audit"}
+    assert set(root.commands) == {"capture", "record", "show", "compare", "gate", "plot", "estimate", "explain",
+                                  "predict", "advise", "audit"}
     for name, command in root.commands.items():
         assert command.help, name
         for param in command.params:
