@@ -25,3 +25,12 @@ def printable(text: object, limit: int = MAX_FIELD_CHARS) -> str:
     s = s.replace("\t", " ").replace("\r\n", " ").replace("\n", " ")
     s = CONTROL.sub(REPLACEMENT, s)
     return s if len(s) <= limit else s[: max(limit - 1, 0)] + "\N{HORIZONTAL ELLIPSIS}"
+
+
+def displayable(text: object) -> str:
+    """``text`` with every control character replaced (tabs and newlines by spaces), never cut: what a view
+    shows of a path, which can hold anything (``ESC ]0;`` retitles a window, ``ESC [2J`` clears it)."""
+    s = str(text)
+    if not CONTROL.search(s):
+        return s
+    return CONTROL.sub(REPLACEMENT, s.replace("\t", " ").replace("\r\n", " ").replace("\n", " "))

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from bcgprof.text import displayable
+
 
 @dataclass
 class Column:
@@ -46,11 +48,18 @@ PLAIN, STRONG, WARNING, BAD, GOOD = "", "strong", "warning", "bad", "good"
 
 @dataclass
 class Line:
+    """A line of text around the tables. Its text and lead are made displayable when it is made
+    (:func:`bcgprof.text.displayable`): the one place where paths, which views quote as given,
+    become text for a terminal or a markdown file."""
+
     text: str
     style: str = PLAIN
     lead: str = ""  # shown before the text, in bold (a path, a label)
     bullet: bool = False  # a list item in markdown
     whole: bool = False  # never wrapped (a bucket list to copy: a break inside a number makes other buckets)
+
+    def __post_init__(self) -> None:
+        self.text, self.lead = displayable(self.text), displayable(self.lead)
 
 
 @dataclass
