@@ -139,7 +139,7 @@ def capture(
                                                                 "run.json."),
     sample_interval_ms: float = typer.Option(D.sample_interval_ms, help="NVML peak-sampler interval, in milliseconds "
                                                             "(0.1 to 60000)."),
-    tp: int = typer.Option(D.tp, min=1, help="Tensor-parallel ranks (GPUs), one process each."),
+    tp: int = typer.Option(D.tp, min=1, help="Tensor-parallel ranks (GPUs), one process each; 1 to 8."),
     seed: int = typer.Option(D.seed, help="Random seed for dummy weights and inputs."),
     graph: GraphKind = typer.Option(GraphKind(D.graph), "--graph", help="breakable: each bucket's graph is split "
                                     "into segments around attention, which runs eagerly; full: one CUDA graph per "
@@ -174,6 +174,10 @@ def capture(
         raise BcgprofError(f"--device {device!r} is not a CUDA device; write cuda:0, cuda:1, ...")
     if not (math.isfinite(sample_interval_ms) and 0.1 <= sample_interval_ms <= 60_000):
         raise BcgprofError(f"--sample-interval-ms {sample_interval_ms} is out of range; use 0.1 to 60000")
+    from bcgprof.report.limits import MAX_TP
+
+    if tp > MAX_TP:  # before torch: a report holds ranks 0 to MAX_TP - 1, whatever GPUs this machine has
+        raise CaptureError(f"--tp {tp} is over {MAX_TP}, the most ranks a report holds; use 1 to {MAX_TP}")
     if not -2 ** 63 <= seed < 2 ** 64:
         raise BcgprofError("--seed is out of range; use an integer that fits in 64 bits")
     bucket_list(buckets, phase.value, max_tokens, max_bs)
