@@ -1,0 +1,57 @@
+"""What `bcgprof record` costs the program it records (needs a GPU).
+
+Runs ``examples/record/graph_loop.py`` alone and under ``bcgprof record`` in turn, ``--rounds`` times
+each, and prints, from the program's own output, the capture loop's wall time and the free memory it
+took. The goal: a time ratio of at most 1.05 and the same free-memory figure to the byte.
+
+    python benchmarks/record_overhead.py --rounds 3 --out /tmp/overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "examples" / "record" / "graph_loop.py"
+LINE = re.compile(r"program: capture loop took (\d+) bytes of free memory in ([0-9.]+) s")
+
+
+def once(recorded: bool, out: Path) -> tuple[int, float]:
+    cmd = [sys.executable, str(PROGRAM)]
+    if recorded:
+        cmd = [sys.executable, "-m", "bcgprof", "record", "--bucket", "loops:capture_one:size", "--out", str(out),
+               "--", *cmd]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    m = LINE.search(proc.stdout)
+    if m is None:
+        raise SystemExit(f"no capture line in the program's output:\n{proc.stdout}\n{proc.stderr}")
+    return int(m[1]), float(m[2])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", type=Path, default=Path("/tmp/bcgprof-record-overhead"))
+    a = p.parse_args()
+    plain, hooked = [], []
+    for i in range(a.rounds):
+        plain.append(once(False, a.out))
+        hooked.append(once(True, a.out / f"round-{i}"))
+    print(f"{'run':<10} {'free memory taken (bytes)':>26} {'capture loop (s)':>17}")
+    for name, runs in (("plain", plain), ("recorded", hooked)):
+        for took, seconds in runs:
+            print(f"{name:<10} {took:>26} {seconds:>17.3f}")
+    ratio = statistics.median(s for _, s in hooked) / statistics.median(s for _, s in plain)
+    same = {t for t, _ in plain} == {t for t, _ in hooked} and len({t for t, _ in plain}) == 1
+    print(f"median time ratio recorded/plain: {ratio:.3f}; free memory taken identical in every run: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""A plain CUDA-graph capture loop, as vLLM's FULL mode and SGLang's full backend capture: one graph per
+size, largest first, every graph in one shared pool, two eager warm-ups before each capture."""
+
+import time
+
+import torch
+
+HIDDEN = 4096
+
+
+def build(layers: int = 8) -> torch.nn.Module:
+    torch.manual_seed(0)
+    blocks = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(HIDDEN, 4 * HIDDEN, bias=False), torch.nn.GELU(),
+                   torch.nn.Linear(4 * HIDDEN, HIDDEN, bias=False)]
+    return torch.nn.Sequential(*blocks).to("cuda", torch.bfloat16).eval()
+
+
+def capture_one(size, model, static, pool, stream, graphs):
+    """Warm up twice on the capture stream, then capture the forward of the first ``size`` rows."""
+    x = static[:size]
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            model(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        out = model(x)
+    graphs[size] = (graph, out)
+
+
+def free_bytes() -> int:
+    torch.cuda.synchronize()
+    return torch.cuda.mem_get_info()[0]
+
+
+@torch.inference_mode()
+def run(sizes) -> int:
+    """Capture every size; print and return the free memory the capture loop took (before minus after)."""
+    model = build()
+    static = torch.randn(max(sizes), HIDDEN, device="cuda", dtype=torch.bfloat16)
+    pool, stream, graphs = torch.cuda.graph_pool_handle(), torch.cuda.Stream(), {}
+    before, started = free_bytes(), time.perf_counter()
+    for size in sorted(sizes, reverse=True):
+        capture_one(size, model, static, pool, stream, graphs)
+    took, seconds = before - free_bytes(), time.perf_counter() - started
+    for size, (graph, out) in graphs.items():  # the graphs replay as captured
+        graph.replay()
+        torch.testing.assert_close(out, model(static[:size]), rtol=0, atol=0)
+    print(f"program: capture loop took {took} bytes of free memory in {seconds:.3f} s ({len(graphs)} graphs)",
+          flush=True)
+    return took
