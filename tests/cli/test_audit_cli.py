@@ -1,4 +1,5 @@
-"""`bcgprof audit` through the command line: its JSON contract, its formats and its refusals (no GPU)."""
+"""`bcgprof audit` through the command line: its JSON contract, its formats and its refusals
+(no GPU)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def test_json_is_the_contract(write_report, rows):
     assert doc["report"] == str(path) and doc["phase"] == "prefill"
     assert [m["mode"] for m in doc["modes"]] == ["per-bucket", "shared", "floor"]
     shared = next(m for m in doc["modes"] if m["mode"] == "shared")
-    assert shared["measured_bytes"] == sum(r.device_used_delta_bytes for r in built["shared"].values())
+    assert shared["measured_bytes"] == sum(
+        r.device_used_delta_bytes for r in built["shared"].values()
+    )
     by_name = {e["estimator"]: e for e in shared["estimates"]}
     assert set(by_name) == {"vllm", "sglang", "tokenspeed", "tokenspeed-capped"}
     assert by_name["sglang"]["estimate_bytes"] == len(built["shared"]) * 8 * MIB
@@ -42,8 +45,19 @@ def test_json_is_the_contract(write_report, rows):
 
 def test_mode_and_sglang_settings_reach_the_json(write_report, rows):
     path = write_report("r", rows().all(), phase="decode")
-    doc = json.loads(run("audit", path, "--mode", "shared", "--sglang-dp-attention", "2", "--sglang-deepep",
-                         "-f", "json").stdout)
+    doc = json.loads(
+        run(
+            "audit",
+            path,
+            "--mode",
+            "shared",
+            "--sglang-dp-attention",
+            "2",
+            "--sglang-deepep",
+            "-f",
+            "json",
+        ).stdout
+    )
     assert [m["mode"] for m in doc["modes"]] == ["shared"]
     sglang = next(e for e in doc["modes"][0]["estimates"] if e["estimator"] == "sglang")
     assert sglang["estimate_bytes"] == (4096 * 2 + 4096 * 2 * 3 + 4096 * 2 * 1.5 + 2048) * MIB
@@ -52,8 +66,15 @@ def test_mode_and_sglang_settings_reach_the_json(write_report, rows):
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
 def test_tables_name_every_estimator_and_their_sources(write_report, rows, fmt):
     out = run("audit", write_report("r", rows().all()), "--mode", "per-bucket", "-f", fmt).stdout
-    for name in ("vllm", "sglang", "tokenspeed", "tokenspeed-capped", "profile_cudagraph_memory",
-                 "reserve_for_graph_mb", "_estimate_family"):
+    for name in (
+        "vllm",
+        "sglang",
+        "tokenspeed",
+        "tokenspeed-capped",
+        "profile_cudagraph_memory",
+        "reserve_for_graph_mb",
+        "_estimate_family",
+    ):
         assert name in out
 
 
@@ -65,12 +86,15 @@ def test_csv_has_one_row_per_mode_and_estimator(write_report, rows):
     assert {r["estimator"] for r in table} == {"vllm", "sglang", "tokenspeed", "tokenspeed-capped"}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--mode", "nope"], "no mode 'nope'"),
-    (["--sglang-dp-attention", "0"], "--sglang-dp-attention"),
-    (["--sglang-dp-attention", "x"], "--sglang-dp-attention"),
-    (["-f", "yaml"], "--format"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--mode", "nope"], "no mode 'nope'"),
+        (["--sglang-dp-attention", "0"], "--sglang-dp-attention"),
+        (["--sglang-dp-attention", "x"], "--sglang-dp-attention"),
+        (["-f", "yaml"], "--format"),
+    ],
+)
 def test_bad_options_are_one_line(write_report, rows, args, message):
     assert message in refused(run("audit", write_report("r", rows().all()), *args))
 

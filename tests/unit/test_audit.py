@@ -1,6 +1,6 @@
-"""The engines' capture-memory estimators (bcgprof.analysis.audit): each formula on hand-computed cases, and
-the audit of synthetic reports, every expected figure derived here from the rows the report was written
-with (no GPU)."""
+"""The engines' capture-memory estimators (bcgprof.analysis.audit): each formula on hand-computed
+cases, and the audit of synthetic reports, every expected figure derived here from the rows the
+report was written with (no GPU)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ MIB = 1 << 20
 
 
 # ---------------------------------------------------------------- the formulas
+
 
 def test_vllm_is_the_first_sample_plus_the_second_for_every_other_graph():
     assert vllm_estimate([300 * MIB, 20 * MIB], 10) == 300 * MIB + 9 * 20 * MIB
@@ -70,7 +71,12 @@ def test_tokenspeed_capped_takes_the_ceiling_of_the_floored_marginals_mean():
 
 
 def test_tokenspeed_capped_caps_the_tail_at_what_the_probe_measured():
-    samples = [100 * MIB, 50 * MIB, 50 * MIB, 50 * MIB]  # 250 MiB measured; 50 MiB x 96 would be far more
+    samples = [
+        100 * MIB,
+        50 * MIB,
+        50 * MIB,
+        50 * MIB,
+    ]  # 250 MiB measured; 50 MiB x 96 would be far more
     assert tokenspeed_capped_estimate(samples, 100) == 2 * 250 * MIB
 
 
@@ -84,12 +90,19 @@ def test_tokenspeed_needs_two_samples_unless_the_ladder_has_one_entry():
 
 def test_sglang_prefill_is_eight_mib_a_bucket():
     buckets = list(range(256, 8193, 256))
-    assert sglang_estimate("prefill", buckets, "breakable", SglangSettings()) == len(buckets) * 8 * MIB
+    assert (
+        sglang_estimate("prefill", buckets, "breakable", SglangSettings()) == len(buckets) * 8 * MIB
+    )
 
 
 def test_sglang_prefill_with_mla_is_flat_and_deepep_adds_to_breakable_graphs_only():
-    assert sglang_estimate("prefill", [4, 8, 16], "breakable", SglangSettings(mla=True)) == 1536 * MIB
-    assert sglang_estimate("prefill", [4, 8, 16], "breakable", SglangSettings(deepep=True)) == (24 + 1024) * MIB
+    assert (
+        sglang_estimate("prefill", [4, 8, 16], "breakable", SglangSettings(mla=True)) == 1536 * MIB
+    )
+    assert (
+        sglang_estimate("prefill", [4, 8, 16], "breakable", SglangSettings(deepep=True))
+        == (24 + 1024) * MIB
+    )
     assert sglang_estimate("prefill", [4, 8, 16], "full", SglangSettings(deepep=True)) == 24 * MIB
 
 
@@ -102,12 +115,15 @@ def test_sglang_decode_with_dp_attention_and_deepep():
     dp = SglangSettings(dp_attention=4)
     assert sglang_estimate("decode", small, "full", dp) == (128 * 2 + 128 * 4 * 3) * MIB
     # above 300 a further 1.5 MiB per batch size and rank
-    assert sglang_estimate("decode", large, "full", dp) == round((512 * 2 + 512 * 4 * 3 + 512 * 4 * 1.5) * MIB)
+    assert sglang_estimate("decode", large, "full", dp) == round(
+        (512 * 2 + 512 * 4 * 3 + 512 * 4 * 1.5) * MIB
+    )
     deepep = SglangSettings(deepep=True)
     assert sglang_estimate("decode", small, "full", deepep) == (128 * 2 + 2048) * MIB
 
 
 # ---------------------------------------------------------------- against a report
+
 
 def _in_order(rows, mode):
     return sorted(rows[mode].values(), key=lambda r: r.order)
@@ -138,7 +154,9 @@ def test_the_audit_reproduces_each_probe_from_the_rows(write_report, rows):
     assert shared.measured_bytes == sum(kept)
     assert shared.needs_free_bytes == _needs_free(ordered)
     assert est[VLLM].estimate_bytes == first + max(kept[1], MIB) * (n - 1)
-    assert est[TOKENSPEED].estimate_bytes == first + sum(kept[1:4]) + max(median(kept[1:4]), 0) * (n - 4)
+    assert est[TOKENSPEED].estimate_bytes == first + sum(kept[1:4]) + max(median(kept[1:4]), 0) * (
+        n - 4
+    )
     marginals = [max(k, 0) for k in kept[1:4]]
     rate = -(-sum(marginals) // 3)
     measured = first + sum(marginals)
@@ -146,7 +164,9 @@ def test_the_audit_reproduces_each_probe_from_the_rows(write_report, rows):
     assert est[SGLANG].estimate_bytes == n * 8 * MIB
 
 
-def test_each_error_and_oom_verdict_follows_from_estimate_measured_and_needs_free(write_report, rows):
+def test_each_error_and_oom_verdict_follows_from_estimate_measured_and_needs_free(
+    write_report, rows
+):
     audit = audit_report(read_report(write_report("r", rows().all())))
     for m in audit.modes:
         for e in m.estimates:
@@ -219,12 +239,14 @@ def test_an_incomplete_report_is_refused(write_report, rows):
 
 
 def test_the_json_document_holds_bytes_as_integers(write_report, rows):
-    doc = audit_json(audit_report(read_report(write_report("r", rows().all())),
-                                  settings=SglangSettings(dp_attention=2)))
+    doc = audit_json(
+        audit_report(
+            read_report(write_report("r", rows().all())), settings=SglangSettings(dp_attention=2)
+        )
+    )
     assert doc["sglang_settings"] == {"mla": False, "dp_attention": 2, "deepep": False}
     assert [e["name"] for e in doc["estimators"]] == [VLLM, SGLANG, TOKENSPEED, TOKENSPEED_CAPPED]
     for m in doc["modes"]:
         assert isinstance(m["measured_bytes"], int) and isinstance(m["needs_free_bytes"], int)
         for e in m["estimates"]:
             assert isinstance(e["estimate_bytes"], int) and isinstance(e["error_bytes"], int)
-
