@@ -24,8 +24,8 @@ def audit(
     mode: Optional[str] = typer.Option(
         None,
         "--mode",
-        help="Audit this mode of the report only (per-bucket, shared, shared-largest, floor). "
-        "Default: every mode it holds.",
+        help="Audit this mode of the report only (a capture's per-bucket, shared, shared-largest or "
+        "floor; a recording's group). Default: every one it holds.",
         show_default=False,
     ),
     sglang_mla: bool = typer.Option(
