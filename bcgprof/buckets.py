@@ -79,7 +79,7 @@ def _show(spec: str, limit: int = 60) -> str:
 
 def _positive_int(text: str, entry: str, spec: str) -> int:
     raw = text.strip()
-    if not re.fullmatch(r"[+-]?\d+", raw):
+    if not re.fullmatch(r"[+-]?[0-9]+", raw):  # ASCII: \d and int() also take other scripts' digits
         raise BucketSpecError(
             f"bucket spec {_show(spec)}: entry {_show(entry)} is not an integer, a START:STOP:STEP range "
             f"or a preset ({', '.join(PRESETS)})"

@@ -15,7 +15,8 @@ MIB = 1024 ** 2
 GIB = 1024 ** 3
 TIB = 1024 ** 4
 
-_UNITS = {"": 1, "b": 1, "k": KIB, "kib": KIB, "m": MIB, "mib": MIB, "g": GIB, "gib": GIB, "t": TIB, "tib": TIB}
+_UNITS = {"b": 1, "k": KIB, "kib": KIB, "m": MIB, "mib": MIB, "g": GIB, "gib": GIB, "t": TIB,
+          "tib": TIB}  # no "": a size needs its unit
 
 
 def fmt_bytes(n: Optional[int], *, signed: bool = False) -> str:
@@ -71,18 +72,33 @@ def pct_change(old: Optional[float], new: Optional[float]) -> Optional[float]:
 MAX_PARSED_BYTES = 2 ** 60  # 1 EiB: larger sizes are typing mistakes
 
 
-def parse_bytes(text: str, *, what: str = "size", bare: bool = True) -> int:
-    """``16MiB``, ``1.5 GiB``, ``512k``, ``1048576`` (bytes) -> bytes. Units are binary (KiB, MiB, GiB, TiB).
+def plain_number_text(text: str) -> bool:
+    """Whether ``text`` may be read as a number: ASCII alone and no underscore. ``int()`` and
+    ``float()`` also read other scripts' digits ("\u0662\u0664" is 24) and digit groups ("1_0" is
+    10), which no option, lengths file or report of bcgprof's means."""
+    return text.isascii() and "_" not in text
 
-    At most :data:`MAX_PARSED_BYTES`; anything else is a one-line :class:`BcgprofError`. ``bare``: whether a
-    number without a unit (bytes) is offered in that line (where the caller takes one).
+
+SIZE_UNITS = "B, KiB, MiB, GiB, TiB or K, M, G, T"
+
+
+def parse_bytes(text: str, *, what: str = "size") -> int:
+    """``16MiB``, ``1.5 GiB``, ``512k``, ``4096B`` -> bytes: the one rule for a size in every
+    option. Units are binary (:data:`SIZE_UNITS`) and required: a number without one is refused
+    (16 could be bytes or MiB), as is a digit that is not ASCII. At most :data:`MAX_PARSED_BYTES`;
+    anything else is a one-line :class:`BcgprofError`.
     """
     shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:36] + "...")
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text or "")
     unit = m.group(2).lower() if m else ""
+    if m and not unit:
+        number = m.group(1)
+        example = f"{number}GiB or {number}MiB" if len(number) <= 6 else "2.5GiB or 512MiB"
+        raise BcgprofError(f"{what} {number[:40]!r} has no unit; write e.g. {example} "
+                           f"(units: {SIZE_UNITS}, all binary)")
     if not m or unit not in _UNITS:
-        raise BcgprofError(f"{what} {shown} is not a size; write e.g. 16MiB, 1.5GiB"
-                           + (", 512KiB or a byte count" if bare else " or 512KiB"))
+        raise BcgprofError(f"{what} {shown} is not a size; write e.g. 16MiB, 1.5GiB or 512KiB "
+                           f"(units: {SIZE_UNITS}, all binary)")
     number = m.group(1)
     if len(number) > 30 or float(number) * _UNITS[unit] > MAX_PARSED_BYTES:
         raise BcgprofError(f"{what} {shown} is too large; write e.g. 16MiB, 1.5GiB or 512KiB")

@@ -30,6 +30,7 @@ import contextlib
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -40,7 +41,14 @@ from bcgprof.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import Report
 from bcgprof.report.consistency import capture_sequence
-from bcgprof.report_format import MIB, fmt_bytes, fmt_pct, parse_bytes, pct_change
+from bcgprof.report_format import (
+    MIB,
+    fmt_bytes,
+    fmt_pct,
+    parse_bytes,
+    pct_change,
+    plain_number_text,
+)
 from bcgprof.vocab import Source
 
 TOTAL_METRICS = ("pool_bytes", "device_used_bytes")
@@ -217,6 +225,9 @@ def parse_rel(text: str, *, what: str = "relative tolerance") -> float:
     """``1%`` or ``0.01`` -> 0.01; a finite number from 0 up."""
     raw = str(text).strip()
     shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:36] + "...")
+    if not plain_number_text(raw):
+        raise BcgprofError(f"{what} {shown} is not a number in ASCII digits (no underscores); "
+                           "write e.g. 0.01 or 1%")
     try:
         value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
@@ -263,6 +274,20 @@ def parse_tolerance(text: str, default: Tolerance) -> tuple[str, Tolerance]:
         rel=parse_rel(rel, what=f"--tol {text!r}: relative tolerance") if rel else default.rel,
         abs_bytes=abs_bytes,
     )
+
+
+def parse_tolerances(texts: Sequence[str], default: Tolerance) -> dict[str, Tolerance]:
+    """Every ``--tol`` (:func:`parse_tolerance`), by metric; a metric given twice is refused (which one
+    was meant cannot be known), never settled by keeping the last."""
+    out: dict[str, Tolerance] = {}
+    given: dict[str, str] = {}
+    for text in texts:
+        metric, tolerance = parse_tolerance(text, default)
+        if metric in given:
+            raise BcgprofError(f"--tol sets {metric} twice ({given[metric]!r} and {text!r}); give each metric "
+                               "one --tol")
+        out[metric], given[metric] = tolerance, text
+    return out
 
 
 def judge(baseline: int, current: int, tol: Tolerance) -> str:

@@ -170,7 +170,7 @@ def capture(
         raise CaptureError("--modes shared-largest keeps the largest bucket's own output as the shared buffer, so "
                            "the largest bucket must be captured first: use --order largest-first, or leave "
                            "shared-largest out of --modes")
-    if not re.fullmatch(r"cuda(:\d{1,4})?", device):
+    if not re.fullmatch(r"cuda(:[0-9]{1,4})?", device):
         raise BcgprofError(f"--device {device!r} is not a CUDA device; write cuda:0, cuda:1, ...")
     if not (math.isfinite(sample_interval_ms) and 0.1 <= sample_interval_ms <= 60_000):
         raise BcgprofError(f"--sample-interval-ms {sample_interval_ms} is out of range; use 0.1 to 60000")
@@ -235,7 +235,7 @@ def _layer_counts(text: Optional[str], depth: int) -> list[Optional[int]]:
     counts: list[Optional[int]] = []
     for entry in text.split(","):
         entry = entry.strip()
-        if not entry.isdigit() or not 1 <= int(entry) <= depth:
+        if not (entry.isascii() and entry.isdigit()) or not 1 <= int(entry) <= depth:
             raise BcgprofError(f"--num-layers {text!r}: {entry!r} is not a layer count from 1 to {depth} (the "
                                "model's depth); write one count or a comma list such as 2,4")
         if int(entry) in counts:

@@ -67,14 +67,14 @@ def gate(
         gate_reports,
         parse_abs_mib,
         parse_rel,
-        parse_tolerance,
+        parse_tolerances,
         same_report,
     )
     from bcgprof.render import gate_error_markdown, gate_markdown, gate_view, render
     from bcgprof.report import cyclic_gc_paused, read_report
 
     default = Tolerance(rel=parse_rel(rel_tol, what="--rel-tol"), abs_bytes=parse_abs_mib(abs_tol_mib))
-    per_metric = dict(parse_tolerance(t, default) for t in tol or [])
+    per_metric = parse_tolerances(tol or [], default)
     options = GateOptions(default, per_metric, per_bucket=per_bucket, allow_mismatch=allow_mismatch)
 
     # --summary-md is checked first, before any report is read: unusable, it is the one error line (nothing

@@ -94,7 +94,8 @@ def pipe_width() -> int:
     """Columns of output that is not a terminal: COLUMNS when it says, else :data:`PIPE_WIDTH`."""
     # A pipe or file gets wide lines rather than wrapped table cells, unless COLUMNS says otherwise.
     columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else PIPE_WIDTH
+    plain = columns.isascii() and columns.isdigit()
+    return int(columns) if plain and 20 <= int(columns) <= 10_000 else PIPE_WIDTH
 
 
 def stdout_is_terminal() -> bool:

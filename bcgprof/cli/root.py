@@ -9,6 +9,7 @@ unless ``--debug`` or ``BCGPROF_DEBUG=1`` asks for one. Under torchrun only rank
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -23,6 +24,7 @@ import typer.core
 from bcgprof import __version__
 from bcgprof.cli.output import OutputClosed, quiet_stdout
 from bcgprof.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BcgprofError, one_line
+from bcgprof.report_format import plain_number_text
 from bcgprof.text import printable
 
 
@@ -62,12 +64,45 @@ def fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+class _PlainNumber:
+    """Mixed into click's integer and float types: a value is first held to
+    :func:`plain_number_text` (ASCII, no underscore): ``int("1_0")`` is 10, and ``int()`` reads
+    other scripts' digits too."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and not plain_number_text(value):
+            message = f"{printable(value, 40)!r} is not a number in ASCII digits (no underscores)"
+            self.fail(message, param, ctx)  # type: ignore[attr-defined]
+        return super().convert(value, param, ctx)  # type: ignore[misc]
+
+
+_PLAIN_TYPES: dict[type, type] = {}
+
+
+def plain_numbers(group: Any) -> None:
+    """Every integer and float option of every command of ``group`` held to ASCII digits: one rule
+    for numbers, whatever the option (click's types read them with ``int()`` and ``float()``)."""
+    numeric = {"IntParamType", "FloatParamType"}
+    for cmd in getattr(group, "commands", {}).values():
+        for param in cmd.params:
+            cls = type(param.type)
+            if cls in _PLAIN_TYPES.values() or not numeric & {c.__name__ for c in cls.__mro__}:
+                continue
+            if cls not in _PLAIN_TYPES:
+                _PLAIN_TYPES[cls] = type(f"Plain{cls.__name__}", (_PlainNumber, cls), {})
+            plain = copy.copy(param.type)
+            plain.__class__ = _PLAIN_TYPES[cls]
+            param.type = plain
+
+
 class OneLineErrors(typer.core.TyperGroup):
-    """Typer's group, with usage errors as one ``error:`` line and exit 2 instead of a boxed panel."""
+    """Typer's group, with usage errors as one ``error:`` line and exit 2 instead of a boxed panel,
+    and numbers in ASCII digits only (:func:`plain_numbers`)."""
 
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
              complete_var: Optional[str] = None, standalone_mode: bool = True, windows_expand_args: bool = True,
              **extra: Any) -> Any:
+        plain_numbers(self)
         try:
             code = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                                 windows_expand_args=windows_expand_args, **extra)

@@ -3,7 +3,6 @@ what another would cost (no GPU, no torch)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Optional
 
@@ -157,14 +156,10 @@ def _layer_reports(paths: list[Path]) -> list[Path]:
 
 
 def _size(text: str, option: str = "--budget") -> int:
-    """--budget, --free: a size with its unit (2.5GiB); a bare number is refused rather than read as bytes."""
+    """--budget, --free: a size with its unit (2.5GiB), by the one rule for sizes."""
     from bcgprof.report_format import parse_bytes
 
-    if re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*", text or ""):
-        number = text.strip()
-        example = f"{number}GiB or {number}MiB" if len(number) <= 6 else "2.5GiB or 512MiB"  # not 1073741824GiB
-        raise BcgprofError(f"{option} {number[:40]!r} has no unit; write e.g. {example}")
-    return parse_bytes(text, what=option, bare=False)
+    return parse_bytes(text, what=option)
 
 
 @app.command()

@@ -308,7 +308,7 @@ def test_judge_and_tolerance_parsing():
     assert parse_tolerance("pool_bytes=0.5%:8MiB", tol) == ("pool_bytes", Tolerance(0.005, 8 * MIB))
     assert parse_tolerance("device_used_bytes=:1GiB", tol) == ("device_used_bytes", Tolerance(0.01, 1024 * MIB))
     assert parse_tolerance("pool_delta_bytes=2%", tol) == ("pool_delta_bytes", Tolerance(0.02, 16 * MIB))
-    assert parse_tolerance("pool_bytes=0:1048576", tol) == ("pool_bytes", Tolerance(0.0, MIB))
+    assert parse_tolerance("pool_bytes=0:1048576B", tol) == ("pool_bytes", Tolerance(0.0, MIB))  # B: bytes
 
 
 @pytest.mark.parametrize("text, message", [
@@ -318,6 +318,7 @@ def test_judge_and_tolerance_parsing():
     ("pool_bytes=lots", "relative tolerance 'lots' is not a number"),
     ("pool_bytes=1%:8 parsecs", "absolute tolerance '8 parsecs' is not a size"),
     ("pool_bytes=-1%", "is negative"),
+    ("pool_bytes=0:16", "absolute tolerance '16' has no unit"),  # 16 bytes or 16 MiB: one rule, a unit
 ])
 def test_bad_tolerances(text, message):
     with pytest.raises(BcgprofError) as e:
