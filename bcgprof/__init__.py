@@ -1,6 +1,8 @@
 """bcgprof: profile the GPU memory of breakable CUDA graph capture across size buckets."""
 
-__version__ = "0.1.0"
+from bcgprof.version import __version__
+
+__all__ = ["__version__"]
 
 
 def __getattr__(name):

@@ -32,7 +32,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from bcgprof import __version__
 from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
 from bcgprof.record.logs import MAX_KEPT, engine_figure
@@ -40,6 +39,7 @@ from bcgprof.record.merge import Merged, MergeError, merge
 from bcgprof.record.rows import read_lines, spool_of
 from bcgprof.report.schema import RunInfo
 from bcgprof.report.write import ReportWriter
+from bcgprof.version import __version__
 from bcgprof.vocab import Phase, RecordGroup, RunStatus, Source
 
 POLL_S = 0.5
