@@ -66,11 +66,9 @@ def run_line(report: Report) -> str:
     gpu = run.gpu_name or "unknown GPU"
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
     experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
-    if run.source == Source.RECORD:
-        engines = run.extra.get("recorded", {}).get("engines", {}) if isinstance(run.extra.get("recorded"), dict) else {}
-        engine = ", ".join(f"{k} {v}".strip() for k, v in engines.items() if isinstance(v, str))
-        return (f"recorded: {run.model}{f' ({engine})' if engine else ''}: {span} in {', '.join(run.modes)}{tp} "
-                f"on {gpu}; torch {run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; status {run.status}")
+    if run.source == Source.RECORD:  # a program's own capture: no layers, dtype or weights of bcgprof's
+        return (f"recorded: {run.model}: {span} in {', '.join(run.modes)}{tp} on {gpu}; torch "
+                f"{run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; status {run.status}")
     # only what differs from how the committed reports were measured is named
     warm = "; warm-up outputs freed" if run.warmup_outputs_freed else ""
     return (f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} weights{experts}{warm}) "
