@@ -36,6 +36,10 @@ class NoGPUError(BcgprofError):
     pass
 
 
+class PredictionError(BcgprofError):
+    """Inputs that cannot support a prediction."""
+
+
 class AdviceError(BcgprofError):
     """Input the advisor cannot use (a lengths file, a budget, a mode)."""
 

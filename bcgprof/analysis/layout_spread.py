@@ -6,7 +6,8 @@ choice in the process's address layout, and that layout changes with everything 
 the pool: another layer count maps other weights. A capture at 4 layers therefore fixes one
 layout's pool, not the full depth's. Replaying the capture's own list with every segment at a
 random address (seeded, so a prediction repeats) gives the pools other layouts can give; where
-they differ, a prediction at another depth carries their spread in its band. On an H100,
+they differ, a prediction at another depth carries their spread in its band; a trace that cannot be
+used is refused, never dropped from the band without a word. On an H100,
 Qwen3-8B's per-bucket pool was 3294 MiB at 4 layers and 3018 MiB at 36, both among those replayed
 from the 4-layer trace; gpt-oss-20b's pools do not move.
 """
@@ -20,10 +21,12 @@ from typing import Optional
 from bcgprof.analysis.allocator import AllocatorError
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.report import BucketRecord, Report
-from bcgprof.report.traces import TraceError
+from bcgprof.report.traces import trace_name
 
 LAYOUTS = 24  # random layouts replayed per mode (seeds 1..LAYOUTS)
 LAID_OUT = "replayed with its segments at random addresses"
+NO_TRACE = ("{path} has no allocator trace of this mode (captured before traces were recorded), so the band does "
+            "not span the pools other segment layouts give: it may be narrow where the pool depends on them")
 MIB = 1 << 20
 
 
@@ -36,6 +39,7 @@ class LayoutSpread:
     lowest: int
     highest: int
     layouts: int
+    skipped: int = 0  # layouts the allocator model could not replay (left out of the spread, and said)
 
     @property
     def below(self) -> int:
@@ -46,21 +50,34 @@ class LayoutSpread:
         return max(0, self.highest - self.measured)
 
     def note(self, layers: int) -> str:
+        left_out = f"; {self.skipped} more could not be replayed and are left out" if self.skipped else ""
         return (f"the {layers}-layer capture's own list, {LAID_OUT} ({self.layouts}; another depth lays the "
                 f"process out differently), ends its pool {-self.below / MIB:+.0f} to {self.above / MIB:+.0f} MiB "
-                "from the measured one: the band spans that")
+                f"from the measured one: the band spans that{left_out}")
 
 
 def layout_spread(report: Report, mode: str, rows: Sequence[BucketRecord]) -> Optional[LayoutSpread]:
-    """``mode``'s spread over :data:`LAYOUTS` random layouts (``rows``: its measured rows in capture order);
-    None when the report has no usable trace of it (captured before traces, or a damaged one)."""
+    """``mode``'s spread over :data:`LAYOUTS` random layouts (``rows``: its measured rows in capture order).
+
+    None when the report has no trace of the mode (captured before traces): the caller says that the
+    band lacks the spread (:data:`NO_TRACE`). A trace that is there but cannot be used (damaged, cut
+    short, another capture's: refused by the replay of its own list against the measured pools) raises
+    its :class:`~bcgprof.report.traces.TraceError`, naming the file: dropping it would narrow the band
+    without a word. A layout the allocator model cannot replay is left out and counted in the note;
+    if none can be, the error of the first is raised.
+    """
     measured = [(r.bucket, r.pool_bytes) for r in rows]
-    try:
-        replayer = Replayer.load(report.path, [mode], expected={mode: measured})
-        if replayer is None or not replayer.has(mode):
-            return None
-        buckets = [b for b, _ in measured]
-        pools = [replayer.laid_out(seed).replay(mode, buckets).pool_bytes[-1] for seed in range(1, LAYOUTS + 1)]
-    except (ReplayError, TraceError, AllocatorError, OSError):
-        return None  # no spread to add: the band stays what the layer fit gives
-    return LayoutSpread(mode, measured[-1][1], min(pools), max(pools), LAYOUTS)
+    replayer = Replayer.load(report.path, [mode], expected={mode: measured})
+    if replayer is None or not replayer.has(mode):  # has(): reads the trace and checks it, or raises
+        return None
+    buckets = [b for b, _ in measured]
+    pools, failures = [], []
+    for seed in range(1, LAYOUTS + 1):
+        try:
+            pools.append(replayer.laid_out(seed).replay(mode, buckets).pool_bytes[-1])
+        except (ReplayError, AllocatorError) as e:
+            failures.append(e)
+    if not pools:
+        raise ReplayError(f"{trace_name(mode)} of {report.path}: no random layout of its segments replays "
+                          f"({failures[0]}); re-capture the report") from None
+    return LayoutSpread(mode, measured[-1][1], min(pools), max(pools), len(pools), len(failures))

@@ -44,10 +44,11 @@ from bcgprof.analysis.bands import TOO_WIDE, Band, ListBands, layer_band_source,
 from bcgprof.analysis.executables import later_executables, staircase_slope
 from bcgprof.analysis.fit import Fit, least_squares
 from bcgprof.analysis.headroom import Headroom, headroom_json, layered_headroom, measured_headroom, traced_headroom
-from bcgprof.analysis.layout_spread import layout_spread
+from bcgprof.analysis.layout_spread import NO_TRACE, layout_spread
+from bcgprof.analysis.possible import check_executables, check_possible
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.analysis.replay_interpolate import line_size, neighbours
-from bcgprof.errors import BcgprofError
+from bcgprof.errors import BcgprofError, PredictionError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
 from bcgprof.vocab import Mode, Order
@@ -59,10 +60,6 @@ SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps, a
 STEADY_LAYERS = 4  # from this depth on the graph pool's rows equal the full model's (measured on three models)
 LAYER_HEADROOM = ("each bucket's measured peak above what it kept from the {layers}-layer capture (its eager warm-up's "
                   "cache: one layer's working set, the same at any depth), on top of the predicted kept bytes")
-
-
-class PredictionError(BcgprofError):
-    """Inputs that cannot support a prediction (exit 2)."""
 
 
 @dataclass
@@ -114,6 +111,9 @@ class Prediction:
     basis: list[str]  # the reports it was made from
     notes: list[str] = field(default_factory=list)
     label: str = LABEL
+
+    def __post_init__(self) -> None:
+        check_possible(self.modes)  # never a figure below zero, nor a band without its point
 
     def mode(self, name: str) -> Optional[ModePrediction]:
         return next((m for m in self.modes if m.mode == name), None)
@@ -215,6 +215,7 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
         # the slope at the target depth, its misfit, and its error propagated from each input's slope
         line = _line(counts, slopes)
         each, misfit = line.at((1.0, target)), line.max_misfit
+        check_executables(mode, counts, slopes, target, each)
         weights = line.weights_at((1.0, target))
         each_error = math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, errors, strict=True)))
         reserve = max(0.0, max(c - rows[0].non_torch_delta_bytes for c, rows in zip(slopes, per_report)))
@@ -247,7 +248,9 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
         result = _mode(mode, predicted, band)
         result.band_source = layer_band_source(first.run)
         spread = layout_spread(reports[deepest], mode, per_report[deepest])  # another depth, another layout
-        if spread is not None and (spread.below or spread.above):
+        if spread is None:
+            result.band_source += f"; {NO_TRACE.format(path=reports[deepest].path)}"
+        elif spread.below or spread.above:
             result.low_bytes, result.high_bytes = result.low_bytes - spread.below, result.high_bytes + spread.above
             result.band_source += f"; {spread.note(counts[deepest])}"
             laid.append(result)  # widened by the pool's layouts, not by the slopes

@@ -114,6 +114,7 @@ def predict(
     from bcgprof.report import read_report
 
     reports = [read_report(p) for p in _layer_reports(source)]
+    _check_layer_names(reports)
     free_bytes = _size(free, "--free") if free is not None else None
     if buckets is not None:
         if len(reports) != 1:
@@ -138,21 +139,42 @@ def predict(
 
 def _layer_reports(paths: list[Path]) -> list[Path]:
     """Each path, or, for a directory that `capture --num-layers` filled, all its layers-N reports (one that
-    cannot be read is then refused by the reader, not left out of the fit)."""
+    cannot be read is then refused by the reader, not left out of the fit). Two names for one depth
+    (layers-4 and layers-04) are refused: which one was meant cannot be known."""
+    from itertools import pairwise
+
+    from bcgprof.inputs import DIRECTORY, MISSING, kind_of
     from bcgprof.report.schema import RUN_FILE, layer_count_of
 
     out = []
     for path in paths:
+        if kind_of(path / RUN_FILE)[0] != MISSING or kind_of(path)[0] != DIRECTORY:
+            out.append(path)  # a report, or what reading it says is wrong
+            continue
         try:
-            if (path / RUN_FILE).exists() or not path.is_dir():
-                out.append(path)
-                continue
-            found = {n: d for d in path.iterdir() if (n := layer_count_of(d.name)) is not None}
+            named = sorted((n, d) for d in path.iterdir() if (n := layer_count_of(d.name)) is not None)
         except OSError as e:
             raise BcgprofError(f"cannot read --from {path}: {e.strerror or e}; give a report directory you can "
                                "read") from None
-        out.extend([found[n] for n in sorted(found)] if found else [path])
+        for (n, a), (m, b) in pairwise(named):
+            if n == m:
+                raise BcgprofError(f"--from {path} holds two reports for {n} layers, {a.name} and {b.name}; keep "
+                                   "one report per depth")
+        out.extend([d for _, d in named] if named else [path])
     return out
+
+
+def _check_layer_names(reports: list) -> None:
+    """A report named layers-N (as `capture --num-layers` names them) must record N layers in run.json:
+    a name that says another depth is a renamed or misplaced report, refused rather than fitted."""
+    from bcgprof.analysis.predict import PredictionError
+    from bcgprof.report.schema import layer_count_of
+
+    for r in reports:
+        named = layer_count_of(Path(r.path).name)
+        if named is not None and named != r.run.layers:
+            raise PredictionError(f"{r.path} is named for {named} layers but its run.json records {r.run.layers}; "
+                                  "a layer report is named after its depth: rename it or capture it again")
 
 
 def _size(text: str, option: str = "--budget") -> int:
