@@ -1,4 +1,5 @@
-"""Shared fixtures for the CPU tests: the hand-made reports under tests/data/ and a way to make variants."""
+"""Shared fixtures for the CPU tests: the hand-made reports under tests/data/ and a way to make variants,
+and the committed reports' traced profiles, prepared once per session (tests/committed.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from committed import CommittedProfiles
 from helpers import DATA, load_data_module
 
 # The fused kernels' CPU tests (tests/models/test_kernels.py) run Triton's interpreter, which has
@@ -70,3 +72,17 @@ def rows():
                      for mode in ("per-bucket", "shared", "floor")})
 
     return build
+
+
+@pytest.fixture(scope="session")
+def committed_profiles() -> CommittedProfiles:
+    """committed_profiles("reports/NAME") -> (report, prepared profile), each prepared and checked once."""
+    return CommittedProfiles()
+
+
+@pytest.fixture
+def shared_profiles(committed_profiles, monkeypatch) -> CommittedProfiles:
+    """The package's own predictions from a committed report (predict, advise, the CLI) use the session's
+    prepared profile of it instead of preparing and checking it again."""
+    committed_profiles.patch(monkeypatch)
+    return committed_profiles

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis.predict import bucket_profile, predict_buckets
+from bcgprof.analysis.predict import predict_buckets
 from bcgprof.report import read_report
 from bcgprof.report.summaries import needs_free_bytes
 
@@ -49,27 +49,23 @@ def _rows(report, mode):
     return sorted((r for r in report.buckets if r.mode == mode), key=lambda r: r.order)
 
 
-_PROFILES: dict = {}
-
-
-def _profile(prefix):
-    if prefix not in _PROFILES:
-        report = read_report(f"reports/{prefix}-traced")
-        _PROFILES[prefix] = report, bucket_profile(report)
-    return _PROFILES[prefix]
+@pytest.fixture
+def profile(committed_profiles):
+    """profile(prefix) -> the traced profile's report and its prepared profile, shared by the session."""
+    return lambda prefix: committed_profiles(f"reports/{prefix}-traced")
 
 
 @pytest.mark.parametrize("prefix", list(REFERENCES))
-def test_the_profile_is_the_reference_capture_again(prefix):
-    report, _ = _profile(prefix)
+def test_the_profile_is_the_reference_capture_again(prefix, profile):
+    report, _ = profile(prefix)
     reference = read_report(f"reports/{REFERENCE_OF.get(prefix, prefix)}")
     assert report.run.torch_version == "2.11.0+cu130" and report.run.buckets == reference.run.buckets
     assert [r.pool_bytes for r in report.buckets] == [r.pool_bytes for r in reference.buckets]
 
 
 @pytest.mark.parametrize("prefix", list(REFERENCES))
-def test_replaying_the_profiles_own_list_places_every_allocation_where_the_gpu_did(prefix):
-    report, p = _profile(prefix)
+def test_replaying_the_profiles_own_list_places_every_allocation_where_the_gpu_did(prefix, profile):
+    report, p = profile(prefix)
     for mode in report.modes():
         check = p.replayer.check(mode)
         assert check.mismatches == 0, mode
@@ -77,8 +73,8 @@ def test_replaying_the_profiles_own_list_places_every_allocation_where_the_gpu_d
 
 
 @pytest.mark.parametrize(("prefix", "name"), CASES)
-def test_every_list_captured_beside_a_profile_is_predicted_row_by_row(prefix, name):
-    report, p = _profile(prefix)
+def test_every_list_captured_beside_a_profile_is_predicted_row_by_row(prefix, name, profile):
+    report, p = profile(prefix)
     measured = read_report(f"reports/{prefix}-{name}")
     assert measured.run.model == report.run.model
     for mode in measured.modes():
@@ -96,8 +92,8 @@ def test_every_list_captured_beside_a_profile_is_predicted_row_by_row(prefix, na
 
 @pytest.mark.parametrize(("prefix", "name"), [("gpt-oss-20b-h100", "third"), ("gpt-oss-20b-h200", "third"),
                                             ("gpt-oss-20b-h100", "interpolated"), ("gpt-oss-20b-h200", "interpolated")])
-def test_the_prediction_committed_before_the_capture_is_what_predict_gives_and_it_held(prefix, name):
-    report, p = _profile(prefix)
+def test_the_prediction_committed_before_the_capture_is_what_predict_gives_and_it_held(prefix, name, profile):
+    report, p = profile(prefix)
     measured = read_report(f"reports/{prefix}-{name}")
     saved = {m["mode"]: m for m in json.loads(Path(f"reports/{prefix}-{name}/predicted.json").read_text())["modes"]}
     for mode in measured.modes():
