@@ -121,6 +121,7 @@ class Recorder:
         self._memory: Any = None
         self._local = threading.local()
         self._warned: set[str] = set()
+        self._described = False
         # what a bucket's readings come from: the device (NVML and the allocator), or a stand-in in CPU tests
         self.read: Callable[[], Optional[dict[str, Any]]] = self._device_reading
 
@@ -258,21 +259,22 @@ class Recorder:
             from bcgprof.measure.memory import DeviceMemory
 
             self._memory = DeviceMemory(torch.device("cuda", torch.cuda.current_device()))
-            self._process_line()
         return self._memory
 
     def _process_line(self) -> None:
         import torch
 
+        self._described = True
         memory = self._memory
+        device = {} if memory is None else {"gpu": memory.gpu_name(), "driver": memory.driver(),
+                                            "memory_source": memory.source}
         versions = {}
         for engine in ("sglang", "vllm"):
             module = sys.modules.get(engine)
             if module is not None:
                 versions[engine] = str(getattr(module, "__version__", ""))
         self.lines.write(PROCESS, rank=_rank(), argv=list(sys.argv)[:64], torch=torch.__version__,
-                         cuda=str(torch.version.cuda or ""), gpu=memory.gpu_name(), driver=memory.driver(),
-                         memory_source=memory.source, hook_path=HOOK_PATH, engines=versions)
+                         cuda=str(torch.version.cuda or ""), hook_path=HOOK_PATH, engines=versions, **device)
 
     def _device_reading(self) -> Optional[dict[str, Any]]:
         import torch
@@ -297,6 +299,8 @@ class Recorder:
 
     def _begin(self, group: str, size: Optional[int], per_graph: bool = False) -> _Bucket:
         before = self.read()
+        if before is not None and not self._described:  # who this process is, once, with its first reading
+            self._process_line()
         sampler = None
         if before is not None and self._memory is not None and self.sample_ms > 0:
             from bcgprof.measure.memory import PeakSampler
