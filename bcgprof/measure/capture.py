@@ -45,6 +45,7 @@ from bcgprof.bcg.graph import BreakableGraph
 from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.measure import sites
 from bcgprof.measure.break_repeat import BreakRepeater
+from bcgprof.measure.ledger import Reading, ledger
 from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.measure.tracing import AllocatorRecorder
 from bcgprof.measure.warmup_repeat import RepeatPlan, plan_repeat, repeat_run
@@ -61,7 +62,7 @@ from bcgprof.options import (
 )
 from bcgprof.report import BucketRecord
 from bcgprof.report.traces import Trace, TracePhase
-from bcgprof.vocab import Mode
+from bcgprof.vocab import BucketStatus, Mode
 
 
 @dataclass
@@ -91,6 +92,20 @@ class CaptureResult:
         cap = self.captures[bucket]
         cap.graph.replay()
         return cap.output
+
+
+Epilogue = Callable[[torch.Tensor], torch.Tensor]  # the last kernel of a bucket's graph: its output into the buffer
+
+
+@dataclass
+class _Held:
+    """What one bucket holds while it is warmed up and captured. It lives until the bucket's second
+    reading, so a bucket that fails is measured with what it held when it failed."""
+
+    warm: Optional[torch.Tensor] = None  # the last warm-up run's output, dropped before the capture
+    graph: Optional[BreakableGraph] = None
+    out: Optional[torch.Tensor] = None  # the captured graph's output
+    history: Optional[dict] = None  # the allocator's history of the floor's first capture, for its sites
 
 
 def default_refill(inputs: Sequence[torch.Tensor], generator: torch.Generator) -> None:
@@ -289,7 +304,7 @@ class Capturer:
                                 pool_bytes=after.pool, free_bytes=after.free,
                                 detail=f"{status} in the eager warm-up before capture ({after.free} bytes free)")
 
-    def _shared_epilogue(self, bucket: int, template: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    def _shared_epilogue(self, bucket: int, template: torch.Tensor) -> Epilogue:
         shared = self.result.shared_output
         if shared is None:  # sized for the largest bucket: from its output when it comes first
             if template.shape[0] == self.largest:
@@ -326,102 +341,116 @@ class Capturer:
                 return
 
     def _capture_one(self, order: int, bucket: int) -> BucketRecord:
-        record = BucketRecord(mode=self.mode, bucket=bucket, order=order, status="ok", rank=self.rank)
+        """One bucket: a reading, its warm-up, its capture, a second reading, and the row's figures from
+        the two. A failure in the warm-up or the capture ends the bucket ``oom`` or ``error``, measured
+        with what it held when it failed."""
+        record = BucketRecord(mode=self.mode, bucket=bucket, order=order, status=BucketStatus.OK.value,
+                              rank=self.rank)
         before = read(self.memory, self.pool)
         torch.cuda.reset_peak_memory_stats(self.device)
         self.sampler.start_window(before.device_used)
-        graph = out = history = None
+        held = _Held()
         try:
             start = time.perf_counter()
-            warm = None
-            plan: Optional[RepeatPlan] = None
-            layout: tuple = ()
-            repeat = self.replay_warmup and self.warmup > 1
             breaks = self._break_repeater()
-            for run in range(self.warmup):
-                if self.free_warmup_output:
-                    warm = None  # the previous run's output goes before this run allocates, as in SGLang's warm-up
-                if plan is not None:
-                    warm = self._repeat(plan, *layout)
-                    self.replayed_runs += 1
-                    continue
-                planning = run == 0 and repeat  # the first run is the one later runs repeat
-                counted = _allocations(self.device) if planning else 0
-                warm = self._eager(bucket, breaks)
-                if planning:
-                    plan = self._plan_repeat(warm, _allocations(self.device) - counted)
-                    layout = (warm.dtype, warm.shape, warm.stride(), warm.storage_offset())
-            if warm is None:  # no warm-up asked for: the shape still has to be known
-                warm = self._eager(bucket, breaks)
+            self._warm_up(bucket, held, breaks)
             torch.cuda.synchronize(self.device)
             record.warmup_ms = (time.perf_counter() - start) * 1000.0
-            epilogue = None
-            if self.mode == "shared" or (self.mode == "shared-largest" and order > 0):
-                epilogue = self._shared_epilogue(bucket, warm)
-            del warm
-            recording = self.record_sites and order == 0
-            recorder = self.recorder
-            if recorder is not None:  # the warm-up window; the capture window starts here
-                recorder.take(bucket, TracePhase.WARMUP)
-                recorder.stacks(recording)
-            elif recording and not self.history_on:
-                sites.start_history()
-            try:
-                with sites.module_frames(self.fn) if recording else contextlib.nullcontext():
-                    graph, out = BreakableGraph.capture(
-                        self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue,
-                        breakable=self.breakable,
-                        run_break=None if recording else breaks,  # a site's stack must name the op itself
-                    )
-                if recorder is not None:
-                    snap = recorder.capture_done(bucket)
-                    recorder = None  # taken
-                    history = snap if recording else None
-                else:
-                    history = torch.cuda.memory._snapshot() if recording else None
-            finally:
-                if recorder is not None:  # the capture failed: its window still belongs to the trace
-                    recorder.capture_done(bucket)
-                if self.recorder is not None:
-                    self.recorder.stacks(False)
-                elif recording and not self.history_on:
-                    sites.stop_history()
-            if self.mode == "shared-largest" and order == 0:
-                self.result.shared_output = out  # the largest bucket's output is the shared buffer
-            record.capture_ms = graph.capture_ms
+            epilogue = self._epilogue(order, bucket, held.warm)
+            held.warm = None
+            self._capture(order, bucket, held, epilogue, breaks)
+            assert held.graph is not None  # captured, or the capture raised
+            record.capture_ms = held.graph.capture_ms
         except Exception as e:  # a CaptureError (bucket refused) is an error, its message as it is
             record.status = failure_status(e)
             record.detail = one_line(e)
+        self._measure(record, before, order, held)
+        return record
+
+    def _warm_up(self, bucket: int, held: _Held, breaks: Optional[BreakRepeater]) -> None:
+        """The bucket's eager warm-up runs, leaving the last one's output in ``held.warm`` (one run even
+        with no warm-up asked for: the capture needs the output's shape). With ``warmup_repeat`` by
+        requests, every run after the first makes the first one's allocator requests again."""
+        plan: Optional[RepeatPlan] = None
+        layout: tuple = ()
+        repeat = self.replay_warmup and self.warmup > 1
+        for run in range(self.warmup):
+            if self.free_warmup_output:
+                held.warm = None  # the previous run's output goes before this run allocates, as in SGLang's warm-up
+            if plan is not None:
+                held.warm = self._repeat(plan, *layout)
+                self.replayed_runs += 1
+                continue
+            planning = run == 0 and repeat  # the first run is the one later runs repeat
+            counted = _allocations(self.device) if planning else 0
+            held.warm = self._eager(bucket, breaks)
+            if planning:
+                warm = held.warm
+                plan = self._plan_repeat(warm, _allocations(self.device) - counted)
+                layout = (warm.dtype, warm.shape, warm.stride(), warm.storage_offset())
+                del warm
+        if held.warm is None:  # no warm-up asked for: the shape still has to be known
+            held.warm = self._eager(bucket, breaks)
+
+    def _epilogue(self, order: int, bucket: int, warm: Optional[torch.Tensor]) -> Optional[Epilogue]:
+        """The copy into the shared buffer that ends this bucket's graph, in the modes that share one."""
+        if self.mode == Mode.SHARED or (self.mode == Mode.SHARED_LARGEST and order > 0):
+            assert warm is not None  # the warm-up's output, whose shape the buffer must fit
+            return self._shared_epilogue(bucket, warm)
+        return None
+
+    def _capture(self, order: int, bucket: int, held: _Held, epilogue: Optional[Epilogue],
+                 breaks: Optional[BreakRepeater]) -> None:
+        """The bucket's graph into ``held``, captured into the pool within the trace's capture window (the
+        floor's first bucket with the Python stacks its sites need, kept in ``held.history``)."""
+        recording = self.record_sites and order == 0
+        recorder = self.recorder
+        if recorder is not None:  # the warm-up window; the capture window starts here
+            recorder.take(bucket, TracePhase.WARMUP)
+            recorder.stacks(recording)
+        elif recording and not self.history_on:
+            sites.start_history()
+        try:
+            with sites.module_frames(self.fn) if recording else contextlib.nullcontext():
+                held.graph, held.out = BreakableGraph.capture(
+                    self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue,
+                    breakable=self.breakable,
+                    run_break=None if recording else breaks,  # a site's stack must name the op itself
+                )
+            if recorder is not None:
+                snap = recorder.capture_done(bucket)
+                recorder = None  # taken
+                held.history = snap if recording else None
+            else:
+                held.history = torch.cuda.memory._snapshot() if recording else None
+        finally:
+            if recorder is not None:  # the capture failed: its window still belongs to the trace
+                recorder.capture_done(bucket)
+            if self.recorder is not None:
+                self.recorder.stacks(False)
+            elif recording and not self.history_on:
+                sites.stop_history()
+        if self.mode == Mode.SHARED_LARGEST and order == 0:
+            self.result.shared_output = held.out  # the largest bucket's output is the shared buffer
+
+    def _measure(self, record: BucketRecord, before: Reading, order: int, held: _Held) -> None:
+        """The second reading, and the row's figures from the two (:func:`~bcgprof.measure.ledger.ledger`);
+        a captured bucket's graph and output join the result."""
         peak_allocated = torch.cuda.max_memory_allocated(self.device)
         after = read(self.memory, self.pool)
         device_peak = self.sampler.window_peak(after.device_used)
-        record.pool_bytes = after.pool
-        record.pool_delta_bytes = after.pool - before.pool
-        # the ledger: pool live + pool free + torch outside the pool + non-torch == device-used delta
-        record.pool_live_delta_bytes = after.pool_live - before.pool_live
-        record.pool_free_delta_bytes = after.pool_free - before.pool_free
-        record.pool_output_bytes = 0
-        record.torch_allocated_delta_bytes = after.allocated - before.allocated
-        record.torch_reserved_delta_bytes = after.reserved - before.reserved
-        record.device_used_delta_bytes = after.device_used - before.device_used
-        record.non_torch_delta_bytes = record.device_used_delta_bytes - record.torch_reserved_delta_bytes
-        record.outside_pool_delta_bytes = record.torch_reserved_delta_bytes - record.pool_delta_bytes
-        record.peak_transient_bytes = max(0, peak_allocated - before.allocated)
-        if before.process_used is not None and after.process_used is not None:
-            record.process_used_delta_bytes = after.process_used - before.process_used
-        if device_peak is not None:
-            record.device_peak_delta_bytes = device_peak - before.device_used
-        record.free_bytes = after.free
-        if graph is not None and record.status == "ok":
-            assert out is not None  # captured together with the graph
-            record.segments = graph.segments
-            record.graph_nodes = graph.graph_nodes
-            record.retained_output_bytes, in_pool = self._retained(order, out)
-            record.pool_output_bytes = record.retained_output_bytes if in_pool else 0
-            self.result.captures[bucket] = BucketCapture(bucket, graph, out, record)
-        if history is not None:
-            self.result.pool_peak = sites.pool_peak(history, self.pool, device=self.device.index or 0)
-        return record
+        captured = held.graph is not None and record.status == BucketStatus.OK
+        retained, in_pool = self._retained(order, held.out) if captured and held.out is not None else (0, False)
+        for name, value in ledger(before, after, peak_allocated, device_peak, retained if in_pool else 0).items():
+            setattr(record, name, value)
+        if captured:
+            assert held.graph is not None and held.out is not None  # captured together
+            record.segments = held.graph.segments
+            record.graph_nodes = held.graph.graph_nodes
+            record.retained_output_bytes = retained
+            self.result.captures[record.bucket] = BucketCapture(record.bucket, held.graph, held.out, record)
+        if held.history is not None:
+            self.result.pool_peak = sites.pool_peak(held.history, self.pool, device=self.device.index or 0)
 
     def _retained(self, order: int, out: torch.Tensor) -> tuple[int, bool]:
         """Bytes of output this bucket keeps, and whether they lie in the pool."""

@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import torch
 
+from bcgprof.measure.ledger import Reading
+
 # ----------------------------------------------------------------------- NVML
 
 
@@ -206,18 +208,6 @@ def storage_in_pool(t: torch.Tensor, pool_id: Any) -> bool:
     """Whether ``t``'s memory lies in a segment of the graph pool."""
     ptr = t.untyped_storage().data_ptr()
     return any(address <= ptr < address + size for address, size in pool_state(pool_id).ranges)
-
-
-@dataclass
-class Reading:
-    pool: int
-    pool_live: int
-    pool_free: int
-    allocated: int
-    reserved: int
-    device_used: int
-    process_used: Optional[int]
-    free: int
 
 
 def settle(device: torch.device) -> None:
