@@ -2,7 +2,7 @@
 code, the README stays short and its links resolve, and the site builds strictly.
 
 Example commands are the lines of ```bash blocks. A block holding a command that needs a GPU
-(`bcgprof capture`, `torchrun`, `python -m bcgprof.measure.benchmark`) is skipped whole, since its
+(`bcgprof capture`, `bcgprof record`, `torchrun`, `python -m bcgprof.measure.benchmark`) is skipped whole, since its
 other lines read what the capture wrote. Every other `bcgprof` line runs from a directory
 where `reports/` is the committed reports, and must exit 0, or the code its comment names
 (`# exits 1`). Setup lines (pip, pytest, mkdocs) are not examples and do not run; `printf`
@@ -28,7 +28,8 @@ from bcgprof.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
-GPU_COMMANDS = ("bcgprof capture", "python -m bcgprof capture", "torchrun", "python -m bcgprof.measure.benchmark")
+GPU_COMMANDS = ("bcgprof capture", "python -m bcgprof capture", "bcgprof record", "python -m bcgprof record", "torchrun",
+                "python -m bcgprof.measure.benchmark")
 SETUP_COMMANDS = ("pip", "python -m pytest", "mkdocs", "python docs/", ".ci/run")
 EXIT_NOTE = re.compile(r"#\s*exits\s+(\d+)")
 runner = CliRunner()
