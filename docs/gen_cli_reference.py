@@ -170,9 +170,14 @@ def _section(path: str, command, ctx, level: int) -> list[str]:
         for p in arguments:
             lines.append(f"| `{(p.name or 'arg').upper()}` | {_cell(_type(p))} | {_cell(getattr(p, 'help', None) or '')} |")
         lines.append("")
-    if options:
+    panels: dict[str, list] = {}  # the options of no panel first, then each panel's (as `--help` lists them)
+    for p in options:
+        panels.setdefault(getattr(p, "rich_help_panel", None) or "", []).append(p)
+    for panel, members in sorted(panels.items(), key=lambda item: item[0] != ""):
+        if panel:
+            lines += [f"{_escape(panel)}:", ""]
         lines += ["| option | type | default | description |", "| --- | --- | --- | --- |"]
-        for p in options:
+        for p in members:
             # long names first: the flavours list the help option's names in different orders
             names = ", ".join(f"`{n}`" for n in sorted([*p.opts, *p.secondary_opts], key=lambda n: not n.startswith("--")))
             lines.append(f"| {names} | {_cell(_type(p))} | {_cell(_default(p))} | {_cell(p.help or '')} |")

@@ -19,6 +19,7 @@ import typer
 
 from bcgprof.cli.common import BUCKETS_HELP, bucket_list
 from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_console
+from bcgprof.cli.params import TUNING, Command
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import MODES, CaptureOptions
@@ -73,7 +74,7 @@ def _check_out(out: Optional[Path]) -> None:
         raise CaptureError(f"--out {out} cannot be created: {parent} is not writable")
 
 
-@app.command()
+@app.command(cls=Command)
 @command
 def capture(
     model: str = typer.Option(D.model, "--model", "-m",
@@ -106,20 +107,20 @@ def capture(
                                                      "own output, in the pool, is the shared buffer), floor (the "
                                                      "largest bucket alone)."),
     warmup: int = typer.Option(D.warmup, min=0, help="Eager warm-up runs per bucket before its capture."),
-    warmup_output: WarmupOutput = typer.Option(WarmupOutput(D.warmup_output), "--warmup-output",
+    warmup_output: WarmupOutput = typer.Option(WarmupOutput(D.warmup_output), "--warmup-output", rich_help_panel=TUNING,
                                                help="held: each warm-up run's output stays alive while the next run "
                                                     "executes (the committed reports); freed: it is dropped first, as "
                                                     "SGLang's warm-up discards each run's result. Changes the peak "
                                                     "figures (peak transient, device peak) and what the warm-up "
                                                     "leaves cached."),
-    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat(D.warmup_repeat), "--warmup-repeat",
+    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat(D.warmup_repeat), "--warmup-repeat", rich_help_panel=TUNING,
                                                help="How a bucket's warm-up runs after the first are made. eager: "
                                                     "full forwards; replayed: the first run's allocator requests "
                                                     "(sizes, order, streams) are made again without launching a "
                                                     "kernel, which leaves the allocator, and so every memory figure, "
                                                     "as an eager run would, in less time. A run the history cannot "
                                                     "repeat exactly runs eagerly, as do tensor-parallel ranks."),
-    break_repeat: BreakRepeat = typer.Option(BreakRepeat(D.break_repeat), "--break-repeat",
+    break_repeat: BreakRepeat = typer.Option(BreakRepeat(D.break_repeat), "--break-repeat", rich_help_panel=TUNING,
                                              help="How the graph breaks (the attention) of a bucket's warm-up and "
                                                   "capture run after the first call of the same shapes. eager: "
                                                   "every call runs; replayed: later calls make the first one's "
@@ -134,10 +135,10 @@ def capture(
     verify: Verify = typer.Option(Verify(D.verify), help="Replay buckets with fresh inputs and compare "
                                                                 "with an eager forward: the smallest and largest, "
                                                                 "all, or none."),
-    in_process: bool = typer.Option(D.in_process, "--in-process", help="Run all modes in this process (debugging; "
+    in_process: bool = typer.Option(D.in_process, "--in-process", rich_help_panel=TUNING, help="Run all modes in this process (debugging; "
                                                                 "modes then share allocator state); recorded in "
                                                                 "run.json."),
-    sample_interval_ms: float = typer.Option(D.sample_interval_ms, help="NVML peak-sampler interval, in milliseconds "
+    sample_interval_ms: float = typer.Option(D.sample_interval_ms, rich_help_panel=TUNING, help="NVML peak-sampler interval, in milliseconds "
                                                             "(0.1 to 60000)."),
     tp: int = typer.Option(D.tp, min=1, help="Tensor-parallel ranks (GPUs), one process each; 1 to 8."),
     seed: int = typer.Option(D.seed, help="Random seed for dummy weights and inputs."),
@@ -148,7 +149,7 @@ def capture(
                                 "(smaller buckets reuse pool memory the larger ones freed) or smallest-first."),
     snapshot: bool = typer.Option(D.snapshot, "--snapshot", help="Record the allocator's history in each mode and write "
                                   "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz)."),
-    address_layout: AddressLayout = typer.Option(AddressLayout(D.address_layout), "--address-layout",
+    address_layout: AddressLayout = typer.Option(AddressLayout(D.address_layout), "--address-layout", rich_help_panel=TUNING,
                                                  help="fixed: each mode process runs with Linux's address "
                                                       "randomisation off, so its device memory lands at the same "
                                                       "addresses every run and the allocator, which picks between "

@@ -119,6 +119,18 @@ def test_help_placeholders_name_what_to_give_not_python_types():
     assert "--tol METRIC=REL:ABS " in run("gate", "--help").stdout
 
 
+def test_capture_help_lists_the_tuning_options_under_their_own_heading_after_the_others():
+    out = run("capture", "--help").stdout
+    assert "\nOptions:\n" in out and "\nTuning options:\n" in out
+    options, tuning = out.split("\nTuning options:\n")
+    tuned = ("--warmup-repeat", "--break-repeat", "--warmup-output", "--address-layout", "--in-process",
+             "--sample-interval-ms")
+    for name in tuned:
+        assert name in tuning and f"  {name} " not in options, name
+    for name in ("--model", "--buckets", "--modes", "--out", "--tp"):  # what a user needs stays first
+        assert name in options and name not in tuning, name
+
+
 def test_a_bad_choice_is_named_with_the_choices_and_no_validator_words(data_dir):
     line = refused(run("show", data_dir / "baseline", "-f", "xml"))
     assert line == ("error: invalid value for '--format' / '-f': 'xml' is not one of 'table', 'markdown', 'json', "
