@@ -297,6 +297,9 @@ CLASSES: dict[str, list[Variant]] = {
                 "field tp must be a positive integer"),
         Variant("a 5000-digit number in run.json", run_text(lambda t: t.replace('"tp": 1', '"tp": ' + "9" * 5000)),
                 "run.json is corrupt"),
+        # deeper than the JSON parser's stack, in a cell that a fast path might hand to it
+        Variant("a pool_bytes of 5000 nested brackets", set_cell("buckets.csv", 1, "pool_bytes", "[" * 5000),
+                "is not a number"),
     ],
     "huge field": [
         Variant("a 200,000-character detail", set_cell("buckets.csv", 1, "detail", "x" * 200_000),
