@@ -103,7 +103,7 @@ class Weights(StrEnum):
     """Where a capture's weights come from."""
 
     DUMMY = "dummy"
-    SHARED = "shared"  # dummy values, one layer's set used by every layer: any depth fits one GPU
+    ONE_LAYER = "one-layer"  # dummy values, one layer's set used by every layer: any depth fits one GPU
     SAFETENSORS = "safetensors"
 
 
@@ -171,3 +171,16 @@ class Section(StrEnum):
 def words(enum: type[Enum]) -> tuple[str, ...]:
     """The enum's words, in declaration order."""
     return tuple(str(member.value) for member in enum)
+
+
+# Words renamed so that each word has one meaning, by the enum they belong to: old word -> word now.
+# An old word still reads from a report and still parses on the command line (with a warning) for
+# one release; nothing writes it.
+RENAMED: dict[type[Enum], dict[str, str]] = {
+    Weights: {"shared": Weights.ONE_LAYER.value},  # not the shared mode: every layer shares one layer's set
+}
+
+
+def current(enum: type[Enum], word: str) -> str:
+    """``word`` as ``enum`` spells it now (an old spelling renamed, any other word as it is)."""
+    return RENAMED.get(enum, {}).get(word, word)

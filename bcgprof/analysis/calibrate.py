@@ -31,7 +31,7 @@ from bcgprof.errors import BcgprofError
 from bcgprof.report import Report, RunInfo, read_report
 from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report.traces import trace_name
-from bcgprof.vocab import BucketStatus, Order, RunStatus
+from bcgprof.vocab import BucketStatus, Order, RunStatus, Weights
 
 LAYER_KEY = ("config_hash", "gpu_name", "driver", "torch_version", "dtype", "phase", "graph", "weights", "order",
              "experts")
@@ -117,10 +117,10 @@ def held_out(profile: Report, reports: Sequence[Report], root: Path,
     return ListEvidence(key, profile.run.model, profile.run.gpu_name, name, tuple(residuals))
 
 
-# Shared layer weights capture what distinct dummy weights capture (every figure but the free memory
-# equal at zero tolerance on the H200, gpt-oss-20b and Llama-3.1-8B), so a full-depth capture with shared
-# weights checks a layer prediction made from captures with distinct ones.
-_SAME_CAPTURE = {"weights": {"shared": "dummy"}}
+# One layer's weights used by every layer capture what distinct dummy weights capture (every figure but
+# the free memory equal at zero tolerance on the H200, gpt-oss-20b and Llama-3.1-8B), so a full-depth
+# capture with one-layer weights checks a layer prediction made from captures with distinct ones.
+_SAME_CAPTURE = {"weights": {Weights.ONE_LAYER.value: Weights.DUMMY.value}}
 
 
 def _layer_key(run: RunInfo) -> tuple:

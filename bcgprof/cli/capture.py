@@ -19,11 +19,12 @@ import typer
 
 from bcgprof.cli.common import BUCKETS_HELP, bucket_list
 from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_console
-from bcgprof.cli.params import TUNING, Command
+from bcgprof.cli.params import TUNING, renamed
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import MODES, CaptureOptions
 from bcgprof.vocab import (
+    RENAMED,
     AddressLayout,
     BreakRepeat,
     Experts,
@@ -74,14 +75,14 @@ def _check_out(out: Optional[Path]) -> None:
         raise CaptureError(f"--out {out} cannot be created: {parent} is not writable")
 
 
-@app.command(cls=Command)
+@app.command(cls=renamed(choices={"--weights": RENAMED[Weights]}))
 @command
 def capture(
     model: str = typer.Option(D.model, "--model", "-m",
                               help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
     weights: Weights = typer.Option(Weights(D.weights), help="dummy: random weights of the right shapes (no download); "
-                                                        "shared: dummy weights, one layer's set used by every "
-                                                        "layer, so that any depth fits the GPU (the capture "
+                                                        "one-layer: dummy weights, one layer's set used by "
+                                                        "every layer, so that any depth fits the GPU (the capture "
                                                         "figures are those of distinct weights; only the "
                                                         "parameter bytes shrink); safetensors: load the "
                                                         "checkpoint directory's weights."),

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Optional, cast
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
 from bcgprof.options import ADDRESS_LAYOUTS, CaptureOptions
+from bcgprof.vocab import Weights
 
 if TYPE_CHECKING:
     from bcgprof.models.layers.attention import Attention
@@ -147,7 +148,7 @@ def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> N
     from bcgprof.models import build_meta
 
     meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp, experts=opts.experts)
-    if opts.weights == "shared":
+    if opts.weights == Weights.ONE_LAYER:
         from bcgprof.models.weights import share_layer_weights
 
         share_layer_weights(meta)  # parameters() then counts each shared tensor once

@@ -21,6 +21,7 @@ subclass whose ``family`` is that name, and a preset with that ``model_type``; n
 from __future__ import annotations
 
 import importlib
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from bcgprof.errors import ModelConfigError, NoGPUError
 from bcgprof.models.stack import DecoderModel
 from bcgprof.models.tp import check_split
 from bcgprof.spec import ModelSpec, get_family, resolve_model
+from bcgprof.vocab import Weights, current, words
 
 __all__ = ["build_meta", "check_tensor_parallel", "load", "model_class", "torch_dtype"]
 
@@ -123,8 +125,9 @@ def load(
 
     ``model``: a preset name (``gpt-oss-20b``), a config.json path or a checkpoint
     directory. ``weights``: ``"dummy"`` (seeded random values made on the device, in the
-    dtype), ``"shared"`` (dummy values, one set that every layer of a shape uses:
-    :func:`~bcgprof.models.weights.share_layer_weights`) or ``"safetensors"`` (a checkpoint directory in the published Hugging Face
+    dtype), ``"one-layer"`` (dummy values, one set that every layer of a shape uses:
+    :func:`~bcgprof.models.weights.share_layer_weights`; ``"shared"`` is its old name, read with
+    a warning for one release) or ``"safetensors"`` (a checkpoint directory in the published Hugging Face
     layout, gpt-oss's MXFP4 experts dequantised). ``dtype``: default from the config
     (bf16 for the presets). ``num_layers``: keep only the first N layers.
     ``tp_rank``/``tp_size``: only this tensor-parallel rank's shard (heads, intermediate
@@ -141,9 +144,13 @@ def load(
     mode with gradients off; ``forward(input_ids, positions) -> [T, hidden]``.
     """
     spec = _spec(model)
-    if weights not in ("dummy", "shared", "safetensors"):
-        raise ModelConfigError(f"weights must be 'dummy', 'shared' or 'safetensors', got {weights!r}")
-    if weights == "safetensors" and spec.checkpoint_dir is None:
+    if isinstance(weights, str) and current(Weights, weights) != weights:
+        warnings.warn(f"weights={weights!r} is deprecated and will be removed in the next release; use "
+                      f"weights={current(Weights, weights)!r}", FutureWarning, stacklevel=2)
+        weights = current(Weights, weights)
+    if weights not in words(Weights):
+        raise ModelConfigError(f"weights must be one of {', '.join(map(repr, words(Weights)))}, got {weights!r}")
+    if weights == Weights.SAFETENSORS and spec.checkpoint_dir is None:
         raise ModelConfigError(
             f"{spec.name} is a preset with no checkpoint; pass a checkpoint directory for weights='safetensors'"
         )
@@ -156,13 +163,13 @@ def load(
 
     module = build_meta(spec, num_layers, tp_rank=tp_rank, tp_size=tp_size, experts=experts)
     module = module.to(dtype=torch_dtype)  # still meta: nothing allocated
-    if weights == "shared":
+    if weights == Weights.ONE_LAYER:
         weight_loading.share_layer_weights(module)  # tied on meta, so one layer's weights are ever allocated
         module = weight_loading.materialise(module, device)
     else:
         module = module.to_empty(device=device)
 
-    if weights in ("dummy", "shared"):
+    if weights in (Weights.DUMMY, Weights.ONE_LAYER):
         weight_loading.init_dummy(module, seed)
     else:
         assert spec.checkpoint_dir is not None  # a preset was refused above

@@ -102,7 +102,7 @@ def _fill_packed(param: torch.Tensor, name: str, seed: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# shared layer weights (``--weights shared``)
+# one layer's weights for every layer (``--weights one-layer``)
 
 
 def _layer_signature(layer: nn.Module) -> tuple:

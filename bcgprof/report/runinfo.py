@@ -2,7 +2,8 @@
 
 Every field is checked for its type and range (lists of distinct buckets and modes within
 their caps, tp within :data:`~bcgprof.report.limits.MAX_TP`, choice fields from
-:mod:`bcgprof.vocab`, a ``config_hash`` (a token of at most 64 letters, digits, ``.``, ``_`` or ``-``: capture writes 16
+:mod:`bcgprof.vocab`, an old word renamed there read as its word now, a ``config_hash`` (a token
+of at most 64 letters, digits, ``.``, ``_`` or ``-``: capture writes 16
 hexadecimal digits), a model name); every string,
 ``extra``'s included, is cleaned (:func:`~bcgprof.report.codec.clean_text`). Nesting deeper
 than :data:`~bcgprof.report.limits.MAX_JSON_DEPTH` is refused before the JSON is parsed.
@@ -23,7 +24,7 @@ from bcgprof.report.codec import FIX, clean_json, clean_text, json_shown
 from bcgprof.report.files import read_small_text
 from bcgprof.report.limits import MAX_JSON_DEPTH, MAX_RUN_BYTES, MAX_TP
 from bcgprof.report.schema import SCHEMA_VERSION, RunInfo
-from bcgprof.vocab import Source
+from bcgprof.vocab import Source, Weights, current
 
 # run.json fields a report must have (the others take RunInfo's defaults)
 RUN_REQUIRED = ("schema_version", "model", "phase", "buckets", "modes", "tp", "status")
@@ -88,6 +89,8 @@ def check_run(path: Path, data: dict) -> RunInfo:
             if not _is_int(value) or not 0 <= value < 2 ** 31:
                 raise bad(name, "a non-negative integer")
         elif name in _CHOICES:
+            if name == "weights" and isinstance(value, str):
+                value = current(Weights, value)  # an old report's word for the same weights
             if value not in _CHOICES[name]:
                 raise bad(name, f"one of {', '.join(_CHOICES[name])}")
         elif name == "in_process":

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `--weights shared` on the GPU: captures with one layer's weights for every layer, checked against
+# `--weights one-layer` on the GPU: captures with one layer's weights for every layer, checked against
 # the committed captures with distinct weights at zero tolerance, and models too large for the card.
 #   OUT=dir STAGES="gpt-oss-20b llama" bash benchmarks/gpu/shared_weights_proof.sh
 # Stages:
-#   gpt-oss-20b   the default capture with --weights shared, against reports/gpt-oss-20b-h200
+#   gpt-oss-20b   the default capture with --weights one-layer, against reports/gpt-oss-20b-h200
 #   llama         Llama-3.1-8B likewise, against reports/llama-3.1-8b-h200
 #   gpt-oss-120b  gpt-oss-120b at full depth (36 layers), the default buckets, every mode
 #   qwen3-235b    Qwen3-235B-A22B at full depth (94 layers), the default buckets, every mode
@@ -50,18 +50,18 @@ PY
 }
 
 if stage gpt-oss-20b; then
-  cap gpt-oss-20b-shared --weights shared
+  cap gpt-oss-20b-shared --weights one-layer
   same reports/gpt-oss-20b-h200 "$R/gpt-oss-20b-shared"
 fi
 if stage llama; then
-  cap llama-3.1-8b-shared --model Llama-3.1-8B --weights shared
+  cap llama-3.1-8b-shared --model Llama-3.1-8B --weights one-layer
   same reports/llama-3.1-8b-h200 "$R/llama-3.1-8b-shared"
 fi
 if stage gpt-oss-120b; then
-  cap gpt-oss-120b-shared --model gpt-oss-120b --weights shared
+  cap gpt-oss-120b-shared --model gpt-oss-120b --weights one-layer
 fi
 if stage qwen3-235b; then
-  cap qwen3-235b-a22b-shared --model Qwen3-235B-A22B --weights shared
+  cap qwen3-235b-a22b-shared --model Qwen3-235B-A22B --weights one-layer
 fi
 tar czf "$OUT/shared.tgz" -C "$OUT" r
 say "done"

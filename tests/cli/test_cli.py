@@ -59,8 +59,8 @@ _LOADED = ("import sys; from bcgprof.cli import main; sys.argv = ['bcgprof', *sy
     (["--debug", "estimate", "-f", "json"], ["bcgprof.cli.common", "bcgprof.cli.output", "bcgprof.cli.root",
                                              "bcgprof.cli.whatif"]),
     (["--help"], ["bcgprof.cli.audit", "bcgprof.cli.capture", "bcgprof.cli.common", "bcgprof.cli.gate",
-                  "bcgprof.cli.output", "bcgprof.cli.record", "bcgprof.cli.reports", "bcgprof.cli.root",
-                  "bcgprof.cli.whatif"]),
+                  "bcgprof.cli.output", "bcgprof.cli.params", "bcgprof.cli.record", "bcgprof.cli.reports",
+                  "bcgprof.cli.root", "bcgprof.cli.whatif"]),
 ])
 def test_a_command_loads_only_its_own_module_and_help_loads_all(argv, loaded):
     proc = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True)

@@ -7,7 +7,7 @@
   key names): loaded packed, its bytes land untouched; the packed stack's forward (its experts on
   the Triton interpreter) equals the bf16 stack loaded from the same files (dequantised, PyTorch
   reference), within a reordering of sums. TP shards slice the bytes as the bf16 layout slices.
-* Dummy packed weights, ``--weights shared``, parameter bytes; the option's CLI refusal; run.json.
+* Dummy packed weights, ``--weights one-layer``, parameter bytes; the option's CLI refusal; run.json.
 
 Tolerances (tests/tolerances.py). The dequantised weights are exact in bf16 and float32 (two
 significant bits times a power of two), so both paths multiply the same numbers; they differ in
@@ -281,7 +281,7 @@ def test_dummy_packed_weights_and_shared_layers(tmp_path):
     again = load(cfg, weights="dummy", device="cpu", experts="packed")
     assert torch.equal(again.layers[1].mlp.experts.down_proj_blocks, model.layers[1].mlp.experts.down_proj_blocks)
     assert not torch.equal(model.layers[0].mlp.experts.down_proj_blocks, model.layers[1].mlp.experts.down_proj_blocks)
-    shared = load(cfg, weights="shared", device="cpu", experts="packed")
+    shared = load(cfg, weights="one-layer", device="cpu", experts="packed")
     a, b = shared.layers[0].mlp.experts, shared.layers[3].mlp.experts
     assert a.gate_up_proj_blocks is b.gate_up_proj_blocks and a.down_proj_scales is b.down_proj_scales
     ids, pos = inputs(shared.args.vocab_size, 12)

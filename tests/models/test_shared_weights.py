@@ -1,4 +1,4 @@
-"""``--weights shared``: one layer's weights for every layer, the same computation as distinct weights."""
+"""``--weights one-layer``: one layer's weights for every layer, the same computation as distinct weights."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _layer_params(layer) -> list[torch.Tensor]:
 @pytest.mark.parametrize("family", family_names())
 def test_shared_layers_hold_one_set_of_tensors_and_compute_what_distinct_copies_of_it_compute(tmp_path, family):
     path = write_config(tmp_path / family, tiny_config(family))
-    shared = load(path, weights="shared", device="cpu", seed=5)
+    shared = load(path, weights="one-layer", device="cpu", seed=5)
     distinct = load(path, weights="dummy", device="cpu", seed=5)
     first = _layer_params(shared.layers[0])
     for layer in shared.layers[1:]:
@@ -64,3 +64,11 @@ def test_gpt_oss_120b_shared_is_one_layer_of_parameters_on_meta():
 def test_shared_weights_are_dummy_values_only():
     with pytest.raises(ModelConfigError, match="weights must be"):
         load("gpt-oss-20b", weights="tied", device="meta")
+
+
+def test_the_old_name_of_one_layer_weights_still_loads_them_with_a_warning(tmp_path):
+    path = write_config(tmp_path / "llama", tiny_config("llama"))
+    with pytest.warns(FutureWarning, match="weights='shared' is deprecated.*use weights='one-layer'"):
+        old = load(path, weights="shared", device="cpu", seed=5)
+    first = _layer_params(old.layers[0])
+    assert all(a is b for a, b in zip(_layer_params(old.layers[1]), first, strict=True))

@@ -1,0 +1,79 @@
+"""Renamed words: each old spelling still works for one release, as its new one, with one warning line on
+stderr; nothing writes an old word, and a report that holds one still reads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from bcgprof.cli import app
+from bcgprof.cli.params import respell
+from bcgprof.errors import ReportError
+from bcgprof.report import read_report
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def warned(result, old: str, new: str) -> None:
+    """Exactly one stderr line says that ``old`` is deprecated and names ``new``."""
+    lines = [ln for ln in result.stderr.splitlines() if "deprecated" in ln]
+    assert lines == [f"warning: {old} is deprecated and will be removed in the next release; use {new}"], \
+        result.stderr
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Replace run_capture; the list receives the CaptureOptions it was called with."""
+    import bcgprof.measure.runner
+    from bcgprof.measure.runner import CaptureOutcome
+
+    calls: list = []
+
+    def fake_run_capture(opts, on_event=None, **_):
+        calls.append(opts)
+        return CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
+
+    monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake_run_capture)
+    return calls
+
+
+def test_respelling_rewrites_old_names_and_choices_only_where_they_are_options():
+    options, choices = {"--per-bucket": "--each-bucket"}, {"--weights": {"shared": "one-layer"}}
+    assert respell(["--weights", "shared", "--modes", "shared", "--per-bucket"], options, choices) == [
+        "--weights", "one-layer", "--modes", "shared", "--each-bucket"]
+    assert respell(["--weights=shared", "--per-bucket=x"], options, choices) == ["--weights=one-layer",
+                                                                                  "--each-bucket=x"]
+    assert respell(["shared", "--weights"], options, choices) == ["shared", "--weights"]  # no value to rewrite
+    assert respell(["--", "--per-bucket", "--weights", "shared"], options, choices) == [
+        "--", "--per-bucket", "--weights", "shared"]  # after --, arguments are not options
+
+
+def test_weights_shared_is_one_layer_with_a_warning(captured):
+    new = run("capture", "--weights", "one-layer")
+    old = run("capture", "--weights", "shared", "--modes", "shared,floor")
+    assert new.exit_code == old.exit_code == 0, old.stderr
+    assert [o.weights for o in captured] == ["one-layer", "one-layer"]
+    assert captured[1].modes == ["shared", "floor"]  # the mode of the same name is not touched
+    warned(old, "--weights shared", "--weights one-layer")
+    assert "deprecated" not in new.stderr
+    assert "shared:" not in run("capture", "--help").stdout  # the old word is not offered
+
+
+def test_a_report_that_says_shared_weights_reads_as_one_layer_weights(tmp_path, data_dir):
+    path = tmp_path / "old"
+    shutil.copytree(data_dir / "baseline", path)
+    data = json.loads((path / "run.json").read_text())
+    data["weights"] = "shared"
+    (path / "run.json").write_text(json.dumps(data))
+    assert read_report(path).run.weights == "one-layer"
+    data["weights"] = "tied"
+    (path / "run.json").write_text(json.dumps(data))
+    with pytest.raises(ReportError, match="field weights must be one of dummy, one-layer, safetensors"):
+        read_report(path)
