@@ -32,15 +32,16 @@ def _name(path: Path | str) -> str:
 
 
 class CommittedProfiles:
-    """``profiles("reports/gpt-oss-20b-h200-traced")`` -> (its report, its prepared profile), made once."""
+    """``profiles("reports/gpt-oss-20b-h200-traced")`` (or the report's name, or its absolute path) -> (its
+    report, its prepared profile), made once."""
 
     def __init__(self) -> None:
         self.prepared: dict[str, BucketProfile] = {}  # reports/NAME -> profile, as calibrate.held_out keys them
         self.reports: dict[str, Report] = {}
         self._bucket_profile = predict.bucket_profile
 
-    def __call__(self, name: str) -> tuple[Report, BucketProfile]:
-        key = _name(name if name.startswith("reports/") else f"reports/{name}")
+    def __call__(self, name: str | Path) -> tuple[Report, BucketProfile]:
+        key = _name(name) or _name(f"reports/{name}")
         assert key, f"{name} is not a committed report"
         if key not in self.prepared:
             self.reports[key] = read_report(ROOT / key)

@@ -1,6 +1,6 @@
 """`advise --free`: the advised list must also capture with the given free memory (the second constraint of a
-server's start-up). Checked against every list of a small synthetic traced profile, on the H200 profile of
-Llama-3.1-8B where the constraint changes the advice, and through the CLI."""
+server's start-up). Checked against every list of a small synthetic traced profile and through the CLI (on
+the H200 profile of Llama-3.1-8B, where the constraint changes the advice: tests/regression/test_advise_free.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from typer.testing import CliRunner
 from bcgprof.analysis.advise import AdviceError, advise, length_weights, padding_pct
 from bcgprof.analysis.predict import bucket_profile, predict_buckets
 from bcgprof.cli import app
-from bcgprof.report import read_report
 
 MIB = 1 << 20
-LLAMA = "reports/llama-3.1-8b-h200-traced"
 
 
 @pytest.fixture(scope="module")
@@ -61,17 +59,6 @@ def test_too_little_free_for_the_largest_bucket_alone_is_refused(synthetic):
     alone = predict_buckets(synthetic, [max(synthetic.run.buckets)], ["per-bucket"]).mode("per-bucket")
     with pytest.raises(AdviceError, match="largest bucket alone needs .* free"):
         advise(synthetic, 10 * 2**30, mode="per-bucket", free=alone.headroom.needs_free_bytes - 1)
-
-
-def test_on_the_h200_profile_the_free_memory_changes_the_per_bucket_advice():
-    report = read_report(LLAMA)
-    free, budget = int(4.75 * 2**30), int(3.3 * 2**30)
-    plain = advise(report, budget, mode="per-bucket")
-    bound = advise(report, budget, mode="per-bucket", free=free)
-    assert plain.needs_free_bytes > free >= bound.needs_free_bytes  # the unconstrained list would not capture
-    assert bound.expected_padding_pct > plain.expected_padding_pct and bound.high_bytes <= budget
-    check = predict_buckets(report, bound.buckets, ["per-bucket"], free=free).mode("per-bucket")
-    assert check.headroom.fits and check.headroom.needs_free_bytes == bound.needs_free_bytes
 
 
 def test_the_cli_prints_and_writes_the_free_constraint(synthetic):

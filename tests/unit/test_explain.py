@@ -142,14 +142,6 @@ def test_a_report_written_before_the_ledger_still_explains_what_it_can(tmp_path)
     assert exp.fit is not None  # segments, nodes and non-torch deltas were always there
 
 
-def test_the_committed_reference_report_explains_without_a_ledger():
-    exp = explain_report(read_report("reports/gpt-oss-20b-h200-unfused"))
-    assert exp.fit is not None and exp.fit.rows > 100
-    assert exp.fit.separable  # node counts per bucket vary a little (1815..2272 over 25 graphs)
-    assert exp.fit.fitted_bytes == pytest.approx(exp.fit.measured_bytes, rel=0.01)
-    assert any("no ledger columns" in n for n in exp.notes)
-
-
 def test_the_same_nodes_per_graph_everywhere_fits_a_cost_per_graph_only():
     rows = [BucketRecord(mode="m", bucket=i, order=i + 1, status="ok", segments=25, graph_nodes=2250,
                          non_torch_delta_bytes=y) for i, y in enumerate([6 << 20, 8 << 20, 8 << 20, 6 << 20])]

@@ -4,18 +4,16 @@ On a synthetic profile whose pool figures come from the allocator model fed with
 requests (tests/traced_profile.py): replaying the profile's own list reproduces every row to the
 byte (self-consistency); a list sharing the profile's leading buckets predicts those rows as
 measured (prefix); any other list predicts what "capturing" that list gives (held out). Then the
-refusals: every committed report predates traces, so its list predictions are refused in one
-line while its layer extrapolation keeps working.
+refusals: a report without traces, a damaged trace, another capture's trace (the committed reports
+without traces: tests/regression/test_replay.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -139,22 +137,6 @@ def test_a_report_without_traces_keeps_everything_but_list_predictions(tmp_path)
         predict_buckets(report, [4096, 512])
     assert str(caught.value) == (f"{report.path} has no allocator traces (captured before they were recorded); "
                                  "re-capture with this bcgprof to predict other bucket lists")
-
-
-COMMITTED = sorted(p.parent.name for p in Path("reports").glob("*/run.json")
-                   if json.loads(p.read_text()).get("status") == "complete" and json.loads(p.read_text()).get("tp") == 1
-                   and not any(p.parent.glob("traces-*.csv.gz")))
-
-
-@pytest.mark.parametrize("name", COMMITTED)
-def test_committed_reports_predate_traces_and_refuse_list_predictions(name):
-    from bcgprof.report import read_report
-
-    report = read_report(f"reports/{name}")
-    if any(r.status != "ok" for r in report.buckets):
-        pytest.skip("a report with failed buckets is refused for that reason first")
-    with pytest.raises(PredictionError, match="has no allocator traces"):
-        predict_buckets(report, report.run.buckets)
 
 
 def test_the_read_side_of_the_replay_does_not_import_torch():
