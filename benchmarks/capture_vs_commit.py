@@ -8,7 +8,7 @@ round, so that neither always runs on a warmer machine), each in a fresh process
 it, and prints per phase the median seconds of each tree and their ratio (new / old): start-up
 (the command's wall less its modes' parts: imports, CUDA context, NVML, the runner), model
 build, pre-warm, eager warm-up, capture, measure, verify, and the whole command. Last, whether
-the two trees' reports agree at zero tolerance (`bcgprof gate --per-bucket --rel-tol 0
+the two trees' reports agree at zero tolerance (`bcgprof gate --each-bucket --rel-tol 0
 --abs-tol-mib 0`, every figure of every bucket). The phase times are read from each report's
 run.json (``extra.modes``). With ``--num-layers 2,4`` among the capture arguments, each tree
 writes one report per layer count: the phases are summed over them and each pair is gated.
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
                                        out / f"{name}-{n + 1}.log"))
     pairs = list(zip(report_dirs(out / "old-1"), report_dirs(out / "new-1"), strict=True))
     gates = [subprocess.run([sys.executable, "-m", "bcgprof", "gate", "--baseline", str(a), "--current", str(b),
-                             "--per-bucket", "--rel-tol", "0", "--abs-tol-mib", "0"],
+                             "--each-bucket", "--rel-tol", "0", "--abs-tol-mib", "0"],
                             cwd=HERE, env=dict(os.environ, PYTHONPATH=str(HERE)), capture_output=True, text=True)
              for a, b in pairs]
     (out / "gate.txt").write_text("".join(g.stdout + g.stderr for g in gates))

@@ -5,7 +5,7 @@ Synthesises, in a temporary directory, a complete report at the caps of bcgprof.
 ranks: 8 x (3 x 4096 + 1) = 98,312 bucket rows. Two variants: typical figures (about 190 bytes
 a row, what a capture writes) and wide figures (every byte figure 15
 digits, every time 17 significant digits). Times ``read_report`` in this process and
-``show``, ``show -f json``, ``compare`` and ``gate --per-bucket`` as ``python -m bcgprof``
+``show``, ``show -f json``, ``compare`` and ``gate --each-bucket`` as ``python -m bcgprof``
 subprocesses (start-up included), then prints a table.
 
     python benchmarks/read_scaling.py [--buckets 4096] [--tp 8] [--repeat 1]
@@ -97,7 +97,7 @@ def main() -> None:
             assert records_to_csv(report.buckets, BucketRecord) == (base / BUCKETS_FILE).read_text()
             figures = [timed(["show", str(base)], args.repeat), timed(["show", str(base), "-f", "json"], args.repeat),
                        timed(["compare", str(base), str(current)], args.repeat),
-                       timed(["gate", "--baseline", str(base), "--current", str(current), "--per-bucket"],
+                       timed(["gate", "--baseline", str(base), "--current", str(current), "--each-bucket"],
                              args.repeat)]
             print(f"{label:<16}{n:>8}{size:>7.1f}{read_s:>12.2f}s" + "".join(
                 f"{t:>{w - 1}.2f}s" for t, w in zip(figures, (8, 14, 9, 8), strict=True)))

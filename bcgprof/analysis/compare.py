@@ -1,4 +1,4 @@
-"""Two reports side by side: per-mode totals and per-bucket deltas, largest growth first.
+"""Two reports side by side: per-mode totals and bucket deltas, largest growth first.
 
 Everything here is a pure function of two :class:`~bcgprof.report.Report` objects:
 summary rows are paired by (mode, rank) and bucket rows by (mode, rank, bucket).

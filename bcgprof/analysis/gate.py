@@ -9,7 +9,7 @@ Figures checked, per mode and per tensor-parallel rank:
 
 * totals (summary rows): ``pool_bytes`` (graph pool after the last bucket) and
   ``device_used_bytes`` (NVML device-used growth summed over the buckets);
-* with ``per_bucket``: every bucket's ``pool_delta_bytes`` and ``device_used_delta_bytes``;
+* with ``each_bucket``: every bucket's ``pool_delta_bytes`` and ``device_used_delta_bytes``;
 * always: a bucket that was ``ok`` in the baseline and is ``oom``/``error`` (or has
   no row although the current run meant to capture it) in the current report.
 
@@ -54,7 +54,7 @@ from bcgprof.vocab import Source
 TOTAL_METRICS = ("pool_bytes", "device_used_bytes")
 BUCKET_METRICS = ("pool_delta_bytes", "device_used_delta_bytes")
 METRICS = TOTAL_METRICS + BUCKET_METRICS
-# What a per-bucket delta sums up to in the mode's total (used when totals come from common buckets).
+# What a bucket's delta sums up to in the mode's total (used when totals come from common buckets).
 _TOTAL_FROM_BUCKETS = {"pool_bytes": "pool_delta_bytes", "device_used_bytes": "device_used_delta_bytes"}
 
 DEFAULT_REL_TOL = 0.01
@@ -106,7 +106,7 @@ class Tolerance:
 class GateOptions:
     default: Tolerance = field(default_factory=Tolerance)
     per_metric: dict[str, Tolerance] = field(default_factory=dict)
-    per_bucket: bool = False
+    each_bucket: bool = False  # also check every bucket's deltas (gate --each-bucket)
     allow_mismatch: bool = False
 
     def tolerance(self, metric: str) -> Tolerance:
@@ -192,7 +192,8 @@ class GateResult:
             "tolerance": {
                 "default": tolerance(self.options.default),
                 "per_metric": {m: tolerance(t) for m, t in sorted(self.options.per_metric.items())},
-                "per_bucket": self.options.per_bucket,
+                "each_bucket": self.options.each_bucket,
+                "per_bucket": self.options.each_bucket,  # the old name of each_bucket, for one release
                 "allow_mismatch": self.options.allow_mismatch,
             },
             "checks": [{
@@ -356,7 +357,7 @@ def check_gate_inputs(baseline: Report, current: Report) -> None:
 
 def _metric_check(mode, rank, bucket, metric, base: int, cur: int, options: GateOptions,
                   tol: Optional[Tolerance] = None) -> GateCheck:
-    """One figure's decision; ``tol`` when the caller looked it up already (a per-bucket gate makes
+    """One figure's decision; ``tol`` when the caller looked it up already (a gate of each bucket makes
     200,000 of these, most of them passes, whose detail is never built)."""
     tol = tol or options.tolerance(metric)
     limit = tol.limit(base)
@@ -480,7 +481,7 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
         complete = len(common) == len(pairs)
         total = totals.get((mode, rank_label))
         if not complete or total is None or total.presence != BOTH:
-            notes.append(f"{where} totals are sums of per-bucket deltas over the {len(common)} common buckets")
+            notes.append(f"{where} totals are sums of bucket deltas over the {len(common)} common buckets")
         for metric in TOTAL_METRICS:
             if complete and total is not None and total.presence == BOTH:
                 base, cur = _byte_pair(total.changes[metric])
@@ -509,7 +510,7 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
                                             f"ok in the current report (baseline {b.status})", b.status, c.status))
             elif b.status != "ok":
                 notes.append(f"{where} bucket {p.bucket} failed in both reports ({b.status}, {c.status})")
-            if options.per_bucket and b.status == "ok" and c.status == "ok":
+            if options.each_bucket and b.status == "ok" and c.status == "ok":
                 for metric, tol in bucket_tolerances:
                     base, cur = _bucket_pair(p, metric)
                     checks.append(_metric_check(mode, rank_label, p.bucket, metric, base, cur, options, tol))

@@ -14,13 +14,14 @@ import typer
 
 from bcgprof.cli.common import FORMAT_HELP
 from bcgprof.cli.output import OutputClosed, StdoutError, flush_stdout, note, quiet_stdout, stdout_console
+from bcgprof.cli.params import renamed
 from bcgprof.cli.root import app, command
 from bcgprof.errors import BcgprofError
 from bcgprof.outputs import append_text, resolved_output
 from bcgprof.vocab import Format
 
 
-@app.command()
+@app.command(cls=renamed(options={"--per-bucket": "--each-bucket"}))
 @command
 def gate(
     baseline: Path = typer.Option(..., "--baseline", help="The reference report directory (a complete report).",
@@ -36,8 +37,8 @@ def gate(
                                             "the default). Metrics: pool_bytes, device_used_bytes (mode totals), "
                                             "pool_delta_bytes, device_used_delta_bytes (per bucket).",
                                             show_default=False),
-    per_bucket: bool = typer.Option(False, "--per-bucket", help="Also check every bucket's pool and device-used "
-                                                                "deltas."),
+    each_bucket: bool = typer.Option(False, "--each-bucket", help="Also check every bucket's pool and device-used "
+                                                                  "deltas."),
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="Compare reports of different models, GPUs, "
                                         "bucket lists, layers, dtypes, phases, modes or TP sizes on their common "
                                         "buckets instead of refusing (exit 2)."),
@@ -50,7 +51,7 @@ def gate(
 ) -> None:
     """The CI gate: fail when memory grew beyond tolerance (no GPU needed).
 
-    A mode's total pool bytes or device-used bytes (and with --per-bucket each bucket's deltas) fail
+    A mode's total pool bytes or device-used bytes (and with --each-bucket each bucket's deltas) fail
     when their growth exceeds BOTH the relative and the absolute tolerance;
     growth exactly at the tolerance passes. A bucket ok in the baseline but oom/error (or missing) in the
     current report fails. Tensor-parallel reports are checked per rank. Improvements are reported and
@@ -75,7 +76,7 @@ def gate(
 
     default = Tolerance(rel=parse_rel(rel_tol, what="--rel-tol"), abs_bytes=parse_abs_mib(abs_tol_mib))
     per_metric = parse_tolerances(tol or [], default)
-    options = GateOptions(default, per_metric, per_bucket=per_bucket, allow_mismatch=allow_mismatch)
+    options = GateOptions(default, per_metric, each_bucket=each_bucket, allow_mismatch=allow_mismatch)
 
     # --summary-md is checked first, before any report is read: unusable, it is the one error line (nothing
     # could be written to it); usable, a report's error goes into it and is the one line.

@@ -11,7 +11,7 @@ from bcgprof.cli.output import flush_stdout, note, stdout_console
 from bcgprof.cli.root import app, command
 from bcgprof.vocab import Format, Section
 
-SECTION_HELP = "Which part to print: all, buckets (per-bucket rows) or summary (per-mode totals)."
+SECTION_HELP = "Which part to print: all, buckets (one row a bucket) or summary (per-mode totals)."
 
 
 @app.command()
@@ -42,13 +42,13 @@ def compare(
     old: Path = typer.Argument(..., help="The older report directory.", show_default=False),
     new: Path = typer.Argument(..., help="The newer report directory.", show_default=False),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
-    section: Section = typer.Option(Section.ALL, help="all, summary (per-mode totals) or buckets (per-bucket "
+    section: Section = typer.Option(Section.ALL, help="all, summary (per-mode totals) or buckets (bucket "
                                                       "deltas)."),
     wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
 ) -> None:
     """Compare two reports side by side (no GPU needed).
 
-    Per-mode totals, then per-bucket deltas, largest device-used growth first; buckets present in
+    Per-mode totals, then bucket deltas, largest device-used growth first; buckets present in
     only one report are listed as such. Exits 0 on readable reports: use gate to fail on growth.
     """
     from bcgprof.analysis.compare import compare_reports

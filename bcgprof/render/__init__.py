@@ -119,7 +119,7 @@ def show_report(report, console: Console | PlainConsole, fmt: str = "table", sec
 
 
 def show_comparison(cmp, console: Console | PlainConsole, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
-    """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)."""
+    """`bcgprof compare`: totals per mode, then bucket deltas (largest growth first)."""
     render(compare_view(cmp, section, tables=fmt != "json"), fmt, console, wide=wide)  # json: the data alone
 
 

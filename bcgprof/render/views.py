@@ -379,7 +379,7 @@ def compare_bucket_sheet(cmp: Comparison) -> Sheet:
         Column("device_used_change_bytes", "device-used change", _delta, key_column=True),
         Column("device_used_change_pct", "change %", _pct_signed, drop=1),
     ]
-    sheet = Sheet("buckets", "per-bucket deltas, largest device-used growth first", columns)
+    sheet = Sheet("buckets", "bucket deltas, largest device-used growth first", columns)
     rows = sheet.rows
     for c in cmp.buckets:
         old, new = c.old, c.new
@@ -461,7 +461,7 @@ def comparison_json(cmp: Comparison, section: str = "all") -> dict:
 
 
 def compare_view(cmp: Comparison, section: str = "all", *, tables: bool = True) -> View:
-    """`bcgprof compare`: totals per mode, then per-bucket deltas (largest growth first)
+    """`bcgprof compare`: totals per mode, then bucket deltas (largest growth first)
     (``tables=False``: no tables, for output drawn from the view's data alone)."""
     sheets = []
     if tables and section in ("all", "summary"):
@@ -539,19 +539,19 @@ def tolerance_line(result: GateResult) -> str:
     line = f"a growth fails when it exceeds both {opts.default.describe()}"
     if opts.per_metric:
         line += " (" + ", ".join(f"{m}: {t.describe()}" for m, t in sorted(opts.per_metric.items())) + ")"
-    return line + ("; totals and per-bucket figures checked" if opts.per_bucket
-                   else "; totals checked (add --per-bucket for buckets)")
+    return line + ("; totals and each bucket's figures checked" if opts.each_bucket
+                   else "; totals checked (add --each-bucket for buckets)")
 
 
 def bucket_checks_line(result: GateResult) -> str:
-    """With --per-bucket: how many bucket figures the gate judged and how many passed ('' without)."""
+    """With --each-bucket: how many bucket figures the gate judged and how many passed ('' without)."""
     from bcgprof.analysis.gate import BUCKET_METRICS, REGRESSION
 
-    if not result.options.per_bucket:
+    if not result.options.each_bucket:
         return ""
     checks = [c for c in result.checks if c.bucket is not None and c.metric in BUCKET_METRICS]
     failed = sum(c.verdict == REGRESSION for c in checks)
-    line = f"per-bucket figures (pool and device-used deltas): {len(checks):,} checked, {len(checks) - failed:,} passed"
+    line = f"bucket figures (pool and device-used deltas): {len(checks):,} checked, {len(checks) - failed:,} passed"
     return line + (f", {failed:,} failed" if failed else "")
 
 
@@ -559,7 +559,7 @@ def gate_view(result: GateResult) -> View:
     head = [Line(f": {run_line(result.baseline)}", lead=f"baseline {result.baseline.path}", bullet=True),
             Line(f": {run_line(result.current)}", lead=f"current  {result.current.path}", bullet=True),
             Line(tolerance_line(result), bullet=True)]
-    if result.options.per_bucket:
+    if result.options.each_bucket:
         head.append(Line(bucket_checks_line(result), bullet=True))
     foot = [Line(f": {n}", WARNING, lead="note", bullet=True) for n in result.notes]
     return View(head=head, sheets=gate_sheets(result), foot=foot,

@@ -74,7 +74,7 @@ if stage proof; then
   (cd "$OLD" && PYTHONPATH=$OLD timeout 400 python3 -m bcgprof capture --modes per-bucket,shared,floor \
      --out "$R/proof") >"$R/proof.out" 2>&1
   say "proof capture ($OLD): exit $? in $((SECONDS - t)) s"
-  PYTHONPATH=$HERE python3 -m bcgprof gate --baseline reports/gpt-oss-20b-h200 --current "$R/proof" --per-bucket \
+  PYTHONPATH=$HERE python3 -m bcgprof gate --baseline reports/gpt-oss-20b-h200 --current "$R/proof" --each-bucket \
     --rel-tol 0 --abs-tol-mib 0 >"$R/proof_gate.out" 2>&1
   say "zero-tolerance gate: exit $?"; head -n 3 "$R/proof_gate.out" | tee -a "$SUMMARY"
 fi

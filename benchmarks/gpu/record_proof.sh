@@ -23,14 +23,14 @@ L="--modes per-bucket --buckets 1024:8192:1024 --num-layers 4"
 $B capture $L --out "$OUT/native" > "$OUT/native.log" 2>&1; echo "rc $?" >> "$OUT/native.log"
 $B record --bucket bcgprof.measure.capture:Capturer._capture_one:bucket --out "$OUT/recorded-capture" -- \
     python -m bcgprof capture $L --out "$OUT/native-under-hook" > "$OUT/recorded-capture.log" 2>&1; echo "rc $?" >> "$OUT/recorded-capture.log"
-$B gate --baseline "$OUT/native" --current "$OUT/native-under-hook" --per-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/hook-gate.log" 2>&1; echo "rc $?" >> "$OUT/hook-gate.log"
+$B gate --baseline "$OUT/native" --current "$OUT/native-under-hook" --each-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/hook-gate.log" 2>&1; echo "rc $?" >> "$OUT/hook-gate.log"
 python benchmarks/gpu/record_table.py "$OUT" > "$OUT/table.txt" 2>&1
 step overhead
 python benchmarks/record_overhead.py --rounds 3 --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1; echo "rc $?" >> "$OUT/overhead.log"
 if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   step default capture and gate
   $B capture --out "$OUT/default" > "$OUT/default.log" 2>&1; echo "rc $?" >> "$OUT/default.log"
-  $B gate --baseline reports/gpt-oss-20b-h200 --current "$OUT/default" --per-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
+  $B gate --baseline reports/gpt-oss-20b-h200 --current "$OUT/default" --each-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
 fi
 rm -rf "$OUT"/*/.record/site
 for f in loop child torchrun compiled native recorded-capture hook-gate overhead default default-gate; do

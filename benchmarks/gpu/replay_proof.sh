@@ -48,7 +48,7 @@ if stage profile; then
 fi
 
 if stage gate; then
-  python3 -m bcgprof gate --baseline reports/gpt-oss-20b-h200 --current "$OUT/profile" --per-bucket \
+  python3 -m bcgprof gate --baseline reports/gpt-oss-20b-h200 --current "$OUT/profile" --each-bucket \
     --rel-tol 0 --abs-tol-mib 0 >"$OUT/gate.log" 2>&1
   say "gate against reports/gpt-oss-20b-h200 (zero tolerance): exit $? ($(tail -n 1 "$OUT/gate.log"))"
 fi

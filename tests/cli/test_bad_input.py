@@ -36,7 +36,7 @@ def report_commands(bad: Path, good: Path, tmp: Path) -> dict[str, tuple]:
         "show wide": ("show", bad, "--wide", "--section", "summary"),
         "compare as old": ("compare", bad, good),
         "compare as new": ("compare", good, bad, "-f", "json"),
-        "gate as current": ("gate", "--baseline", good, "--current", bad, "--per-bucket"),
+        "gate as current": ("gate", "--baseline", good, "--current", bad, "--each-bucket"),
         "gate as baseline": ("gate", "--baseline", bad, "--current", good),
         "plot": ("plot", bad, "-o", tmp / "plot.png"),
         "explain": ("explain", bad),
@@ -70,7 +70,7 @@ def test_accepted_variants_read_like_the_original(cls, tmp_path):
         assert result.exit_code == 0, (variant.name, result.stderr)
         data = json.loads(result.stdout)
         assert {k: v for k, v in data.items() if k != "report"} == {k: v for k, v in expected.items() if k != "report"}
-        assert run("gate", "--baseline", good, "--current", path, "--per-bucket").exit_code == 0
+        assert run("gate", "--baseline", good, "--current", path, "--each-bucket").exit_code == 0
         assert run("gate", "--baseline", path, "--current", good).exit_code == 0
 
 
@@ -131,9 +131,9 @@ def test_a_gate_cannot_pass_without_figures(write_report, rows):
 
 
 def test_a_report_reduced_to_status_columns_cannot_pass(data_dir, tmp_path):
-    """Issue 9, item 1: it passed `gate --per-bucket` with 16 improvements."""
+    """Issue 9, item 1: it passed `gate --each-bucket` with 16 improvements."""
     bad = corrupt.make(corrupt.CLASSES["missing column"][0], data_dir / "baseline", tmp_path / "bad")
-    line = refused(gate(data_dir / "baseline", bad, "--per-bucket"))
+    line = refused(gate(data_dir / "baseline", bad, "--each-bucket"))
     assert "missing column(s) segments" in line
 
 

@@ -215,7 +215,7 @@ def test_compare_table_lists_growth_first(data_dir):
     assert result.exit_code == 0
     out = result.stdout
     assert "per-mode totals" in out and "+40.00 MiB" in out
-    bucket_table = out[out.index("per-bucket deltas"):]
+    bucket_table = out[out.index("bucket deltas"):]
     first_row = next(row for row in plain_rows(bucket_table) if "per-bucket" in row)
     assert "1024" in first_row and "+40.00 MiB" in first_row
 
@@ -235,7 +235,7 @@ def test_compare_json_and_csv(data_dir):
 def test_compare_markdown_names_the_differences(data_dir):
     out = run("compare", data_dir / "baseline", data_dir / "other-model", "-f", "markdown").stdout
     assert "the reports differ: model differs: gpt-oss-20b" in out
-    assert "### per-bucket deltas, largest device-used growth first" in out
+    assert "### bucket deltas, largest device-used growth first" in out
 
 
 # ---------------------------------------------------------------- gate
@@ -251,21 +251,21 @@ def test_gate_pass(data_dir, report_copy):
 
 
 def test_gate_regression_prints_the_offending_rows(data_dir):
-    result = gate(data_dir, "baseline", "grown", "--per-bucket")
+    result = gate(data_dir, "baseline", "grown", "--each-bucket")
     assert result.exit_code == 1
     out = result.stdout
     assert "FAIL: 4 regressions" in out
     assert "per-bucket bucket 1024" in out and "grew 40.00 MiB" in out
 
 
-def test_gate_per_bucket_says_how_many_bucket_figures_it_checked(data_dir):
-    checks = json.loads(gate(data_dir, "baseline", "grown", "--per-bucket", "-f", "json").stdout)["checks"]
+def test_gate_each_bucket_says_how_many_bucket_figures_it_checked(data_dir):
+    checks = json.loads(gate(data_dir, "baseline", "grown", "--each-bucket", "-f", "json").stdout)["checks"]
     judged = [c for c in checks if c["bucket"] is not None and c["metric"] != "status"]
     failed = sum(c["verdict"] == "regression" for c in judged)
     assert judged and 0 < failed < len(judged)
-    out = " ".join(gate(data_dir, "baseline", "grown", "--per-bucket").stdout.split())
+    out = " ".join(gate(data_dir, "baseline", "grown", "--each-bucket").stdout.split())
     assert f"{len(judged)} checked, {len(judged) - failed} passed, {failed} failed" in out
-    assert "per-bucket figures (pool" not in gate(data_dir, "baseline", "grown").stdout
+    assert "bucket figures (pool" not in gate(data_dir, "baseline", "grown").stdout
 
 
 def test_gate_improvement_passes(data_dir):
@@ -297,8 +297,8 @@ def test_gate_tolerances_from_the_command_line(data_dir):
     assert gate(data_dir, "baseline", "grown", "--rel-tol", "0.13").exit_code == 1
     loose = ("--tol", "pool_bytes=20%", "--tol", "device_used_bytes=:64MiB")
     assert gate(data_dir, "baseline", "grown", *loose).exit_code == 0
-    assert gate(data_dir, "baseline", "grown", *loose, "--per-bucket").exit_code == 1
-    assert gate(data_dir, "baseline", "grown", *loose, "--per-bucket",
+    assert gate(data_dir, "baseline", "grown", *loose, "--each-bucket").exit_code == 1
+    assert gate(data_dir, "baseline", "grown", *loose, "--each-bucket",
                 "--tol", "pool_delta_bytes=:40MiB", "--tol", "device_used_delta_bytes=:40MiB").exit_code == 0
 
 

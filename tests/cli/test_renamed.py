@@ -77,3 +77,15 @@ def test_a_report_that_says_shared_weights_reads_as_one_layer_weights(tmp_path, 
     (path / "run.json").write_text(json.dumps(data))
     with pytest.raises(ReportError, match="field weights must be one of dummy, one-layer, safetensors"):
         read_report(path)
+
+
+def test_gate_per_bucket_is_each_bucket_with_a_warning(data_dir):
+    args = ["gate", "--baseline", data_dir / "baseline", "--current", data_dir / "grown", "-f", "json"]
+    new, old = run(*args, "--each-bucket"), run(*args, "--per-bucket")
+    assert new.exit_code == old.exit_code == 1  # the grown report regresses
+    assert json.loads(old.stdout) == json.loads(new.stdout)
+    tolerance = json.loads(new.stdout)["tolerance"]
+    assert tolerance["each_bucket"] is True and tolerance["per_bucket"] is True  # the old key, for one release
+    warned(old, "--per-bucket", "--each-bucket")
+    assert "deprecated" not in new.stderr
+    assert "--per-bucket" not in run("gate", "--help").stdout

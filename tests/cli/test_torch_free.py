@@ -47,7 +47,7 @@ COMMANDS = [
     ("show-json", ["show", str(R / "llama-3.1-8b-h200"), "-f", "json"], {0}),
     ("compare", ["compare", str(R / "gpt-oss-20b-h200-unfused"), str(R / "gpt-oss-20b-h200")], {0}),
     ("gate", ["gate", "--baseline", str(R / "gpt-oss-20b-h200-unfused"), "--current",
-              str(R / "gpt-oss-20b-h200-unfused-rerun"), "--per-bucket"], {0}),
+              str(R / "gpt-oss-20b-h200-unfused-rerun"), "--each-bucket"], {0}),
     ("plot", ["plot", str(R / "gpt-oss-20b-h200"), "-o", "{tmp}/plot.png"], {0}),
     ("estimate", ["estimate"], {0}),
     ("estimate-qwen", ["estimate", "--model", "Qwen3-30B-A3B", "--phase", "decode", "-f", "json"], {0}),

@@ -47,7 +47,7 @@ def test_identical_reports_pass(data_dir, report_copy):
     result = gate(data_dir / "baseline", report_copy("baseline"))
     assert result.passed and result.exit_code == 0
     assert not result.improvements
-    # two totals per mode, nothing per bucket without per_bucket
+    # two totals per mode, nothing per bucket without each_bucket
     assert sorted((c.mode, c.metric) for c in result.checks) == sorted(
         (m, k) for m in ("per-bucket", "shared", "floor") for k in ("pool_bytes", "device_used_bytes"))
 
@@ -83,7 +83,7 @@ def test_fail_by_device_used_alone(write_report, rows):
     assert find(result, "per-bucket", "pool_bytes").verdict == PASS
 
 
-def test_per_bucket_checks_catch_growth_that_totals_hide(write_report, rows):
+def test_each_bucket_checks_catch_growth_that_totals_hide(write_report, rows):
     base = write_report("base")
     grouped = rows()
     # 20 MiB moves from the largest bucket to bucket 512: the totals stay put.
@@ -99,7 +99,7 @@ def test_per_bucket_checks_catch_growth_that_totals_hide(write_report, rows):
     cur = write_report("cur", grouped.all())
 
     assert gate(base, cur).passed
-    result = gate(base, cur, per_bucket=True)
+    result = gate(base, cur, each_bucket=True)
     assert result.exit_code == 1
     assert {(c.bucket, c.metric) for c in result.regressions} == {(512, "pool_delta_bytes"),
                                                                   (512, "device_used_delta_bytes")}

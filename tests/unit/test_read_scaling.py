@@ -80,13 +80,13 @@ def _compare(paths):
 
 def _gate(paths):
     result = gate_comparison(compare_reports(read_report(paths[0]), read_report(paths[1])),
-                             GateOptions(per_bucket=True))
+                             GateOptions(each_bucket=True))
     assert result.passed
 
 
 @pytest.mark.parametrize("name,work", [("read_report", _read), ("show", _show("table")),
                                        ("show -f json", _show("json")), ("show -f csv", _show("csv")),
-                                       ("compare", _compare), ("gate --per-bucket", _gate)])
+                                       ("compare", _compare), ("gate --each-bucket", _gate)])
 def test_twice_the_rows_at_most_a_little_over_twice_the_calls(reports, name, work):
     work(reports[SIZES[0]])  # modules loaded on first use are not counted
     small, large = (_calls(lambda n=n: work(reports[n])) for n in SIZES)
