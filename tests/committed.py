@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
 
 
-def _name(path: Path | str) -> str:
-    """``reports/NAME`` for a committed report (absolute, or relative to the repository's root), else ''."""
-    resolved = (ROOT / path).resolve()  # an absolute path stays itself
+def _name(path: Path | str, base: Path = ROOT) -> str:
+    """``reports/NAME`` for a committed report (absolute, or relative to ``base``), else ''."""
+    resolved = (base / path).resolve()  # an absolute path stays itself; links are followed
     if REPORTS not in resolved.parents or not (resolved / "run.json").is_file():
         return ""
     return resolved.relative_to(ROOT).as_posix()
@@ -50,7 +50,7 @@ class CommittedProfiles:
 
     def bucket_profile(self, report: Report) -> BucketProfile:
         """:func:`~bcgprof.analysis.predict.bucket_profile`, shared for committed reports."""
-        key = _name(report.path) if report.path else ""
+        key = _name(report.path, Path.cwd()) if report.path else ""  # as the command read it
         if not key:
             return self._bucket_profile(report)
         return self(key)[1]

@@ -85,7 +85,8 @@ def in_reports_dir(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.mark.parametrize("commands", EXAMPLES)
-def test_example_commands_run_as_documented(commands, in_reports_dir):
+def test_example_commands_run_as_documented(commands, in_reports_dir, shared_profiles):
+    # shared_profiles: a committed traced profile is prepared once for the session, not once per command
     for command in commands:
         if command.startswith(SETUP_COMMANDS):
             continue
@@ -116,7 +117,7 @@ def test_examples_cover_every_reading_command():
     pytest.param(path, start, code, id=f"{path.relative_to(ROOT)}:{start}")
     for path in PAGES for start, code in _blocks(path, "python")
 ])
-def test_python_examples_run(path, start, code, in_reports_dir, capsys):
+def test_python_examples_run(path, start, code, in_reports_dir, capsys, shared_profiles):
     if "cuda" in code:
         pytest.skip("needs a CUDA GPU")
     if "read_report(" in code and not hasattr(bcgprof, "read_report"):
