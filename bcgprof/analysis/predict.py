@@ -177,7 +177,7 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
         raise PredictionError("two reports have the same layer count; pass one report per layer count")
     target = layers or _full_depth(first)
     if target < 1:
-        raise PredictionError(f"--layers must be at least 1, got {target}")
+        raise PredictionError(f"--num-layers must be at least 1, got {target}")
     if target < STEADY_LAYERS:  # the pool rows come from another depth: only right once they have settled
         raise PredictionError(f"{target} layers is below {STEADY_LAYERS}, where the graph pool settles (Llama-3.1-8B: "
                               "3454 MiB at 2 layers, 3160 MiB at 4 and at 32), so it cannot be taken from another "
@@ -306,7 +306,7 @@ def _full_depth(report: Report) -> int:
             return spec.num_layers
     except BcgprofError:
         pass
-    raise PredictionError(f"the full depth of {report.run.model!r} is unknown here; pass --layers N")
+    raise PredictionError(f"the full depth of {report.run.model!r} is unknown here; pass --num-layers N")
 
 
 def _mode(mode: str, rows: list[BucketPrediction], band: float) -> ModePrediction:

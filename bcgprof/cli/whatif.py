@@ -10,12 +10,13 @@ import typer
 
 from bcgprof.cli.common import BUCKETS_HELP, FORMAT_HELP, REPORT_HELP, WIDE_HELP, bucket_list
 from bcgprof.cli.output import flush_stdout, note, stdout_console
+from bcgprof.cli.params import renamed
 from bcgprof.cli.root import app, command
 from bcgprof.errors import BcgprofError
 from bcgprof.options import DEFAULT_MODEL
 from bcgprof.vocab import Format, ListMode, Phase
 
-MAX_PREDICT_LAYERS = 4096  # deeper than any model; a larger --layers is a typing mistake
+MAX_PREDICT_LAYERS = 4096  # deeper than any model; a larger --num-layers is a typing mistake
 MIN_PREDICT_LAYERS = 4  # analysis.predict.STEADY_LAYERS (not imported: the CLI loads analysis on use)
 
 
@@ -77,7 +78,7 @@ def explain(
     flush_stdout()
 
 
-@app.command()
+@app.command(cls=renamed(options={"--layers": "--num-layers"}))
 @command
 def predict(
     source: list[Path] = typer.Option(..., "--from", metavar="REPORT",
@@ -85,10 +86,11 @@ def predict(
                                       "directory `capture --num-layers 2,4` wrote) to predict another layer count, "
                                       "one to predict --buckets.",
                                       show_default=False),
-    layers: Optional[int] = typer.Option(None, "--layers", min=MIN_PREDICT_LAYERS, max=MAX_PREDICT_LAYERS,
-                                         help=f"Layer count to predict, {MIN_PREDICT_LAYERS} to {MAX_PREDICT_LAYERS} "
-                                              f"(default: the model's full depth; below {MIN_PREDICT_LAYERS} layers "
-                                              "the graph pool has not settled, so those counts are refused)."),
+    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=MIN_PREDICT_LAYERS, max=MAX_PREDICT_LAYERS,
+                                             help=f"Layer count to predict, {MIN_PREDICT_LAYERS} to "
+                                                  f"{MAX_PREDICT_LAYERS} (default: the model's full depth; below "
+                                                  f"{MIN_PREDICT_LAYERS} layers the graph pool has not settled, so "
+                                                  "those counts are refused)."),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list within the "
                                           "profiled range, to predict from one profile (buckets between "
                                           "profiled ones are interpolated and labelled so)."),
@@ -96,15 +98,15 @@ def predict(
     rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
                               "them)."),
     free: Optional[str] = typer.Option(None, "--free", metavar="SIZE", help="Check each mode (of --buckets, "
-                                       "of the profile's own list, or at --layers) against SIZE free on the device "
+                                       "of the profile's own list, or at --num-layers) against SIZE free on the device "
                                        "(NVML) when the first bucket's warm-up begins, e.g. 4GiB: whether it fits, "
                                        "else the first bucket that runs out."),
 ) -> None:
     """Predict a capture's cost without running it (no GPU needed).
 
     With several reports that differ only in their layer count: every mode's totals and bucket rows
-    at --layers, with an error band. With one report and --buckets: each mode's cost for that bucket
-    list (see the docs for how it is modelled and how well it holds). Labelled "predicted, not
+    at --num-layers, with an error band. With one report and --buckets: each mode's cost for that
+    bucket list (see the docs for how it is modelled and how well it holds). Labelled "predicted, not
     measured".
     """
     from bcgprof.analysis.predict import PredictionError, predict_buckets, predict_layers, predict_own_list
@@ -120,7 +122,7 @@ def predict(
         if len(reports) != 1:
             held = f" ({source[0]} holds {len(reports)} layer reports: name one of them)" if len(source) == 1 else ""
             raise PredictionError(f"--buckets predicts from one profile; pass a single --from report{held}")
-        if layers is not None:
+        if num_layers is not None:
             raise PredictionError("predict either another layer count (several --from) or another bucket list "
                                   "(--buckets), not both at once")
         profiled = reports[0].run.buckets
@@ -129,10 +131,10 @@ def predict(
                                   "some")
         wanted = parse_buckets(buckets, max_tokens=max(profiled), max_bs=max(profiled))
         prediction = predict_buckets(reports[0], wanted, free=free_bytes)
-    elif free_bytes is not None and len(reports) == 1 and layers is None:
+    elif free_bytes is not None and len(reports) == 1 and num_layers is None:
         prediction = predict_own_list(reports[0], free_bytes)
     else:
-        prediction = predict_layers(reports, layers, free=free_bytes)
+        prediction = predict_layers(reports, num_layers, free=free_bytes)
     render(prediction_view(prediction, rows=rows), format.value, stdout_console())
     flush_stdout()
 

@@ -59,7 +59,7 @@ def test_explain_a_missing_report_is_one_line(tmp_path):
 
 def test_predict_layers_json_contract(tmp_path):
     two, four = _synthetic(tmp_path, 2), _synthetic(tmp_path, 4)
-    result = run("predict", "--from", two.path, "--from", four.path, "--layers", "12", "-f", "json")
+    result = run("predict", "--from", two.path, "--from", four.path, "--num-layers", "12", "-f", "json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["layers"] == 12 and data["buckets"] == [256, 512, 1024, 2048, 4096]
@@ -67,7 +67,7 @@ def test_predict_layers_json_contract(tmp_path):
     for m in data["modes"]:
         assert set(m) >= {"mode", "device_used_bytes", "pool_bytes", "non_torch_bytes", "low_bytes", "high_bytes"}
         assert m["low_bytes"] <= m["device_used_bytes"] <= m["high_bytes"]
-    table = run("predict", "--from", two.path, "--from", four.path, "--layers", "12")
+    table = run("predict", "--from", two.path, "--from", four.path, "--num-layers", "12")
     assert "PREDICTED, NOT MEASURED" in table.stdout
 
 
@@ -233,7 +233,7 @@ def test_predict_free_on_the_profiles_own_list_and_show_say_the_same_need():
 @pytest.mark.parametrize("args, message", [
     (("--free", "4"), "--free '4' has no unit"),
     (("--free", "lots"), "--free"),
-    (("--free", "4GiB", "--layers", "8"), "needs reports at two or more layer counts"),
+    (("--free", "4GiB", "--num-layers", "8"), "needs reports at two or more layer counts"),
 ])
 def test_predict_free_refusals_are_one_line(args, message):
     assert message in refused(run("predict", "--from", "reports/llama-3.1-8b-h200", *args))

@@ -42,7 +42,7 @@ def report_commands(bad: Path, good: Path, tmp: Path) -> dict[str, tuple]:
         "explain": ("explain", bad),
         "explain json": ("explain", bad, "-f", "json"),
         "predict buckets": ("predict", "--from", bad, "--buckets", "256,4096"),
-        "predict layers": ("predict", "--from", bad, "--from", good, "--layers", "24"),
+        "predict layers": ("predict", "--from", bad, "--from", good, "--num-layers", "24"),
         "advise": ("advise", "--from", bad, "--budget", "4GiB", "--mode", "shared"),
     }
 

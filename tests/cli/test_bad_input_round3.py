@@ -79,13 +79,13 @@ def test_a_layer_prediction_never_prints_an_impossible_figure_nor_fits_a_misname
     layers = tmp_path / "layers"
     _layer_report(layers / "layers-2", 2, 8 * MIB)
     _layer_report(layers / "layers-4", 4, 2 * MIB)  # executables shrink with depth: below zero at 24 layers
-    line = refused(run("predict", "--from", layers, "--layers", "24"))
+    line = refused(run("predict", "--from", layers, "--num-layers", "24"))
     assert "shrink as layers are added" in line and "below zero" in line
     # Two reports for one depth, and a name that says another depth than run.json: refused, not dropped or fitted.
     good = tmp_path / "good"
     _layer_report(good / "layers-2", 2, 2 * MIB)
     _layer_report(good / "layers-4", 4, 3 * MIB)
-    assert run("predict", "--from", good, "--layers", "24").exit_code == 0
+    assert run("predict", "--from", good, "--num-layers", "24").exit_code == 0
     shutil.copytree(good / "layers-4", good / "layers-04")
     assert "two reports for 4 layers, layers-04 and layers-4" in refused(run("predict", "--from", good))
     shutil.rmtree(good / "layers-04")
@@ -168,7 +168,7 @@ def test_a_report_path_with_terminal_escapes_is_printed_clean(tmp_path):
 
 @pytest.mark.parametrize("args", [
     ("predict", "--from", BASELINE, "--buckets", "\u0662\u0665\u0666"),
-    ("predict", "--from", BASELINE, "--layers", "\u0662\u0664"),
+    ("predict", "--from", BASELINE, "--num-layers", "\u0662\u0664"),
     ("gate", "--baseline", BASELINE, "--current", GROWN, "--rel-tol", "\u0661%"),
     ("gate", "--baseline", BASELINE, "--current", GROWN, "--rel-tol", "1_0%"),
     ("gate", "--baseline", BASELINE, "--current", GROWN, "--abs-tol-mib", "1_6"),

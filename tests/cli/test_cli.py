@@ -56,8 +56,8 @@ _LOADED = ("import sys; from bcgprof.cli import main; sys.argv = ['bcgprof', *sy
 
 
 @pytest.mark.parametrize("argv, loaded", [
-    (["--debug", "estimate", "-f", "json"], ["bcgprof.cli.common", "bcgprof.cli.output", "bcgprof.cli.root",
-                                             "bcgprof.cli.whatif"]),
+    (["--debug", "estimate", "-f", "json"], ["bcgprof.cli.common", "bcgprof.cli.output", "bcgprof.cli.params",
+                                             "bcgprof.cli.root", "bcgprof.cli.whatif"]),
     (["--help"], ["bcgprof.cli.audit", "bcgprof.cli.capture", "bcgprof.cli.common", "bcgprof.cli.gate",
                   "bcgprof.cli.output", "bcgprof.cli.params", "bcgprof.cli.record", "bcgprof.cli.reports",
                   "bcgprof.cli.root", "bcgprof.cli.whatif"]),

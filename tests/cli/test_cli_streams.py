@@ -271,8 +271,8 @@ def test_buckets_from_a_layer_directory_names_its_reports():
 
 
 def test_predict_refuses_an_absurd_layer_count():
-    line = refused(run("predict", "--from", DATA / "baseline", "--layers", "1000000000"))
-    assert "--layers" in line and "4096" in line
+    line = refused(run("predict", "--from", DATA / "baseline", "--num-layers", "1000000000"))
+    assert "--num-layers" in line and "4096" in line
 
 
 @pytest.mark.parametrize("layers", ["0", "3"])
@@ -281,8 +281,8 @@ def test_predict_refuses_a_depth_below_where_the_pool_settles_as_its_help_says(l
     from bcgprof.cli.whatif import MIN_PREDICT_LAYERS
 
     assert MIN_PREDICT_LAYERS == STEADY_LAYERS
-    line = refused(run("predict", "--from", DATA / "baseline", "--layers", layers))
-    assert "--layers" in line and f"range {STEADY_LAYERS}<=x<=4096" in line
+    line = refused(run("predict", "--from", DATA / "baseline", "--num-layers", layers))
+    assert "--num-layers" in line and f"range {STEADY_LAYERS}<=x<=4096" in line
 
 
 def test_advise_refuses_the_floor_mode():

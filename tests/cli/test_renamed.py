@@ -14,6 +14,8 @@ from bcgprof.cli.params import respell
 from bcgprof.errors import ReportError
 from bcgprof.report import read_report
 
+from helpers import ROOT
+
 runner = CliRunner()
 
 
@@ -89,3 +91,14 @@ def test_gate_per_bucket_is_each_bucket_with_a_warning(data_dir):
     warned(old, "--per-bucket", "--each-bucket")
     assert "deprecated" not in new.stderr
     assert "--per-bucket" not in run("gate", "--help").stdout
+
+
+def test_predict_layers_is_num_layers_as_capture_spells_it_with_a_warning():
+    args = ["predict", "--from", ROOT / "reports" / "gpt-oss-20b-h200-layers", "-f", "json"]
+    new, old = run(*args, "--num-layers", "12"), run(*args, "--layers", "12")
+    assert new.exit_code == old.exit_code == 0, old.stderr
+    assert json.loads(new.stdout)["layers"] == 12 and new.stdout == old.stdout
+    warned(old, "--layers", "--num-layers")
+    assert "deprecated" not in new.stderr
+    helps = run("predict", "--help").stdout, run("capture", "--help").stdout
+    assert all("--num-layers" in h for h in helps) and "--layers" not in helps[0]

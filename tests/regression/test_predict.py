@@ -176,5 +176,5 @@ def test_predict_checks_free_memory_at_another_layer_count(tmp_path):
         col = lines[0].split(",").index("device_peak_delta_bytes")
         old.write_text("\n".join(",".join(c for i, c in enumerate(line.split(",")) if i != col) for line in lines) + "\n")
     refused = runner.invoke(app, ["predict", "--from", str(tmp_path / "l2"), "--from", str(tmp_path / "l4"),
-                                  "--layers", "12", "--free", "5GiB"])
+                                  "--num-layers", "12", "--free", "5GiB"])
     assert refused.exit_code == 2 and "device_peak_delta_bytes" in refused.output
