@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DATA
 from bcgprof.report import read_report
+
+from helpers import DATA
 
 STANDINS = DATA / "standins"
 PROGRAM = STANDINS / "record_program.py"
