@@ -7,7 +7,9 @@ the pool: another layer count maps other weights. A capture at 4 layers therefor
 layout's pool, not the full depth's. Replaying the capture's own list with every segment at a
 random address (seeded, so a prediction repeats) gives the pools other layouts can give; where
 they differ, a prediction at another depth carries their spread in its band; a trace that cannot be
-used is refused, never dropped from the band without a word. On an H100,
+used is refused, never dropped from the band without a word. The pools a trace's list replays to are
+kept in the cache (:mod:`bcgprof.analysis.trace_cache`, keyed by the trace's content), so the
+replays run once per trace, not once per prediction. On an H100,
 Qwen3-8B's per-bucket pool was 3294 MiB at 4 layers and 3018 MiB at 36, both among those replayed
 from the 4-layer trace; gpt-oss-20b's pools do not move.
 """
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from bcgprof.analysis import trace_cache
 from bcgprof.analysis.allocator import AllocatorError
 from bcgprof.analysis.replay import Replayer, ReplayError
 from bcgprof.report import BucketRecord, Report
@@ -70,6 +73,13 @@ def layout_spread(report: Report, mode: str, rows: Sequence[BucketRecord]) -> Op
     replayer = Replayer.load(report.path, [mode], expected={mode: measured})
     if replayer is None or not replayer.has(mode):  # has(): reads the trace and checks it, or raises
         return None
+    trace = replayer.traces.get(mode)
+    assert trace is not None  # has() loaded it
+    parts = [trace.digest, mode, measured, LAYOUTS]
+    known = trace_cache.recall("layout spread", parts, trace.path) if trace.digest else None
+    if isinstance(known, list) and len(known) == 4 and all(type(v) is int for v in known):
+        lowest, highest, replayed, skipped = known  # the same trace and list: the same pools
+        return LayoutSpread(mode, measured[-1][1], lowest, highest, replayed, skipped)
     buckets = [b for b, _ in measured]
     pools, failures = [], []
     for seed in range(1, LAYOUTS + 1):
@@ -80,4 +90,6 @@ def layout_spread(report: Report, mode: str, rows: Sequence[BucketRecord]) -> Op
     if not pools:
         raise ReplayError(f"{trace_name(mode)} of {report.path}: no random layout of its segments replays "
                           f"({failures[0]}); re-capture the report") from None
+    if trace.digest:
+        trace_cache.remember("layout spread", parts, [min(pools), max(pools), len(pools), len(failures)], trace.path)
     return LayoutSpread(mode, measured[-1][1], min(pools), max(pools), len(pools), len(failures))

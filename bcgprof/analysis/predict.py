@@ -399,12 +399,13 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
                      "reused, so with a smaller largest bucket each warm-up may cache more (gpt-oss-20b, 8192 first: "
                      "38-90 MiB more, measured)")
     out, drawn = [], {}
-    for mode in [m for m in (modes or report.modes()) if m in p.rows]:
+    chosen = [m for m in (modes or report.modes()) if m in p.rows and p.largest in p.rows[m]]
+    for mode in chosen:
         rows = p.rows[mode]
-        first = rows.get(p.largest)
-        if first is None:
-            continue
+        first = rows[p.largest]
         try:
+            if mode == chosen[0]:  # every mode's list checked, its work bounded, before any replay
+                p.replayer.check_lists(chosen, wanted)
             replay = p.replayer.replay(mode, wanted)
             # placement matters only for segments the traces give no address for: with none, the other is the same
             other = p.replayer.other_placement().replay(mode, wanted) if replay.made_up else replay

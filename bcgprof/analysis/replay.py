@@ -45,99 +45,24 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from random import Random
-from typing import Optional
+from typing import Optional, Union
 
-from bcgprof.analysis.allocator import AllocatorError, Pool, Settings, check_settings, round_size
-from bcgprof.analysis.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
-from bcgprof.analysis.replay_fold import ALLOC, FREE, boundaries, find_period, free_index, rename, signature
-from bcgprof.analysis.replay_interpolate import interpolate_ops, neighbours
-from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool, read_trace, trace_name
-from bcgprof.vocab import Mode
+from bcgprof.analysis import trace_cache
+from bcgprof.analysis.allocator import Pool
+from bcgprof.analysis.replay_fold import ALLOC, boundaries, rename, signature
+from bcgprof.analysis.replay_sources import MODE_BITS, BucketSources, ReplayError
+from bcgprof.analysis.trace_set import BucketOps, ModeTrace, TraceSet
+from bcgprof.report.traces import Trace, trace_name
+
+__all__ = ["MODE_BITS", "PoolReplay", "ReplayError", "Replayer"]
 
 CACHE_STATES = 256  # replay states kept (each holds a pool's blocks)
 MEMO_BLOCKS = 64  # a state of at most this many blocks is looked up by its content before a bucket is replayed
 MEMO_STATES = 8192  # bucket replays remembered that way
-MODE_BITS = 40  # an event key is (trace number << MODE_BITS) | allocation number
-FIRST_INTERPOLATED = 1 << 12  # trace numbers from here on name interpolated buckets' events
-BUCKET_BITS = 21  # a bucket is at most 1048576 tokens or sequences
-
-
-class ReplayError(TraceError):
-    """Traces that cannot support a replay (exit 2)."""
-
-
-@dataclass
-class BucketOps:
-    """One bucket's graph-pool events in one trace: ``(ALLOC, requested, stream, key, segment address hint,
-    recorded address)`` or ``(FREE, key)``, in order; ``cross``: keys of earlier buckets' blocks its capture
-    frees; ``unknown``: graph-pool frees of blocks allocated before recording began."""
-
-    bucket: int
-    source: str
-    ops: list = field(default_factory=list)
-    cross: list = field(default_factory=list)
-    unknown: int = 0
-    complete: bool = True
-    frees: dict = field(default_factory=dict)  # key -> index of the op that frees it
-    fold: Optional[tuple[int, int, int]] = None  # a repeating region (bcgprof.analysis.replay_fold.find_period)
-    between: Optional[tuple[int, int]] = None  # interpolated: the profiled buckets below and above it
-
-
-def _bucket_ops(trace: Trace, number: int) -> tuple[dict[int, BucketOps], list[int]]:
-    """Every recorded bucket's replayable events, and the buckets in capture order."""
-    base = number << MODE_BITS
-    out: dict[int, BucketOps] = {}
-    owner: dict[int, int] = {}  # allocation number -> bucket
-    seg_addr: dict[int, int] = {}
-    order: list[int] = []
-    for r in trace.rows:
-        if r.pool != TracePool.GRAPH:
-            continue
-        if r.action in (Action.SEGMENT_ALLOC, Action.SEGMENT_EXISTS):
-            seg_addr[r.id or 0] = r.address or 0
-            continue
-        if r.action not in (Action.ALLOC, Action.FREE_COMPLETED):
-            continue  # free_requested: the block is free only at its completion
-        ops = out.get(r.bucket)
-        if ops is None:
-            ops = out[r.bucket] = BucketOps(r.bucket, trace.mode, complete=r.bucket not in trace.incomplete)
-            order.append(r.bucket)
-        if r.action == Action.ALLOC:
-            assert r.id is not None and r.segment is not None and r.offset is not None  # read_trace checks
-            owner[r.id] = r.bucket
-            hint = seg_addr.get(r.segment, 0)
-            ops.ops.append((ALLOC, r.size, r.stream, base | r.id, hint, hint + r.offset))
-        elif r.id is None or r.id not in owner:
-            ops.unknown += 1  # allocated before recording began
-        else:
-            mine = owner[r.id]
-            if mine == r.bucket:
-                ops.ops.append((FREE, base | r.id))
-            elif r.phase == TracePhase.WARMUP:  # after the owner's capture, before this one: the owner's end
-                out[mine].ops.append((FREE, base | r.id))
-            else:
-                ops.ops.append((FREE, base | r.id))
-                ops.cross.append(base | r.id)
-    for b in trace.buckets:  # buckets whose capture touched no pool block still have a (empty) entry
-        if b not in out:
-            out[b] = BucketOps(b, trace.mode, complete=b not in trace.incomplete)
-            order.append(b)
-    order.sort(key=trace.buckets.index)
-    for ops in out.values():
-        ops.frees = free_index(ops.ops)
-        ops.fold = find_period(ops.ops, ops.frees)
-    return out, order
-
-
-def _kept_bytes(ops: dict[int, BucketOps]) -> dict[int, int]:
-    """bucket -> rounded bytes of its allocations that no event of the trace frees."""
-    freed = {op[1] for bops in ops.values() for op in bops.ops if op[0] == FREE}
-    return {b: sum(round_size(op[1]) for op in bops.ops if op[0] == ALLOC and op[3] not in freed)
-            for b, bops in ops.items()}
 
 
 @dataclass
@@ -192,29 +117,24 @@ class PoolReplay:
     made_up: int = 0  # segments placed without a usable recorded address (0: the other placement is the same)
 
 
-class Replayer:
-    """Replays the traces of one report; states after each list prefix are cached."""
+class Replayer(BucketSources):
+    """Replays the traces of one report; states after each list prefix are cached. Where each bucket's events
+    come from, and the traces' checks, are :class:`~bcgprof.analysis.replay_sources.BucketSources`'."""
 
-    def __init__(self, traces: dict[str, Trace | Path], below: bool = False,
+    def __init__(self, traces: Union[TraceSet, Mapping[str, Union[Trace, Path, ModeTrace]]], below: bool = False,
                  expected: Optional[dict[str, list[tuple[int, int]]]] = None, layout: Optional[int] = None):
-        """``traces``: mode -> its trace, or the path of its file (read when first needed). ``below``, ``layout``
-        (a seed): where segments go (:class:`bcgprof.analysis.allocator.Pool`'s ``below``, ``shuffle``).
-        ``expected``: mode -> the report's measured (bucket, pool bytes) in capture order; a mode's trace is
-        used only once the replay of its own list gives them (a damaged or another capture's would be "exact")."""
-        self.traces, self.below, self.layout = dict(traces), below, layout
+        """``traces``: a :class:`~bcgprof.analysis.trace_set.TraceSet`, or mode -> its trace (or the path of its
+        file, read when first needed). ``below``, ``layout`` (a seed): where segments go
+        (:class:`bcgprof.analysis.allocator.Pool`'s ``below``, ``shuffle``). ``expected``: mode -> the report's
+        measured (bucket, pool bytes) in capture order; a mode's trace is used only once the replay of its own
+        list gives them (a damaged or another capture's would be "exact"); the trace set remembers the verdict."""
+        if not isinstance(traces, TraceSet):
+            traces = TraceSet(traces, expected)
+        elif expected:
+            traces.expected.update(TraceSet({}, expected).expected)
+        super().__init__(traces)
+        self.below, self.layout = below, layout
         self._twin: Optional[Replayer] = None
-        self.settings: dict[str, Settings] = {}
-        self.ops: dict[str, dict[int, BucketOps]] = {}
-        self.order: dict[str, list[int]] = {}
-        self.profiled: dict[str, list[int]] = {}  # mode -> its trace's own buckets, ascending
-        self.expected = dict(expected or {})
-        self._refused: dict[str, str] = {}  # mode -> why its trace failed that check (asked again: refused again)
-        self.warmup: dict[str, dict[int, WarmupGrowth]] = {}  # mode -> bucket -> its eager warm-up's growth
-        self.leftover: dict[str, int] = {}  # mode -> what its pre-warm left for later warm-ups
-        self.position: dict[str, dict[int, float]] = {}  # mode -> bucket -> its place in the capture order (an interpolated bucket: between its neighbours)
-        self.crossing: dict[str, list[int]] = {}  # mode -> places of buckets whose capture frees earlier blocks
-        self.kept: dict[str, dict[int, int]] = {}  # mode -> bucket -> rounded bytes it allocates that are never freed
-        self._numbers = {mode: n + 1 for n, mode in enumerate(sorted(self.traces))}
         self._roots: dict[tuple[str, bool], _Node] = {}  # (mode, check) -> the prefix tree of lists replayed
         self._states: OrderedDict = OrderedDict()  # nodes holding a state, least recently used first
         self._stopped = 0  # the pool where the last replay with a limit went above it
@@ -230,7 +150,7 @@ class Replayer:
              expected: Optional[dict[str, list[tuple[int, int]]]] = None) -> Optional[Replayer]:
         """The report's traces of ``modes`` (those present, read when first needed); None when it has none.
         ``expected``: as for the constructor."""
-        found: dict[str, Trace | Path] = {}
+        found: dict[str, Union[Trace, Path, ModeTrace]] = {}
         for mode in modes:
             path = Path(report_dir) / trace_name(mode)
             if path.exists() or path.is_symlink():  # a broken link is a damaged trace, which reading it says
@@ -250,143 +170,9 @@ class Replayer:
         return self._sibling(self.below, seed)
 
     def _sibling(self, below: bool, layout: Optional[int]) -> Replayer:
-        twin = Replayer(self.traces, below, layout=layout)  # shares what this one has read and interpolated
-        for name in ("settings", "ops", "order", "profiled", "warmup", "leftover", "position", "crossing", "kept",
-                     "_numbers", "expected", "_refused"):
-            setattr(twin, name, getattr(self, name))  # the same dicts: a trace read by either serves both
+        twin = Replayer(self.traces, below, layout=layout)
+        twin.shared(self)  # shares what this one has read and interpolated
         return twin
-
-    def has(self, mode: str) -> bool:
-        """Whether ``mode``'s trace is there (read and prepared on the first call)."""
-        if mode in self._refused:
-            raise ReplayError(self._refused[mode])
-        if mode in self.ops:
-            return True
-        trace = self.traces.get(mode)
-        if trace is None:
-            return False
-        if not isinstance(trace, Trace):
-            path = trace
-            trace = read_trace(path)
-            if trace.mode != mode:
-                raise ReplayError(f"{path} holds the trace of mode {trace.mode}; restore the report's own file")
-        try:
-            self.settings[mode] = check_settings(trace.settings)
-        except AllocatorError as e:
-            raise ReplayError(f"{trace.path}: {e}; re-capture with the default PYTORCH_CUDA_ALLOC_CONF") from None
-        self.ops[mode], self.order[mode] = _bucket_ops(trace, self._numbers[mode])
-        self.position[mode] = {b: i for i, b in enumerate(self.order[mode])}
-        self.profiled[mode] = sorted(self.ops[mode])  # before any bucket is interpolated into ops
-        self.crossing[mode] = [i for i, b in enumerate(self.order[mode]) if self.ops[mode][b].cross]
-        self.kept[mode] = _kept_bytes(self.ops[mode])
-        self.warmup[mode] = warmup_growth(trace)
-        self.leftover[mode] = prewarm_leftover(trace)
-        if mode in self.expected:
-            try:
-                self._verify(mode, trace.path)
-            except ReplayError as e:
-                self._refused[mode] = str(e)
-                raise
-        return True
-
-    def _verify(self, mode: str, path: Optional[Path]) -> None:
-        """Refuse ``mode``'s trace unless replaying its own list gives the report's measured pool after every
-        bucket (on every committed trace it does, to the byte)."""
-        where = path or trace_name(mode)
-        measured = self.expected[mode]
-        if [b for b, _ in measured] != self.order[mode]:
-            raise ReplayError(f"{where} holds buckets {_span(self.order[mode])} where the report measured "
-                              f"{_span([b for b, _ in measured])}; the trace is damaged or another capture's: "
-                              "re-capture the report")
-        empty = [b for b in self.order[mode] if not self.ops[mode][b].ops]
-        if empty:  # every capture allocates in the graph pool (its output, its activations)
-            raise ReplayError(f"{where} holds no graph-pool events for bucket(s) {_span(empty)}; the trace is "
-                              "damaged: re-capture the report")
-        try:
-            replayed = self.replay(mode, self.order[mode], check=True)
-        except ReplayError as e:
-            raise ReplayError(f"{where} cannot be replayed ({e}); re-capture the report") from None
-        for (bucket, pool), got in zip(measured, replayed.pool_bytes, strict=True):
-            if got != pool or replayed.mismatches:
-                raise ReplayError(f"{where} does not replay to the report's own pool (bucket {bucket}: {got} bytes, "
-                                  f"measured {pool}); the trace is damaged or another capture's: re-capture the report")
-
-    # ------------------------------------------------------------ sources
-
-    def sources(self, mode: str, buckets: Sequence[int]) -> list[tuple[int, str]]:
-        """(bucket, trace mode) for each bucket of ``mode``'s list, in capture order (largest first)."""
-        chosen = sorted(set(buckets), reverse=True)
-        if mode == Mode.FLOOR:
-            chosen = chosen[:1]
-        out = []
-        for i, b in enumerate(chosen):
-            source = mode
-            if i == 0 and mode in (Mode.SHARED_LARGEST, Mode.FLOOR) and not self._first_of(mode, b):
-                source = Mode.PER_BUCKET  # the list's largest keeps its own output, as per-bucket's capture did
-            if not self.has(source):
-                raise ReplayError(f"the report has no {source} trace to replay {mode}'s bucket {b} from; "
-                                  f"capture with --modes including {source}")
-            if b not in self.ops[source]:
-                self._interpolate(source, b)
-            if not self.ops[source][b].complete:
-                raise ReplayError(f"the {source} trace of bucket {b} is incomplete (events were lost while "
-                                  "recording); re-capture the report")
-            out.append((b, source))
-        return out
-
-    def _interpolate(self, source: str, bucket: int) -> BucketOps:
-        """Events for ``bucket``, which ``source``'s trace lacks, from the profiled buckets around it
-        (:mod:`bcgprof.analysis.replay_interpolate`); refused outside the profiled range or where they differ."""
-        ops = self.ops[source]
-        profiled = self.profiled[source]
-        around = neighbours(profiled, bucket)
-        if around is None:
-            raise ReplayError(f"bucket {bucket} lies outside the profiled buckets ({min(profiled)} to "
-                              f"{max(profiled)}); profile a range that includes it")
-        lower, upper = around
-        low, high = ops[lower], ops[upper]
-        for b, o in ((lower, low), (upper, high)):
-            if not o.complete:
-                raise ReplayError(f"the {source} trace of bucket {b} is incomplete (events were lost while "
-                                  f"recording), so bucket {bucket} cannot be drawn from it; re-capture the report")
-            if o.cross or o.unknown:
-                raise ReplayError(f"bucket {bucket} cannot be interpolated: the {source} capture of {b} frees blocks "
-                                  "of another bucket; profile it")
-        # a key of its own for every (trace, bucket): trace numbers from FIRST_INTERPOLATED on, the bucket below
-        number = ((FIRST_INTERPOLATED | self._numbers[source]) << BUCKET_BITS) | bucket
-        events, why = interpolate_ops(bucket, lower, low.ops, upper, high.ops, number << MODE_BITS)
-        if why and source == Mode.SHARED_LARGEST and upper == self.order[source][0] and self.has(Mode.SHARED):
-            # shared-largest's first bucket keeps its own output; a later bucket's capture is what shared's capture
-            # of that bucket does (copy the output out, free it)
-            alike = self.ops[Mode.SHARED].get(upper)
-            if alike is not None and alike.complete and not alike.cross and not alike.unknown:
-                events, why = interpolate_ops(bucket, lower, low.ops, upper, alike.ops, number << MODE_BITS)
-        if why:
-            raise ReplayError(f"bucket {bucket} cannot be interpolated: {why}; profile it")
-        made = ops[bucket] = BucketOps(bucket, source, events, between=(lower, upper))
-        made.frees = free_index(events)
-        made.fold = find_period(events, made.frees)
-        # captured right after the larger neighbour (largest first): frees inside captures of buckets left out
-        # of a list are applied by place, and this one sits between its neighbours
-        self.position[source][bucket] = self.position[source][upper] + 0.5
-        self.kept[source][bucket] = _kept_bytes({bucket: made})[bucket]
-        growth = self.warmup.get(source, {})
-        if lower in growth and upper in growth:  # the larger of the neighbours' warm-ups (see predict's notes)
-            near = (growth[lower], growth[upper])
-            peaks = [g.allocated_peak_bytes for g in near]
-            growth[bucket] = WarmupGrowth(max(g.reserved_bytes for g in near),
-                                          None if None in peaks else max(p or 0 for p in peaks))
-        return made
-
-    def interpolated(self, source: str, bucket: int) -> Optional[tuple[int, int]]:
-        """The profiled buckets ``bucket``'s events in ``source`` were drawn from; None when it was profiled."""
-        ops = self.ops.get(source, {}).get(bucket)
-        return ops.between if ops is not None else None
-
-    def _first_of(self, mode: str, bucket: int) -> bool:
-        order = self.order.get(mode) if self.has(mode) else None
-        order = order or []
-        return bool(order) and order[0] == bucket
 
     # ------------------------------------------------------------ replay
 
@@ -479,11 +265,6 @@ class Replayer:
                 break
             reserved = node.reserved
         return reserved
-
-    def kept_bytes(self, mode: str, buckets: Sequence[int]) -> int:
-        """Bytes that ``mode``'s list allocates and never frees (each request rounded as the allocator rounds
-        it): they are all live after its last bucket, so the list's pool is at least this. Costs no replay."""
-        return sum(self.kept[source][b] for b, source in self.sources(mode, buckets))
 
     def _memo_step(self, state: _State, bucket: int, source: str, check: bool) -> _State:
         """The state after ``bucket``: a bucket replayed before from a state with the same content (pool, live
@@ -597,3 +378,34 @@ class Replayer:
         if not self.has(mode):
             raise ReplayError(f"the report has no {mode} trace")
         return self.replay(mode, self.order[mode], check=True)
+
+
+    def verify(self, trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
+        """Refuse ``trace`` unless replaying its own list gives the report's measured pool after every bucket (on
+        every committed trace it does, to the byte), every block where it was recorded. The replay is a fresh one
+        (placements as recorded), so the verdict depends on the trace and the figures alone; a trace read from a
+        file keeps it in the cache (:mod:`bcgprof.analysis.trace_cache`), keyed by the file's content and the
+        figures, and the next command reads it there instead of replaying."""
+        mode, where = trace.mode, trace.path or trace_name(trace.mode)
+        order = list(trace.order)
+        if [b for b, _ in measured] != order:
+            raise ReplayError(f"{where} holds buckets {_span(order)} where the report measured "
+                              f"{_span([b for b, _ in measured])}; the trace is damaged or another capture's: "
+                              "re-capture the report")
+        empty = [b for b in order if not trace.sizes.get(b)]
+        if empty:  # every capture allocates in the graph pool (its output, its activations)
+            raise ReplayError(f"{where} holds no graph-pool events for bucket(s) {_span(empty)}; the trace is "
+                              "damaged: re-capture the report")
+        parts = [trace.digest, mode, measured]
+        if trace.digest and trace_cache.recall("verified", parts, trace.path) is True:
+            return
+        try:
+            replayed = Replayer(TraceSet({mode: trace})).replay(mode, order, check=True)
+        except ReplayError as e:
+            raise ReplayError(f"{where} cannot be replayed ({e}); re-capture the report") from None
+        for (bucket, pool), got in zip(measured, replayed.pool_bytes, strict=True):
+            if got != pool or replayed.mismatches:
+                raise ReplayError(f"{where} does not replay to the report's own pool (bucket {bucket}: {got} bytes, "
+                                  f"measured {pool}); the trace is damaged or another capture's: re-capture the report")
+        if trace.digest:
+            trace_cache.remember("verified", parts, True, trace.path)

@@ -21,7 +21,6 @@ few candidates, numpy); :func:`signature` is linear in the live and free blocks.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Optional
 
 import numpy as np
@@ -38,30 +37,53 @@ def free_index(ops: list) -> dict:
 
 def find_period(ops: list, frees: dict) -> Optional[tuple[int, int, int]]:
     """``(start, run, period)``: ``code[i] == code[i + period]`` for every ``i`` in ``[start, start + run)``,
-    the longest such region over a few candidate periods; None when nothing repeats ``MIN_PERIODS`` times."""
+    the longest such region over a few candidate periods; None when nothing repeats ``MIN_PERIODS`` times.
+    ``frees``: :func:`free_index` of ``ops`` (the codes are found from the ops alone)."""
     n = len(ops)
     if n < 2 * MIN_PERIODS:
         return None
-    allocated = {op[3]: i for i, op in enumerate(ops) if op[0] == ALLOC}
-    intern: dict = {}
+    number: dict = {}  # keys can pass 64 bits (interpolated buckets'): numbered in their order instead
+    columns = np.array([(ALLOC, op[1], op[2], number.setdefault(op[3], len(number))) if op[0] == ALLOC
+                        else (FREE, 0, 0, number.setdefault(op[1], len(number))) for op in ops], dtype=np.int64)
+    return find_period_arrays(columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3])
+
+
+def find_period_arrays(kind: np.ndarray, size: np.ndarray, stream: np.ndarray,
+                       key: np.ndarray) -> Optional[tuple[int, int, int]]:
+    """:func:`find_period` of ops given as columns (``kind``: ALLOC or FREE; ``size``, ``stream``: an
+    allocation's; ``key``: the event key an op allocates or frees). An allocation's code is (its size, stream,
+    how many events later its key is freed, if it is), a free's (how many events earlier its key was allocated),
+    or a code of its own where the ops do not allocate it; the same codes as interning them one by one."""
+    n = len(kind)
+    if n < 2 * MIN_PERIODS:
+        return None
+    index = np.arange(n)
+    alloc = kind == ALLOC
+    later = _last_index(key[~alloc], index[~alloc], key)  # each key's last free (-1: none)
+    earlier = _last_index(key[alloc], index[alloc], key)  # each key's last allocation (-1: none)
+    other = np.where(alloc, later, earlier)  # the op at the key's other end (-1: none here)
+    distance = np.where(other < 0, 0, np.where(alloc, other - index, index - other))
+    own = np.where(~alloc & (earlier < 0), key, -1)  # a free from elsewhere never repeats
+    columns = (kind, np.where(alloc, size, 0), np.where(alloc, stream, 0), other < 0, distance, own)
+    by_code = np.lexsort(columns[::-1])
+    new_code = np.zeros(n, dtype=bool)
+    for c in columns:
+        ordered = c[by_code]
+        new_code[1:] |= ordered[1:] != ordered[:-1]
     codes = np.empty(n, dtype=np.int64)
-    for i, op in enumerate(ops):
-        code: tuple
-        if op[0] == ALLOC:
-            f = frees.get(op[3])
-            code = (ALLOC, op[1], op[2], None if f is None else f - i)
-        else:
-            a = allocated.get(op[1])
-            code = (FREE, i - a) if a is not None else (FREE, None, op[1])  # a free from elsewhere never repeats
-        codes[i] = intern.setdefault(code, len(intern))
-    last: dict = {}
-    gaps: Counter = Counter()
-    for i, c in enumerate(codes.tolist()):
-        if c in last:
-            gaps[i - last[c]] += 1
-        last[c] = i
+    codes[by_code] = np.cumsum(new_code)  # equal codes for equal columns
+    order = np.lexsort((index, codes))  # each code's events in order: the one before is its last repeat
+    same = codes[order][1:] == codes[order][:-1]
+    gap_at = order[1:][same]
+    gaps = np.empty(n, dtype=np.int64)
+    gaps[gap_at] = gap_at - order[:-1][same]
+    seen = np.zeros(n, dtype=bool)
+    seen[gap_at] = True
+    found = gaps[seen]  # in event order, as a counter would meet them
+    values, first, counts = np.unique(found, return_index=True, return_counts=True)
+    candidates = values[np.lexsort((first, -counts))][:CANDIDATES]  # most common first, ties by first seen
     best: Optional[tuple[int, int, int]] = None
-    for period, _ in gaps.most_common(CANDIDATES):
+    for period in candidates.tolist():
         if period * MIN_PERIODS > n:
             continue
         same = np.concatenate(([False], codes[:-period] == codes[period:], [False]))
@@ -76,6 +98,21 @@ def find_period(ops: list, frees: dict) -> Optional[tuple[int, int, int]]:
         if best is None or run // period > best[1] // best[2] or (run // period == best[1] // best[2] and run > best[1]):
             best = (start, run, period)
     return best
+
+
+def _last_index(keys: np.ndarray, at: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each ``wanted`` key, the last of ``at`` where ``keys`` holds it (-1 where none does)."""
+    out = np.full(len(wanted), -1, dtype=np.int64)
+    if not len(keys):
+        return out
+    order = np.lexsort((at, keys))
+    keys, at = keys[order], at[order]
+    last = np.r_[keys[1:] != keys[:-1], True]  # each key's last position
+    keys, at = keys[last], at[last]
+    where = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    hit = keys[where] == wanted
+    out[hit] = at[where[hit]]
+    return out
 
 
 def boundaries(fold: tuple[int, int, int]) -> tuple[list[int], int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from bcgprof.analysis.replay_fold import ALLOC, FREE
@@ -54,11 +55,28 @@ def _pattern(ops: Sequence[tuple]) -> tuple[list[tuple], list[int]]:
     return pattern, sizes
 
 
-def interpolate_ops(bucket: int, lower: int, lower_ops: Sequence[tuple], upper: int, upper_ops: Sequence[tuple],
-                    base: int) -> tuple[list[tuple], str]:
-    """``bucket``'s events, from its profiled neighbours ``lower`` < bucket < ``upper`` (each one's replayable ops:
-    ``(ALLOC, requested, stream, key, segment hint, address)`` or ``(FREE, key)``). Keys are ``base | number``;
-    segment hints come from the nearer neighbour (they only break ties). Returns (ops, "") or ([], why not)."""
+@dataclass(frozen=True)
+class Pattern:
+    """What two profiled buckets' events share: the events with sizes left out (``events``), each bucket's
+    allocation sizes, and each one's segment hints (they only break ties)."""
+
+    lower: int
+    upper: int
+    pattern: list
+    low_sizes: list
+    high_sizes: list
+    low_hints: list
+    high_hints: list
+
+    @property
+    def events(self) -> int:
+        return len(self.pattern)
+
+
+def pair_pattern(lower: int, lower_ops: Sequence[tuple], upper: int, upper_ops: Sequence[tuple]
+                 ) -> tuple[Optional[Pattern], str]:
+    """The :class:`Pattern` of two profiled buckets' replayable ops (``(ALLOC, requested, stream, key, segment
+    hint, address)`` or ``(FREE, key)``), or (None, why no bucket between them can be drawn from them)."""
     low_pattern, low_sizes = _pattern(lower_ops)
     high_pattern, high_sizes = _pattern(upper_ops)
     short, long = sorted((low_pattern, high_pattern), key=len)
@@ -66,19 +84,34 @@ def interpolate_ops(bucket: int, lower: int, lower_ops: Sequence[tuple], upper: 
         # the last bucket captured has no later warm-up to record the frees after its capture: the other's tell
         low_pattern = high_pattern = long
     if low_pattern != high_pattern:
-        return [], (f"the captures of {lower} and {upper} differ in more than their sizes (the kernels allocate "
-                    "differently between them)")
+        return None, (f"the captures of {lower} and {upper} differ in more than their sizes (the kernels allocate "
+                      "differently between them)")
     if any(op[0] == FREE and op[1] < 0 for op in low_pattern):
-        return [], f"the capture of {lower} or {upper} frees blocks of another bucket"
-    near = lower_ops if bucket - lower <= upper - bucket else upper_ops
-    hints = [op[4] for op in near if op[0] == ALLOC]
+        return None, f"the capture of {lower} or {upper} frees blocks of another bucket"
+    hints = ([op[4] for op in lower_ops if op[0] == ALLOC], [op[4] for op in upper_ops if op[0] == ALLOC])
+    return Pattern(lower, upper, low_pattern, low_sizes, high_sizes, *hints), ""
+
+
+def interpolated_ops(bucket: int, p: Pattern, base: int) -> list[tuple]:
+    """``bucket``'s events (``p.lower`` < bucket < ``p.upper``): each size on the line between its neighbours',
+    keys ``base | number``, segment hints from the nearer neighbour."""
+    hints = p.low_hints if bucket - p.lower <= p.upper - bucket else p.high_hints
     ops: list[tuple] = []
     number = 0
-    for op in low_pattern:
+    for op in p.pattern:
         if op[0] == ALLOC:
-            size = line_size(bucket, lower, low_sizes[number], upper, high_sizes[number])
+            size = line_size(bucket, p.lower, p.low_sizes[number], p.upper, p.high_sizes[number])
             number += 1
             ops.append((ALLOC, size, op[1], base | number, hints[number - 1], -1))
         else:
             ops.append((FREE, base | (op[1] + 1)))
-    return ops, ""
+    return ops
+
+
+def interpolate_ops(bucket: int, lower: int, lower_ops: Sequence[tuple], upper: int, upper_ops: Sequence[tuple],
+                    base: int) -> tuple[list[tuple], str]:
+    """``bucket``'s events, from its profiled neighbours ``lower`` < bucket < ``upper`` (each one's replayable ops:
+    ``(ALLOC, requested, stream, key, segment hint, address)`` or ``(FREE, key)``). Keys are ``base | number``;
+    segment hints come from the nearer neighbour (they only break ties). Returns (ops, "") or ([], why not)."""
+    found, why = pair_pattern(lower, lower_ops, upper, upper_ops)
+    return (interpolated_ops(bucket, found, base), "") if found is not None else ([], why)

@@ -32,8 +32,9 @@ make the file far larger, and what device memory the ordinary pools reserve is t
 sequence of their segment rows. ``--snapshot`` keeps everything for PyTorch's viewer.
 
 The file is rewritten atomically after every bucket (:class:`TraceFileWriter` compresses each
-row once). :func:`read_trace` checks every line
-and refuses a malformed file with a :class:`TraceError` of one line. Torch-free.
+row once). :func:`read_trace` (:mod:`bcgprof.report.trace_read`) reads it within the caps
+:data:`MAX_TRACE_BYTES` (compressed), :data:`MAX_TEXT_BYTES` (inflated) and :data:`MAX_ROWS`, checks
+every line and refuses a malformed file with a :class:`TraceError` of one line. Torch-free.
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from bcgprof.errors import ReportError
-from bcgprof.text import printable
-from bcgprof.vocab import Mode, StrEnum
+from bcgprof.vocab import StrEnum
 
 FORMAT = "bcgprof-allocator-trace"
 VERSION = 1
-MAX_TRACE_BYTES = 64 << 20  # compressed; a 74-bucket profile writes about 1 MiB per mode
-MAX_TEXT_BYTES = 1 << 30  # decompressed
-MAX_ROWS = 20_000_000
+# Caps, from the largest trace a real capture wrote (of every committed traces-*.csv.gz, Qwen3-30B-A3B's 74-bucket
+# profile: 675,217 rows, 38.4 MB of text, 2.39 MB compressed), with room to spare: about 1.5 times its rows and
+# 1.75 times its bytes. Reading stops as soon as one is passed (bcgprof.report.trace_read).
+MAX_TRACE_BYTES = 4 << 20  # compressed
+MAX_TEXT_BYTES = 64 << 20  # inflated
+MAX_ROWS = 1_000_000
 MAX_VALUE = 2 ** 62  # addresses and byte counts of one GPU fit well below this
 COLUMNS = ("bucket", "phase", "pool", "action", "id", "size", "stream", "segment", "offset", "address")
 
@@ -200,158 +203,14 @@ def write_trace(directory: Path, trace: Trace) -> Path:
 
 # ---------------------------------------------------------------- reading
 
-_FIX = "re-capture the report to predict from it (show, gate and explain do not read it)"
-
-
-def _bad(path: Path, what: str) -> TraceError:
-    return TraceError(f"{path}: {what}; {_FIX}")
-
-
-def _int(path: Path, line: int, name: str, raw: str, optional: bool = False, lo: int = 0) -> Optional[int]:
-    if raw == "" and optional:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise _bad(path, f"line {line}, column {name}: {raw[:30]!r} is not an integer") from None
-    if not lo <= value <= MAX_VALUE:
-        raise _bad(path, f"line {line}, column {name}: {value} is out of range")
-    return value
-
-
-def _checked_row(path: Path, line: int, cells: list[str], known: set) -> tuple:
-    """The numbers of a row, each checked (the slow path: names the first bad cell in one line)."""
-    bucket = _int(path, line, "bucket", cells[0], lo=1)
-    if bucket not in known:
-        raise _bad(path, f"line {line}: bucket {bucket} is not in the header's buckets")
-    values = [_int(path, line, name, raw, optional=name not in ("size", "stream"))
-              for name, raw in zip(COLUMNS[4:], cells[4:], strict=True)]
-    return (bucket, *values)
-
-
-def _header(path: Path, first: str) -> dict:
-    if not first.startswith("#"):
-        raise _bad(path, "the first line is not the trace header")
-    try:
-        head = json.loads(first[1:])
-    except json.JSONDecodeError:
-        raise _bad(path, "the header is not JSON") from None
-    except (ValueError, RecursionError):  # an integer of thousands of digits, brackets nested beyond the stack
-        raise _bad(path, "the header is not usable JSON (too deep or too long a number)") from None
-    if not isinstance(head, dict) or head.get("format") != FORMAT:
-        raise _bad(path, f"not a {FORMAT} file")
-    if head.get("version") != VERSION:
-        raise _bad(path, f"trace format version {head.get('version')!r}; this bcgprof reads version {VERSION}")
-    if head.get("mode") not in tuple(Mode):
-        raise _bad(path, f"unknown mode {head.get('mode')!r} in the header")
-    for name in ("buckets", "incomplete"):
-        value = head.get(name)
-        if not isinstance(value, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0
-                                                  for b in value):
-            raise _bad(path, f"header field {name} is not a list of positive bucket sizes")
-    pool = head.get("pool")
-    if not (isinstance(pool, list) and len(pool) == 2 and all(isinstance(p, int) for p in pool)):
-        raise _bad(path, "header field pool is not two integers")
-    if not isinstance(head.get("settings"), dict):
-        raise _bad(path, "header field settings is not an object")
-    return head
-
 
 def read_trace(path: Path) -> Trace:
-    """Read and check one trace file; every malformed line is refused with one line."""
-    from bcgprof.inputs import Refused, open_capped_bytes
+    """Read and check one trace file within its caps (:mod:`bcgprof.report.trace_read`); every malformed
+    line is refused with one line."""
+    from bcgprof.report.trace_read import read_columns, rows_of
 
-    path = Path(path)
-    try:
-        raw = open_capped_bytes(path, MAX_TRACE_BYTES)  # a regular file only: a FIFO would block a read
-    except Refused as r:
-        what = {"missing": "is missing", "unreadable": f"cannot be read ({r.detail})",
-                "not regular": f"is {r.detail}, not a regular file",
-                "too large": f"{r.size} bytes, more than the {MAX_TRACE_BYTES} a trace may have"}[r.reason]
-        raise _bad(path, what) from None
-    try:
-        with raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
-            data = f.read(MAX_TEXT_BYTES + 1)
-    except (OSError, EOFError, zlib.error) as e:
-        raise _bad(path, f"cannot be read as gzip ({type(e).__name__})") from None
-    if len(data) > MAX_TEXT_BYTES:
-        raise _bad(path, f"more than {MAX_TEXT_BYTES} bytes uncompressed")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _bad(path, "not UTF-8 text") from None
-    first, _, rest = text.partition("\n")
-    head = _header(path, first)
-    lines = rest.split("\n")
-    if not lines or lines[0].split(",") != list(COLUMNS):
-        raise _bad(path, f"line 2 is not the column header {','.join(COLUMNS)}")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) - 1 > MAX_ROWS:
-        raise _bad(path, f"more than {MAX_ROWS} rows")
-    words = (set(TracePhase), set(TracePool), set(Action))
-    plain = "-" not in rest  # no number is negative: checked once for the file
-    known = set(head["buckets"])
-    rows = []
-    for number, line in enumerate(lines[1:], start=3):
-        cells = line.split(",")
-        if len(cells) != len(COLUMNS):
-            raise _bad(path, f"line {number}: {len(cells)} values for {len(COLUMNS)} columns")
-        if cells[1] not in words[0] or cells[2] not in words[1] or cells[3] not in words[2]:
-            raise _bad(path, f"line {number}: unknown phase, pool or action ({cells[1][:20]!r}, {cells[2][:20]!r}, "
-                             f"{cells[3][:20]!r})")
-        c_id, c_size, c_stream, c_seg, c_off, c_addr = cells[4:]
-        try:  # the fast path; a bad cell is named by the slow one below
-            bucket = int(cells[0])
-            ident, size, stream = (int(c_id) if c_id else None), int(c_size), int(c_stream)
-            segment = int(c_seg) if c_seg else None
-            offset = int(c_off) if c_off else None
-            address = int(c_addr) if c_addr else None
-            ok = (plain and bucket in known and size <= MAX_VALUE and stream <= MAX_VALUE
-                  and (ident is None or ident <= MAX_VALUE) and (segment is None or segment <= MAX_VALUE)
-                  and (offset is None or offset <= MAX_VALUE) and (address is None or address <= MAX_VALUE))
-        except ValueError:
-            ok = False
-        if not ok:
-            bucket, ident, size, stream, segment, offset, address = _checked_row(path, number, cells, known)
-        rows.append(TraceRow(bucket, cells[1], cells[2], cells[3], ident, size, stream, segment, offset, address))
-    _check_rows(path, rows)
-    device = head.get("device", 0)
-    if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device <= MAX_VALUE:
-        raise _bad(path, f"its header's device must be a device index, got {printable(repr(device), 40)}")
-    return Trace(mode=head["mode"], torch_version=str(head.get("torch_version", "")),
-                 device=device, pool=(head["pool"][0], head["pool"][1]),
-                 settings=head["settings"], buckets=list(head["buckets"]), incomplete=list(head["incomplete"]),
-                 rows=rows, path=path)
-
-
-def _check_rows(path: Path, rows: Iterable[TraceRow]) -> None:
-    """What the replay relies on: allocation and segment numbers are unique, frees name known allocations,
-    block rows of the graph pool name a segment of the graph pool, buckets appear in one run each."""
-    allocs: set[int] = set()
-    pool_segments: set[int] = set()
-    segments: set[int] = set()
-    order: list[int] = []
-    for line, r in enumerate(rows, start=3):
-        if not order or order[-1] != r.bucket:
-            if r.bucket in order:
-                raise _bad(path, f"line {line}: bucket {r.bucket}'s rows are not contiguous")
-            order.append(r.bucket)
-        if r.action == Action.ALLOC:
-            if r.id is None or r.id in allocs:
-                raise _bad(path, f"line {line}: an alloc without a new allocation number")
-            allocs.add(r.id)
-        elif r.action in (Action.FREE_REQUESTED, Action.FREE_COMPLETED):
-            if r.id is not None and r.id not in allocs:
-                raise _bad(path, f"line {line}: frees allocation {r.id}, which no earlier row allocated")
-        elif r.action in SEGMENT_ACTIONS:
-            if r.id is None or r.address is None or r.size <= 0:
-                raise _bad(path, f"line {line}: a segment row needs its number, address and size")
-            if r.action != Action.SEGMENT_FREE:
-                if r.id in segments:
-                    raise _bad(path, f"line {line}: segment {r.id} appears twice")
-                segments.add(r.id)
-                if r.pool == TracePool.GRAPH:
-                    pool_segments.add(r.id)
-        if r.pool == TracePool.GRAPH and r.action in BLOCK_ACTIONS and r.segment not in pool_segments:
-            raise _bad(path, f"line {line}: a graph-pool block in segment {r.segment}, not a graph-pool segment")
+    columns = read_columns(path)
+    head = columns.head
+    return Trace(mode=head["mode"], torch_version=str(head.get("torch_version", "")), device=head.get("device", 0),
+                 pool=(head["pool"][0], head["pool"][1]), settings=head["settings"], buckets=list(head["buckets"]),
+                 incomplete=list(head["incomplete"]), rows=rows_of(columns.table), path=columns.path)

@@ -1,0 +1,166 @@
+"""What was learnt from a trace file, kept under the user's cache directory for the next command.
+
+Mechanism. Every entry is named by the SHA-256 of the trace file's bytes (so a changed trace misses)
+and of the source of the modules that derive it (so another bcgprof misses), and lives in
+``$XDG_CACHE_HOME/bcgprof`` (``~/.cache/bcgprof`` when that is unset): never inside a report
+directory, which bcgprof only reads. Two kinds:
+
+* ``entries/<name>-<code>``: bytes, with their SHA-256 (a trace file's
+  :class:`~bcgprof.analysis.trace_set.ModeTrace`, so a later command skips inflating and parsing);
+* ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
+  verdict that a trace replays to its report's measured pools; the pools of a layout spread), the
+  key repeated inside.
+
+Invariant: an entry is written to a temporary file and renamed, so a reader sees a whole entry or
+none; one that does not read back whole and consistent (damaged, cut short, another format) is
+ignored, and the answer is worked out again; a cache directory that cannot be made or written is
+skipped without a word. At most :data:`MAX_ENTRIES` entries and :data:`MAX_FACTS` facts are
+kept, the least recently used going first. Cost: hashing the sources once per process; a hit reads
+and inflates one entry (O(events)). Torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from bcgprof.version import __version__
+
+FORMAT = "bcgprof-trace-cache"
+VERSION = 1
+MAX_ENTRIES = 32  # entries kept (a 74-bucket profile's mode takes a few MB)
+MAX_FACTS = 4096  # facts kept (a few hundred bytes each)
+# the modules whose code decides what an entry holds: another version of any of them misses every entry
+DERIVED_BY = ("bcgprof.report.traces", "bcgprof.report.trace_read", "bcgprof.analysis.trace_set",
+              "bcgprof.analysis.trace_cache", "bcgprof.analysis.allocator", "bcgprof.analysis.replay",
+              "bcgprof.analysis.replay_fold", "bcgprof.analysis.headroom", "bcgprof.analysis.layout_spread")
+
+
+def cache_root() -> Optional[Path]:
+    """``$XDG_CACHE_HOME/bcgprof`` (an absolute XDG_CACHE_HOME only, as the specification says), else
+    ``~/.cache/bcgprof``; None when there is no home to put it in."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    try:
+        root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    except (RuntimeError, KeyError, OSError):
+        return None
+    return root / "bcgprof"
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of the sources of :data:`DERIVED_BY` (the package's version where a source cannot be read)."""
+    h = hashlib.sha256(f"{FORMAT} {VERSION} {__version__}".encode())
+    for name in DERIVED_BY:
+        spec = importlib.util.find_spec(name)
+        try:
+            h.update(Path(spec.origin).read_bytes() if spec and spec.origin else name.encode())
+        except OSError:
+            h.update(name.encode())
+    return h.hexdigest()[:16]
+
+
+def _directory(kind: str, near: Optional[Path]) -> Optional[Path]:
+    """The cache's ``kind`` directory, unless it would lie inside the report ``near`` (a trace file) is in."""
+    root = cache_root()
+    if root is None:
+        return None
+    if near is not None:
+        try:
+            report = Path(near).parent.resolve()
+            if root.resolve() == report or report in root.resolve().parents:
+                return None
+        except (OSError, RuntimeError):
+            return None
+    return root / kind
+
+
+def _write(path: Path, data: bytes, keep: int) -> None:
+    """Write ``path`` atomically, then drop the least recently used entries beyond ``keep``; silent on failure."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        entries = [p for p in path.parent.iterdir() if not p.name.startswith(".")]
+        if len(entries) > keep:
+            entries.sort(key=lambda p: p.stat().st_mtime)
+            for old in entries[:len(entries) - keep]:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+    except OSError:
+        pass
+
+
+def _read(path: Path) -> Optional[bytes]:
+    try:
+        data = path.read_bytes()
+        os.utime(path)  # recently used
+        return data
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- entries
+
+
+def load_entry(name: str, near: Optional[Path] = None) -> Optional[bytes]:
+    """The bytes kept under ``name`` (a content digest and what they are), if they read back whole."""
+    folder = _directory("entries", near)
+    data = _read(folder / f"{name}-{code_digest()}") if folder is not None and name else None
+    magic = FORMAT.encode() + b"\n"
+    if data is None or not data.startswith(magic):
+        return None
+    digest, payload = data[len(magic):len(magic) + 32], data[len(magic) + 32:]
+    return payload if hashlib.sha256(payload).digest() == digest else None
+
+
+def store_entry(name: str, payload: bytes, near: Optional[Path] = None) -> None:
+    """Keep ``payload`` under ``name`` for the next command."""
+    folder = _directory("entries", near)
+    if folder is not None and name:
+        data = FORMAT.encode() + b"\n" + hashlib.sha256(payload).digest() + payload
+        _write(folder / f"{name}-{code_digest()}", data, MAX_ENTRIES)
+
+
+# ---------------------------------------------------------------- facts
+
+
+def _fact_path(kind: str, parts: Any, near: Optional[Path]) -> tuple[Optional[Path], str]:
+    key = hashlib.sha256(json.dumps([kind, code_digest(), parts], sort_keys=True).encode()).hexdigest()
+    folder = _directory("facts", near)
+    return (folder / f"{key}.json" if folder is not None else None), key
+
+
+def recall(kind: str, parts: Any, near: Optional[Path] = None) -> Any:
+    """The value kept for ``kind`` and ``parts`` (JSON: the inputs it was drawn from, trace digests among them);
+    None when there is none or it does not read back whole."""
+    path, key = _fact_path(kind, parts, near)
+    data = _read(path) if path is not None else None
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return entry.get("value") if isinstance(entry, dict) and entry.get("key") == key else None
+
+
+def remember(kind: str, parts: Any, value: Any, near: Optional[Path] = None) -> None:
+    """Keep ``value`` (JSON) for ``kind`` and ``parts``."""
+    path, key = _fact_path(kind, parts, near)
+    if path is not None:
+        _write(path, json.dumps({"key": key, "value": value}).encode(), MAX_FACTS)
