@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from bcgprof.vocab import (
+    RENAMED,
     AddressLayout,
     BreakRepeat,
     BucketStatus,
@@ -26,6 +28,7 @@ from bcgprof.vocab import (
     WarmupOutput,
     WarmupRepeat,
     Weights,
+    current,
     words,
 )
 
@@ -59,6 +62,12 @@ LOOP_OPTIONS = ("warmup", "warmup_output", "warmup_repeat", "break_repeat", "sam
                 "verify", "snapshot")
 
 
+# CaptureOptions' fields that hold a word of a vocab enum
+_CHOICE_FIELDS = (("weights", Weights), ("experts", Experts), ("phase", Phase), ("warmup_output", WarmupOutput),
+                  ("warmup_repeat", WarmupRepeat), ("break_repeat", BreakRepeat), ("address_layout", AddressLayout),
+                  ("verify", Verify), ("graph", GraphKind), ("order", Order))
+
+
 def mode_index(mode: str) -> int:
     """Sort key that puts modes in :data:`REPORT_MODES` order, unknown ones last."""
     return REPORT_MODES.index(mode) if mode in REPORT_MODES else len(REPORT_MODES)
@@ -89,8 +98,8 @@ class CaptureOptions:
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
     warmup: int = 2  # eager warm-up runs per bucket before its capture
     warmup_output: str = WarmupOutput.HELD.value  # one of WARMUP_OUTPUTS
-    warmup_repeat: str = WarmupRepeat.REPLAYED.value  # one of WARMUP_REPEATS
-    break_repeat: str = BreakRepeat.REPLAYED.value  # one of BREAK_REPEATS
+    warmup_repeat: str = WarmupRepeat.REQUESTS.value  # one of WARMUP_REPEATS
+    break_repeat: str = BreakRepeat.REQUESTS.value  # one of BREAK_REPEATS
     address_layout: str = AddressLayout.FIXED.value  # one of ADDRESS_LAYOUTS
     device: str = "cuda:0"
     out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
@@ -105,7 +114,13 @@ class CaptureOptions:
     command: str = ""  # the command line, recorded in run.json
 
     def __post_init__(self) -> None:
-        if self.tp > 1:  # a replayed run skips the forward's collectives, which the other ranks would wait in
+        for name, enum in ((f, e) for f, e in _CHOICE_FIELDS if e in RENAMED):  # an old word: the word now
+            word = getattr(self, name)
+            if isinstance(word, str) and current(enum, word) != word:
+                warnings.warn(f"{name}={word!r} is deprecated and will be removed in the next release; use "
+                              f"{name}={current(enum, word)!r}", FutureWarning, stacklevel=3)
+                setattr(self, name, current(enum, word))
+        if self.tp > 1:  # a run made of requests would skip the forward's collectives, which other ranks wait in
             self.warmup_repeat = WarmupRepeat.EAGER.value
             self.break_repeat = BreakRepeat.EAGER.value  # no rank records the allocator's history to repeat
         if self.snapshot:  # the snapshot's stacks must name the op that allocated, never the repeater

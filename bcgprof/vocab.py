@@ -125,7 +125,7 @@ class WarmupRepeat(StrEnum):
     """How a bucket's warm-up runs after the first are made."""
 
     EAGER = "eager"  # each one a full eager forward
-    REPLAYED = "replayed"  # the first run's allocator requests made again, no kernel launched
+    REQUESTS = "requests"  # the first run's allocator requests made again, no kernel launched
 
 
 class BreakRepeat(StrEnum):
@@ -133,7 +133,7 @@ class BreakRepeat(StrEnum):
     of the same shapes."""
 
     EAGER = "eager"  # every call runs the op
-    REPLAYED = "replayed"  # the first call's allocator requests made again, no kernel launched
+    REQUESTS = "requests"  # the first call's allocator requests made again, no kernel launched
 
 
 class AddressLayout(StrEnum):
@@ -178,6 +178,8 @@ def words(enum: type[Enum]) -> tuple[str, ...]:
 # one release; nothing writes it.
 RENAMED: dict[type[Enum], dict[str, str]] = {
     Weights: {"shared": Weights.ONE_LAYER.value},  # not the shared mode: every layer shares one layer's set
+    WarmupRepeat: {"replayed": WarmupRepeat.REQUESTS.value},  # a replay is a graph's: nothing is replayed
+    BreakRepeat: {"replayed": BreakRepeat.REQUESTS.value},
 }
 
 

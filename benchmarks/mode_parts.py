@@ -2,7 +2,7 @@
 
 Puts a timer around each step the capture takes between its warm-ups and captures (reading the
 allocator's history, turning it into trace rows, writing the trace file, planning and making the
-replayed warm-up runs and repeated graph breaks, the memory readings), runs ``bcgprof capture
+warm-up runs and graph breaks repeated by their requests, the memory readings), runs ``bcgprof capture
 --in-process`` with the given options in this process, and prints each step's seconds and calls, and how many history entries
 were read. The timers change no figure: they only wrap the functions.
 
@@ -49,8 +49,8 @@ def main(argv: list[str]) -> int:
     timed(tracing.AllocatorRecorder, "_read", "read the history (snapshot)")
     timed(trace_events.TraceBuilder, "window", "history to trace rows")
     timed(traces.TraceFileWriter, "write", "write the trace file")
-    timed(capture, "plan_repeat", "plan a replayed run")
-    timed(capture, "repeat_run", "make a replayed run")
+    timed(capture, "plan_repeat", "plan a repeated run")
+    timed(capture, "repeat_run", "make a repeated run")
     timed(capture, "read", "memory readings")
     timed(memory, "pool_state", "  of which pool state")
     timed(break_repeat, "plan_repeat", "plan a repeated break")

@@ -75,7 +75,8 @@ def _check_out(out: Optional[Path]) -> None:
         raise CaptureError(f"--out {out} cannot be created: {parent} is not writable")
 
 
-@app.command(cls=renamed(choices={"--weights": RENAMED[Weights]}))
+@app.command(cls=renamed(choices={"--weights": RENAMED[Weights], "--warmup-repeat": RENAMED[WarmupRepeat],
+                                  "--break-repeat": RENAMED[BreakRepeat]}))
 @command
 def capture(
     model: str = typer.Option(D.model, "--model", "-m",
@@ -116,7 +117,7 @@ def capture(
                                                     "leaves cached."),
     warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat(D.warmup_repeat), "--warmup-repeat", rich_help_panel=TUNING,
                                                help="How a bucket's warm-up runs after the first are made. eager: "
-                                                    "full forwards; replayed: the first run's allocator requests "
+                                                    "full forwards; requests: the first run's allocator requests "
                                                     "(sizes, order, streams) are made again without launching a "
                                                     "kernel, which leaves the allocator, and so every memory figure, "
                                                     "as an eager run would, in less time. A run the history cannot "
@@ -124,7 +125,7 @@ def capture(
     break_repeat: BreakRepeat = typer.Option(BreakRepeat(D.break_repeat), "--break-repeat", rich_help_panel=TUNING,
                                              help="How the graph breaks (the attention) of a bucket's warm-up and "
                                                   "capture run after the first call of the same shapes. eager: "
-                                                  "every call runs; replayed: later calls make the first one's "
+                                                  "every call runs; requests: later calls make the first one's "
                                                   "allocator requests again without launching a kernel (every "
                                                   "layer of a kind calls it alike), which leaves every memory "
                                                   "figure as it was, in less time. Graph replays and the replay "

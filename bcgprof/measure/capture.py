@@ -62,7 +62,7 @@ from bcgprof.options import (
 )
 from bcgprof.report import BucketRecord
 from bcgprof.report.traces import Trace, TracePhase
-from bcgprof.vocab import BucketStatus, Mode
+from bcgprof.vocab import BreakRepeat, BucketStatus, Mode, WarmupRepeat
 
 
 @dataclass
@@ -202,9 +202,9 @@ class Capturer:
         self.options = opts
         self.warmup = opts.warmup
         self.free_warmup_output = warmup_output == "freed"
-        self.replay_warmup = warmup_repeat == "replayed"
-        self.replayed_runs = 0  # warm-up runs made by their allocator requests alone (see warmup_repeat)
-        self.replay_breaks = break_repeat == "replayed"
+        self.repeat_warmup = warmup_repeat == WarmupRepeat.REQUESTS
+        self.repeated_runs = 0  # warm-up runs made by their allocator requests alone (see warmup_repeat)
+        self.repeat_breaks = break_repeat == BreakRepeat.REQUESTS
         self._breaks: Optional[BreakRepeater] = None  # made on first use: it needs the recorder
         self.device = torch.device(device) if device is not None else self.inputs[0].device
         self.memory = memory or DeviceMemory(self.device)
@@ -249,14 +249,14 @@ class Capturer:
         return self._breaks.run if self._breaks is not None else 0
 
     @property
-    def breaks_replayed(self) -> int:
+    def breaks_repeated(self) -> int:
         """Graph-break calls of the bucket loop made by their allocator requests alone."""
         return self._breaks.repeated if self._breaks is not None else 0
 
     def _break_repeater(self) -> Optional[BreakRepeater]:
         """The bucket loop's break handler (see break_repeat): with a recorder that owns the history and
         no ``--snapshot`` (whose stacks would name the repeater instead of the op)."""
-        if self._breaks is None and self.replay_breaks and self.recorder is not None and not self.history_on:
+        if self._breaks is None and self.repeat_breaks and self.recorder is not None and not self.history_on:
             self._breaks = BreakRepeater(lambda: _allocations(self.device), self.recorder.peek, self._streams,
                                          self._allocate)
         return self._breaks
@@ -373,13 +373,13 @@ class Capturer:
         requests, every run after the first makes the first one's allocator requests again."""
         plan: Optional[RepeatPlan] = None
         layout: tuple = ()
-        repeat = self.replay_warmup and self.warmup > 1
+        repeat = self.repeat_warmup and self.warmup > 1
         for run in range(self.warmup):
             if self.free_warmup_output:
                 held.warm = None  # the previous run's output goes before this run allocates, as in SGLang's warm-up
             if plan is not None:
                 held.warm = self._repeat(plan, *layout)
-                self.replayed_runs += 1
+                self.repeated_runs += 1
                 continue
             planning = run == 0 and repeat  # the first run is the one later runs repeat
             counted = _allocations(self.device) if planning else 0

@@ -210,9 +210,9 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
             "measure_s": round(capture_wall - prewarm_s - warmup_s - capture_s, 3),
             "verify_s": round(time.perf_counter() - verify_start, 3),
             "sampler_samples": capturer.sampler.samples,
-            "warmup_runs_replayed": capturer.replayed_runs,
+            "warmup_runs_repeated": capturer.repeated_runs,
             "breaks_run": capturer.breaks_run,
-            "breaks_replayed": capturer.breaks_replayed,
+            "breaks_repeated": capturer.breaks_repeated,
             "wall_s": round(time.perf_counter() - started, 3),
         })
     except KeyboardInterrupt:

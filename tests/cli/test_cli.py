@@ -428,10 +428,10 @@ def test_capture_options_reach_run_capture(captured, tmp_path):
     assert opts.break_repeat == "eager"  # nor repeat breaks: no rank records the allocator's history
 
 
-def test_a_single_gpu_capture_replays_warm_up_runs_unless_asked_for_eager_ones(captured):
+def test_a_single_gpu_capture_repeats_warm_up_runs_by_their_requests_unless_asked_for_eager_ones(captured):
     assert run("capture").exit_code == 0
     assert run("capture", "--warmup-repeat", "eager").exit_code == 0
-    assert [opts.warmup_repeat for opts in captured] == ["replayed", "eager"]
+    assert [opts.warmup_repeat for opts in captured] == ["requests", "eager"]
     result = run("capture", "--warmup-repeat", "twice")
     assert result.exit_code == 2 and "--warmup-repeat" in result.stderr
 
@@ -440,7 +440,7 @@ def test_a_single_gpu_capture_repeats_graph_breaks_unless_asked_for_eager_ones_o
     assert run("capture").exit_code == 0
     assert run("capture", "--break-repeat", "eager").exit_code == 0
     assert run("capture", "--snapshot").exit_code == 0  # its stacks must name the op, not the repeater
-    assert [opts.break_repeat for opts in captured] == ["replayed", "eager", "eager"]
+    assert [opts.break_repeat for opts in captured] == ["requests", "eager", "eager"]
     from bcgprof.options import CaptureOptions
 
     assert CaptureOptions.from_json(captured[1].to_json()).break_repeat == "eager"  # as a mode's process gets it

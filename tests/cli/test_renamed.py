@@ -102,3 +102,21 @@ def test_predict_layers_is_num_layers_as_capture_spells_it_with_a_warning():
     assert "deprecated" not in new.stderr
     helps = run("predict", "--help").stdout, run("capture", "--help").stdout
     assert all("--num-layers" in h for h in helps) and "--layers" not in helps[0]
+
+
+@pytest.mark.parametrize("option, field", [("--warmup-repeat", "warmup_repeat"), ("--break-repeat", "break_repeat")])
+def test_repeats_made_of_allocator_requests_are_requests_not_replayed(captured, option, field):
+    old, new = run("capture", option, "replayed"), run("capture", f"{option}=requests")
+    assert old.exit_code == new.exit_code == 0, old.stderr
+    assert [getattr(o, field) for o in captured] == ["requests", "requests"]
+    warned(old, f"{option} replayed", f"{option} requests")
+    assert "deprecated" not in new.stderr
+    assert "replayed" not in run("capture", "--help").stdout
+
+
+def test_capture_options_take_an_old_word_as_its_new_one_with_a_warning():
+    from bcgprof.options import CaptureOptions
+
+    with pytest.warns(FutureWarning, match="warmup_repeat='replayed' is deprecated.*'requests'"):
+        opts = CaptureOptions(warmup_repeat="replayed")
+    assert opts.warmup_repeat == "requests" and CaptureOptions.from_json(opts.to_json()) == opts

@@ -127,10 +127,10 @@ def test_freeing_each_warm_up_output_changes_no_pool_figure_and_never_raises_a_p
 
 
 @pytest.mark.parametrize("warmup_output", ["held", "freed"])
-def test_a_warm_up_run_replayed_by_its_requests_leaves_every_allocator_figure_as_an_eager_run(warmup_output):
-    """--warmup-repeat replayed: the second warm-up run is the first's allocator requests made again; the
+def test_a_warm_up_run_made_of_its_requests_leaves_every_allocator_figure_as_an_eager_run(warmup_output):
+    """--warmup-repeat requests: the second warm-up run is the first's allocator requests made again; the
     allocated peak (peak transient) and the pool must equal two eager runs', and every bucket must have
-    been replayed (a plan that never engages would pass the comparison vacuously)."""
+    been repeated (a plan that never engages would pass the comparison vacuously)."""
     from bcgprof.measure.tracing import AllocatorRecorder
 
     def records(repeat):
@@ -143,18 +143,18 @@ def test_a_warm_up_run_replayed_by_its_requests_leaves_every_allocator_figure_as
         finally:
             cap.recorder.stop()
             cap.close()
-        return rows, cap.replayed_runs
+        return rows, cap.repeated_runs
 
-    eager, none_replayed = records("eager")
-    replayed, replayed_runs = records("replayed")
-    assert none_replayed == 0 and replayed_runs == len(BUCKETS)
+    eager, none_repeated = records("eager")
+    repeated, repeated_runs = records("requests")
+    assert none_repeated == 0 and repeated_runs == len(BUCKETS)
     same = ("bucket", "status", "pool_bytes", "pool_delta_bytes", "peak_transient_bytes", "retained_output_bytes",
             "torch_allocated_delta_bytes", "segments")
-    assert [[getattr(r, f) for f in same] for r in replayed] == [[getattr(r, f) for f in same] for r in eager]
+    assert [[getattr(r, f) for f in same] for r in repeated] == [[getattr(r, f) for f in same] for r in eager]
 
 
 def test_graph_breaks_repeated_by_their_requests_leave_every_allocator_figure_as_breaks_that_run():
-    """--break-repeat replayed: each bucket's first break call of its shapes runs, the toy's other layers
+    """--break-repeat requests: each bucket's first break call of its shapes runs, the toy's other layers
     and the whole capture repeat its allocator requests; every allocator figure must equal those of a
     capture whose breaks all run, the counts must show the repeats happened (a handler that never
     engages would pass the comparison vacuously), and every replay must still equal an eager forward."""
@@ -162,7 +162,7 @@ def test_graph_breaks_repeated_by_their_requests_leave_every_allocator_figure_as
 
     def records(repeat):
         model, inputs = _toy()
-        opts = CaptureOptions(warmup_repeat="replayed", break_repeat=repeat)
+        opts = CaptureOptions(warmup_repeat="requests", break_repeat=repeat)
         cap = Capturer(model, inputs, BUCKETS, opts, mode="per-bucket")
         cap.recorder = AllocatorRecorder(None, "per-bucket", cap.pool)
         try:
@@ -171,17 +171,17 @@ def test_graph_breaks_repeated_by_their_requests_leave_every_allocator_figure_as
         finally:
             cap.recorder.stop()
             cap.close()
-        return rows, (cap.breaks_run, cap.breaks_replayed), checked
+        return rows, (cap.breaks_run, cap.breaks_repeated), checked
 
     layers = ToyBreakModel().breaks
     eager, eager_counts, _ = records("eager")
-    replayed, counts, checked = records("replayed")
+    repeated, counts, checked = records("requests")
     assert eager_counts == (0, 0)
-    # per bucket: warm-up run 1 runs the first call and repeats the other layers'; run 2 is replayed
+    # per bucket: warm-up run 1 runs the first call and repeats the other layers'; run 2 is repeated
     # whole (no break called); the capture repeats every layer's
     assert counts == (len(BUCKETS), len(BUCKETS) * (layers - 1 + layers))
     same = ("bucket", "status", "pool_bytes", "pool_delta_bytes", "peak_transient_bytes", "retained_output_bytes",
             "torch_allocated_delta_bytes", "torch_reserved_delta_bytes", "segments", "graph_nodes")
-    assert [[getattr(r, f) for f in same] for r in replayed] == [[getattr(r, f) for f in same] for r in eager]
+    assert [[getattr(r, f) for f in same] for r in repeated] == [[getattr(r, f) for f in same] for r in eager]
     assert [r.status for r in checked] == ["ok"] * len(BUCKETS)
     assert all(r.replay_max_abs_diff == 0.0 for r in checked)

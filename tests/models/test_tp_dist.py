@@ -122,8 +122,8 @@ class FakeCapturer:
                         sites=[SiteBytes("layers.N.mlp: act", 400, 2), SiteBytes("model: forward", 200, 1)])
         self.result = SimpleNamespace(records=[], pool_peak=peak if mode == "per-bucket" else None)
         self.prewarm_ms = 0.0
-        self.replayed_runs = 0
-        self.breaks_run = self.breaks_replayed = 0
+        self.repeated_runs = 0
+        self.breaks_run = self.breaks_repeated = 0
         self.sampler = SimpleNamespace(samples=0)
 
     def run(self):

@@ -123,8 +123,8 @@ def test_a_different_warm_up_is_a_mismatch_and_an_older_report_held_its_outputs(
         "warm-up differs: 2 run(s) a bucket, outputs held vs 1 run(s) a bucket, outputs held"]
     set_warmup(other)  # run.json does not say: nothing to compare
     assert run_differences(read_report(base).run, read_report(other).run) == []
-    # how later runs were made (replayed by their allocator requests, or eager) is not what was measured
-    set_warmup(other, warmup=2, warmup_output="held", warmup_repeat="replayed")
+    # how later runs were made (by their allocator requests, or eager) is not what was measured
+    set_warmup(other, warmup=2, warmup_output="held", warmup_repeat="requests")
     assert run_differences(read_report(base).run, read_report(other).run) == []
 
 
