@@ -168,8 +168,7 @@ def summary_sheet(report: Report) -> Sheet:
         sheet.notes.append("; ".join(said) + " (free when the first bucket's warm-up begins, measured: each "
                            "bucket's NVML peak above what earlier buckets kept; a warm-up's cached blocks stay "
                            "through its capture)")
-        if not report.run.warmup_outputs_freed:
-            # measured on the H200: freeing them (as SGLang's warm-up does) moved no kept figure, only peaks
+        if not report.run.warmup_outputs_freed and report.run.source != Source.RECORD:  # a capture's option
             sheet.notes.append("each warm-up run's output was held through the next run; an engine that frees it, "
                                "as SGLang does, can need less free memory (its peaks differ): --warmup-output "
                                "freed measures that")
