@@ -1,4 +1,4 @@
-"""A report's tables as typed pandas DataFrames: :func:`read_report_tables` (``bcgprof.read_report``).
+"""A report's tables as typed pandas DataFrames: :func:`read_frames` (``bcgprof.read_frames``).
 
 pandas is imported inside the functions only, so reading a report for a command never loads it.
 
@@ -18,6 +18,7 @@ Bytes are never floats, so sums and equalities are exact.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union, get_args, get_type_hints
@@ -81,16 +82,24 @@ def tables(report: Report) -> ReportTables:
                         report.summary_source, report)
 
 
-def read_report_tables(path: Union[str, Path]) -> ReportTables:
+def read_frames(path: Union[str, Path]) -> ReportTables:
     """Read and check the report at ``path`` as every command does (a bad report is a
     :class:`~bcgprof.errors.ReportError` naming file, row and column) and return its tables.
+    (:func:`bcgprof.report.read_report` returns the same report as records.)
 
-    Exported as ``bcgprof.read_report``::
+    Exported as ``bcgprof.read_frames``::
 
-        report = bcgprof.read_report("reports/gpt-oss-20b-h200")
+        report = bcgprof.read_frames("reports/gpt-oss-20b-h200")
         report.summary.set_index("mode")["device_used_bytes"]   # int64
     """
     return tables(read_report(path))
+
+
+def read_report_tables(path: Union[str, Path]) -> ReportTables:
+    """:func:`read_frames` under its old name, with a warning, for one release."""
+    warnings.warn("bcgprof.report.read_report_tables is deprecated and will be removed in the next release; use "
+                  "bcgprof.read_frames", FutureWarning, stacklevel=2)
+    return read_frames(path)
 
 
 def report_frames(report: Report) -> dict:

@@ -120,8 +120,8 @@ def test_examples_cover_every_reading_command():
 def test_python_examples_run(path, start, code, in_reports_dir, capsys, shared_profiles):
     if "cuda" in code:
         pytest.skip("needs a CUDA GPU")
-    if "read_report(" in code and not hasattr(bcgprof, "read_report"):
-        pytest.skip("bcgprof.read_report is not there yet")
+    if "read_frames(" in code and not hasattr(bcgprof, "read_frames"):
+        pytest.skip("bcgprof.read_frames is not there yet")
     exec(compile(code, f"{path}:{start}", "exec"), {"__name__": "__docs__"})
     assert capsys.readouterr().out.strip()
 

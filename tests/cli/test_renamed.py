@@ -120,3 +120,17 @@ def test_capture_options_take_an_old_word_as_its_new_one_with_a_warning():
     with pytest.warns(FutureWarning, match="warmup_repeat='replayed' is deprecated.*'requests'"):
         opts = CaptureOptions(warmup_repeat="replayed")
     assert opts.warmup_repeat == "requests" and CaptureOptions.from_json(opts.to_json()) == opts
+
+
+def test_bcgprof_read_report_is_read_frames_under_its_old_name_with_a_warning(data_dir):
+    import bcgprof
+    from bcgprof.report import read_report_tables
+
+    frames = bcgprof.read_frames(data_dir / "baseline")
+    with pytest.warns(FutureWarning, match="bcgprof.read_report is deprecated.*bcgprof.read_frames"):
+        old = bcgprof.read_report(data_dir / "baseline")
+    with pytest.warns(FutureWarning, match="read_report_tables is deprecated.*bcgprof.read_frames"):
+        older = read_report_tables(data_dir / "baseline")
+    for tables in (old, older):
+        assert tables.run == frames.run and tables.buckets.equals(frames.buckets)
+    assert read_report(data_dir / "baseline").run == frames.run  # the one read_report: a Report of records

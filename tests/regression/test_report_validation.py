@@ -70,9 +70,9 @@ def test_explain_estimate_predict_and_advise_json_are_strict(traced):
     assert all(_bytes_are_integers(data) > 0 for data in outputs)
 
 
-def test_read_report_gives_the_sites_of_a_committed_report_as_integers():
+def test_read_frames_gives_the_sites_of_a_committed_report_as_integers():
     import bcgprof
 
-    reference = bcgprof.read_report(ROOT / "reports" / "gpt-oss-20b-h200")
+    reference = bcgprof.read_frames(ROOT / "reports" / "gpt-oss-20b-h200")
     assert str(reference.sites["bytes"].dtype) == "int64"
     assert reference.sites["bytes"].tolist() == [int(r["bytes"]) for r in csv_rows(reference.path / "sites.csv")]

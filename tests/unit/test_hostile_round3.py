@@ -45,7 +45,7 @@ def test_kind_of_names_every_path_without_raising(tmp_path):
 
 def test_read_report_of_a_name_too_long_raises_the_documented_error():
     with pytest.raises(ReportError, match="File name too long"):
-        bcgprof.read_report("x" * 5000)
+        bcgprof.read_frames("x" * 5000)
 
 
 def test_a_trace_header_nested_beyond_the_stack_is_refused_naming_the_file(tmp_path):

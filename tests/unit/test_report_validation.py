@@ -1,6 +1,6 @@
 """The report reader beyond one field: files that are not regular, too large or malformed are refused at
 once and read as a stream; text from a file is made safe to print; the ``-f json`` outputs of compare and
-gate are strict JSON holding the CSV's figures; ``bcgprof.read_report`` gives typed DataFrames equal to the
+gate are strict JSON holding the CSV's figures; ``bcgprof.read_frames`` gives typed DataFrames equal to the
 files. (The committed reports, each read and written again, and the JSON of every other command:
 tests/regression/test_report_validation.py.)
 
@@ -277,7 +277,7 @@ def _bytes_are_integers(value, where="") -> int:
 
 # ---------------------------------------------------------------- pandas
 
-def test_read_report_gives_typed_frames_equal_to_the_files(tmp_path, rows):
+def test_read_frames_gives_typed_frames_equal_to_the_files(tmp_path, rows):
     import bcgprof
 
     grouped = rows()
@@ -286,7 +286,7 @@ def test_read_report_gives_typed_frames_equal_to_the_files(tmp_path, rows):
     grouped["shared"][512].graph_nodes = None
     path = tmp_path / "r"
     ReportWriter(path, maker.run_info(), grouped.all())
-    tables = bcgprof.read_report(path)
+    tables = bcgprof.read_frames(path)
     b, s = tables.buckets, tables.summary
     assert tables.run == read_report(path).run and tables.summary_source == "summary.csv"
     expected = {"bucket": "int64", "pool_bytes": "int64", "segments": "int64", "graph_nodes": "Int64",
@@ -313,7 +313,7 @@ def test_read_report_gives_typed_frames_equal_to_the_files(tmp_path, rows):
 
 def test_reading_a_report_loads_no_pandas_numpy_or_torch():
     code = ("import sys, bcgprof, bcgprof.report\n"
-            "bcgprof.read_report  # the name alone loads nothing\n"
+            "bcgprof.read_frames, bcgprof.read_report  # the names alone load nothing\n"
             "bcgprof.report.read_report('tests/data/baseline')\n"
             "print(sorted(m for m in ('pandas', 'numpy', 'torch', 'bcgprof.models') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
