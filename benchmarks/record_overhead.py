@@ -1,6 +1,6 @@
 """What `bcgprof record` costs the program it records (needs a GPU).
 
-Runs ``examples/record/graph_loop.py`` alone and under ``bcgprof record`` in turn, ``--rounds`` times
+Runs ``examples/record/graph_loop.py`` (``--sizes`` buckets) alone and under ``bcgprof record`` in turn, ``--rounds`` times
 each, and prints, from the program's own output, the capture loop's wall time and the free memory it
 took. The goal: a time ratio of at most 1.05 and the same free-memory figure to the byte.
 
@@ -22,8 +22,8 @@ PROGRAM = ROOT / "examples" / "record" / "graph_loop.py"
 LINE = re.compile(r"program: capture loop took (\d+) bytes of free memory in ([0-9.]+) s")
 
 
-def once(recorded: bool, out: Path) -> tuple[int, float]:
-    cmd = [sys.executable, str(PROGRAM)]
+def once(recorded: bool, out: Path, sizes: int) -> tuple[int, float]:
+    cmd = [sys.executable, str(PROGRAM), str(sizes)]
     if recorded:
         cmd = [sys.executable, "-m", "bcgprof", "record", "--bucket", "loops:capture_one:size", "--out", str(out),
                "--", *cmd]
@@ -39,16 +39,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("/tmp/bcgprof-record-overhead"))
+    p.add_argument("--sizes", type=int, default=32, help="buckets the program captures (multiples of 256 tokens)")
     a = p.parse_args()
     plain, hooked = [], []
     for i in range(a.rounds):
-        plain.append(once(False, a.out))
-        hooked.append(once(True, a.out / f"round-{i}"))
+        plain.append(once(False, a.out, a.sizes))
+        hooked.append(once(True, a.out / f"round-{i}", a.sizes))
     print(f"{'run':<10} {'free memory taken (bytes)':>26} {'capture loop (s)':>17}")
     for name, runs in (("plain", plain), ("recorded", hooked)):
         for took, seconds in runs:
             print(f"{name:<10} {took:>26} {seconds:>17.3f}")
-    ratio = statistics.median(s for _, s in hooked) / statistics.median(s for _, s in plain)
+    median_plain, median_hooked = statistics.median(s for _, s in plain), statistics.median(s for _, s in hooked)
+    ratio = median_hooked / median_plain
+    print(f"{a.sizes} buckets: {median_plain:.3f} s plain, {median_hooked:.3f} s recorded, "
+          f"{(median_hooked - median_plain) / a.sizes * 1e3:.2f} ms a bucket")
     same = {t for t, _ in plain} == {t for t, _ in hooked} and len({t for t, _ in plain}) == 1
     print(f"median time ratio recorded/plain: {ratio:.3f}; free memory taken identical in every run: {same}")
 

@@ -61,6 +61,10 @@ def record(
                             sample_interval_ms=sample_interval_ms, model=model, scan_logs=scan_logs)
     result = run_record(options, progress=lambda text: note(f"bcgprof record: {text}"))
     note(f"bcgprof record: report {result.report} ({result.status}, {len(result.merged.rows)} bucket rows)")
+    cost = result.merged.hook_cost()
+    if cost["buckets"]:
+        note(f"bcgprof record: the hook's readings took {cost['total_ms']:.1f} ms of the program's time over "
+             f"{cost['buckets']} bucket(s), {cost['median_ms']:.2f} ms a bucket (median)")
     if result.merged.rows:
         show_report(read_report(result.report), stdout_console(), "table", "summary")
     for figure in result.engine_lines:

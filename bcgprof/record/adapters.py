@@ -59,6 +59,9 @@ ADAPTERS: tuple[Adapter, ...] = (
             note="the estimate's captures into a temporary pool"),
     Adapter("vllm", "vllm.v1.worker.", "capture_model", role=PHASE, note="GPUModelRunner.capture_model"),
     # torch.compile(mode="reduce-overhead"): cudagraph trees record one graph per function and shape
+    # (its warm-up runs, in the tree's own pool, and its recording of one shape make that shape's row)
+    Adapter("torch", "torch._inductor.cudagraph_trees", "CUDAGraphTreeManager.run_eager", size="new_inputs[0]",
+            group=RecordGroup.COMPILED, note="a shape's warm-up runs"),
     Adapter("torch", "torch._inductor.cudagraph_trees", "CUDAGraphTreeManager.record_function", size="new_inputs[0]",
             group=RecordGroup.COMPILED, note="the leading dimension of the first tensor input"),
 )

@@ -48,6 +48,7 @@ def loaded(module: Any) -> None:
     rec = recorder()
     if module.__name__ == "torch.cuda.graphs":
         rec.patch_graphs(module.CUDAGraph)
+        threading.Thread(target=_start_nvml, name="bcgprof-record-nvml", daemon=True).start()
     for adapter in rec.adapters:
         if adapter.covers(module.__name__):
             for owner, name in _targets(module, adapter.name):
@@ -298,6 +299,7 @@ class Recorder:
                 "pools": pools, "time": time.time()}
 
     def _begin(self, group: str, size: Optional[int], per_graph: bool = False) -> _Bucket:
+        started = time.perf_counter()
         before = self.read()
         if before is not None and not self._described:  # who this process is, once, with its first reading
             self._process_line()
@@ -309,6 +311,7 @@ class Recorder:
             sampler.start_window(before["used"])
         bucket = _Bucket(group, size, before, sampler)
         bucket.per_graph = per_graph  # type: ignore[attr-defined]
+        bucket.hook_s = time.perf_counter() - started  # type: ignore[attr-defined]
         self._stack().append(bucket)
         return bucket
 
@@ -322,6 +325,7 @@ class Recorder:
         if bucket.sampler is not None:
             peak = bucket.sampler.window_peak(after["used"] if after else 0)
             bucket.sampler.close()
+        hook_ms = (getattr(bucket, "hook_s", 0.0) + time.perf_counter() - ended) * 1e3
         if bucket.before is None and after is None:
             return  # CUDA never started: nothing was captured
         status, detail = "ok", ""
@@ -335,7 +339,18 @@ class Recorder:
             graphs=bucket.graphs, nodes=bucket.nodes if bucket.graphs else None, streams=len(bucket.streams),
             before=bucket.before, after=after, graph_pools=sorted(f"{a},{b}" for a, b in self.pools),
             device_peak=peak, warmup_ms=(first - bucket.started) * 1e3, capture_ms=(ended - first) * 1e3,
-            ordinal=self.graph_count)
+            ordinal=self.graph_count, hook_ms=hook_ms)
+
+
+def _start_nvml() -> None:
+    """NVML's start (tens of ms), made while the program loads rather than in its first bucket; it creates
+    no CUDA context and takes no device memory. Where NVML is missing, readings fall back as they would."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        pass
 
 
 def _rank() -> Optional[int]:

@@ -43,6 +43,13 @@ class Merged:
     tp: int = 1
     complete: bool = True  # every rank has every bucket of every group it captured
     notes: list[str] = field(default_factory=list)
+    hook_ms: list[float] = field(default_factory=list)  # what each bucket's readings cost its program
+
+    def hook_cost(self) -> dict[str, Any]:
+        """The readings' time in the program, over its buckets."""
+        ms = sorted(self.hook_ms)
+        return {"buckets": len(ms), "total_ms": round(sum(ms), 3),
+                "median_ms": round(ms[len(ms) // 2], 3) if ms else None, "max_ms": round(ms[-1], 3) if ms else None}
 
     @property
     def buckets(self) -> list[int]:
@@ -133,6 +140,8 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 ordinals[(pid, group)] = ordinals.get((pid, group), 0) + 1
                 size = ordinals[(pid, group)]
             key = (pid, group, size)
+            if isinstance(line.get("hook_ms"), (int, float)):
+                out.hook_ms.append(float(line["hook_ms"]))
             figures = _figures(line)
             buckets[key] = _combine(buckets[key], figures) if key in buckets else figures
             first_seen.setdefault(key, n)

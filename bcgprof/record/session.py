@@ -162,6 +162,7 @@ def _run_info(options: RecordOptions, merged: Merged, engine_lines: list[dict[st
             "buckets": options.buckets,
             "engine_log": engine_lines[:MAX_KEPT],
             "notes": merged.notes[:32],
+            "hook_cost": merged.hook_cost(),
         },
     }
     return RunInfo(bcgprof_version=__version__, command=" ".join(options.command)[:2000], model=model,

@@ -26,7 +26,7 @@ $B record --bucket bcgprof.measure.capture:Capturer._capture_one:bucket --out "$
 $B gate --baseline "$OUT/native" --current "$OUT/native-under-hook" --each-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/hook-gate.log" 2>&1; echo "rc $?" >> "$OUT/hook-gate.log"
 python benchmarks/gpu/record_table.py "$OUT" > "$OUT/table.txt" 2>&1
 step overhead
-python benchmarks/record_overhead.py --rounds 3 --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1; echo "rc $?" >> "$OUT/overhead.log"
+python benchmarks/record_overhead.py --rounds 3 --sizes 32 --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1; echo "rc $?" >> "$OUT/overhead.log"
 if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   step default capture and gate
   $B capture --out "$OUT/default" > "$OUT/default.log" 2>&1; echo "rc $?" >> "$OUT/default.log"

@@ -1,9 +1,13 @@
-"""Capture a plain CUDA-graph loop over several sizes in one pool (needs a GPU).
+"""Capture a plain CUDA-graph loop over several sizes in one pool (needs a GPU). An optional argument
+gives the number of sizes (multiples of 256 tokens, default 5: 256 to 4096 in doublings).
 
     bcgprof record --bucket loops:capture_one:size --out reports/recorded-loop -- python examples/record/graph_loop.py
 """
 
+import sys
+
 import loops
 
 if __name__ == "__main__":
-    loops.run([256, 512, 1024, 2048, 4096])
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    loops.run([256 * k for k in range(1, count + 1)] if count else [256, 512, 1024, 2048, 4096])
