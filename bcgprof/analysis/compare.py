@@ -8,11 +8,13 @@ summary rows are paired by (mode, rank) and bucket rows by (mode, rank, bucket).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter, itemgetter
 from typing import Optional
 
+from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report, RunInfo, SummaryRecord
 from bcgprof.report_format import pct_change
@@ -181,6 +183,31 @@ def _graph_total(groups: dict[tuple[str, str], list[BucketRecord]], key: tuple[s
     rows = groups.get(key, [])
     values = [getattr(r, name) for r in rows]
     return None if not rows or None in values else sum(values)
+
+
+def paired_modes(old: Report, new: Report, pairs: list[str]) -> Report:
+    """``old`` with each ``OLD=NEW`` pair's mode renamed to the new report's, so that a recording's group
+    (``graphs``, ``prefill``) is compared with a capture's mode (``per-bucket``) or another group."""
+    mapping: dict[str, str] = {}
+    for text in pairs:
+        a, sep, b = text.partition("=")
+        a, b = a.strip(), b.strip()
+        if not sep or not a or not b:
+            raise BcgprofError(f"--pair {text!r}: give OLD=NEW, a mode of the old report and one of the new")
+        if a not in old.modes() or b not in new.modes():
+            raise BcgprofError(f"--pair {text!r}: the old report's modes are {', '.join(old.modes())} and the new "
+                               f"one's {', '.join(new.modes())}")
+        if a in mapping:
+            raise BcgprofError(f"--pair: {a} is paired twice; give each mode of the old report once")
+        mapping[a] = b
+    if not mapping:
+        return old
+    if len(set(mapping.values())) != len(mapping) or set(mapping.values()) & (set(old.modes()) - set(mapping)):
+        raise BcgprofError("--pair: two modes of the old report would then share one name; pair each with "
+                           "a mode no other old mode keeps")
+    return dataclasses.replace(
+        old, buckets=[dataclasses.replace(r, mode=mapping.get(r.mode, r.mode)) for r in old.buckets],
+        summary=[dataclasses.replace(r, mode=mapping.get(r.mode, r.mode)) for r in old.summary])
 
 
 def compare_reports(old: Report, new: Report) -> Comparison:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -45,19 +46,25 @@ def compare(
     section: Section = typer.Option(Section.ALL, help="all, summary (per-mode totals) or buckets (bucket "
                                                       "deltas)."),
     wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
+    pair: Optional[list[str]] = typer.Option(None, "--pair", metavar="OLD=NEW",
+                                             help="Compare the old report's mode OLD with the new one's NEW (a "
+                                                  "recording's group with a capture's mode: --pair "
+                                                  "prefill=per-bucket); repeatable."),
 ) -> None:
     """Compare two reports side by side (no GPU needed).
 
     Per-mode totals, then bucket deltas, largest device-used growth first; buckets present in
     only one report are listed as such. Exits 0 on readable reports: use gate to fail on growth.
     """
-    from bcgprof.analysis.compare import compare_reports
+    from bcgprof.analysis.compare import compare_reports, paired_modes
     from bcgprof.render import show_comparison
     from bcgprof.report import cyclic_gc_paused, read_report
 
     with cyclic_gc_paused():  # 100,000 rows a report, no cycles: twice as fast
-        show_comparison(compare_reports(read_report(old), read_report(new)), stdout_console(), format.value,
-                        section.value, wide=wide)
+        old_report, new_report = read_report(old), read_report(new)
+        old_report = paired_modes(old_report, new_report, list(pair or []))
+        show_comparison(compare_reports(old_report, new_report), stdout_console(), format.value, section.value,
+                        wide=wide)
     flush_stdout()
 
 

@@ -137,3 +137,24 @@ def test_a_rank_that_skipped_a_bucket_keeps_the_rows_before_the_gap(tmp_path):
                     _bucket(2, "decode", 4, r, r, rank=1)])
     assert [(x.rank, x.bucket) for x in merged.rows] == [(0, 8), (0, 4)]
     assert any("left out" in n for n in merged.notes)
+
+
+def _recorded(path, group: str):
+    a, b = _reading(0, 0, 0), _reading(2 * MIB, 2 * MIB, 4 * MIB)
+    merged = merge([_bucket(5, group, 4, a, b), _bucket(5, group, 2, b, b)])
+    run = _run_info(RecordOptions(command=["python", "x.py"], out=path), merged, [], RunStatus.COMPLETE, "now")
+    ReportWriter(path, run, merged.rows)
+    return read_report(path)
+
+
+def test_pairs_compare_a_group_of_one_report_with_a_mode_of_the_other(tmp_path):
+    from bcgprof.analysis.compare import BOTH, compare_reports, paired_modes
+
+    old, new = _recorded(tmp_path / "a", "graphs"), _recorded(tmp_path / "b", "decode")
+    assert {t.presence for t in compare_reports(old, new).totals} == {"old-only", "new-only"}
+    paired = compare_reports(paired_modes(old, new, ["graphs=decode"]), new)
+    assert {t.presence for t in paired.totals} == {BOTH}
+    assert all(c.delta == 0 for t in paired.totals for c in t.changes.values() if c.delta is not None)
+    for bad, says in (("graphs", "OLD=NEW"), ("nope=decode", "modes are graphs"), ("graphs=nope", "modes are graphs")):
+        with pytest.raises(BcgprofError, match=says):
+            paired_modes(old, new, [bad])
