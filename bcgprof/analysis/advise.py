@@ -99,9 +99,10 @@ from bcgprof.analysis.programme import (
 )
 from bcgprof.errors import AdviceError
 from bcgprof.report import Report
+from bcgprof.vocab import ListMode, Mode
 
 MIB = 1 << 20
-ADVISE_MODES = ("shared-largest", "shared", "per-bucket")
+ADVISE_MODES = (ListMode.SHARED_LARGEST.value, ListMode.SHARED.value, ListMode.PER_BUCKET.value)
 
 
 @dataclass
@@ -139,7 +140,7 @@ class Advice:
         return self.free_bytes - self.needs_free_bytes
 
 
-def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths: Optional[Sequence[int]] = None,
+def advise(report: Report, budget: int, *, mode: str = ListMode.SHARED_LARGEST.value, lengths: Optional[Sequence[int]] = None,
            curve_points: int = 12, free: Optional[int] = None) -> Advice:
     """The bucket list with the least expected padding whose predicted ``mode`` cost fits ``budget`` bytes.
 
@@ -184,7 +185,7 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
     # the pool after a list's two largest buckets, which no later bucket can shrink: part of each list's bound
     pair_pool = {b: predicted([b, candidates[-1]]).pool_bytes for b in candidates[:-1]}
     pools = [candidates]
-    if mode == "shared":
+    if mode == Mode.SHARED:
         families = [[later[b].device_used_delta_bytes for b in candidates[:-1]]]
     else:  # non-additive: each bucket's executables alone, with its standalone output, and as in the whole list
         families = [[later[b].non_torch_delta_bytes + later[b].outside_pool_delta_bytes for b in candidates[:-1]],
@@ -195,7 +196,7 @@ def advise(report: Report, budget: int, *, mode: str = "shared-largest", lengths
         # A second bucket that grows the pool beside the kept largest output is a one-off cost no additive
         # model carries: search also among the buckets that, captured second, would not grow it.
         quiet = [b for b in candidates[:-1] if pair_pool[b] - alone.pool_bytes
-                 <= (later[b].pool_delta_bytes if mode == "per-bucket" else 0)]
+                 <= (later[b].pool_delta_bytes if mode == Mode.PER_BUCKET else 0)]
         if len(quiet) < len(candidates) - 1:
             pools.append(quiet + [candidates[-1]])
     search = _Search(mode, profile, predicted, weights, requested_tokens, candidates, later, alone, pair_pool, free)

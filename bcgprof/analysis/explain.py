@@ -26,6 +26,7 @@ from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
 from bcgprof.report_format import fmt_bytes
+from bcgprof.vocab import Mode
 
 
 @dataclass
@@ -169,7 +170,7 @@ def _floor_sites(report: Report) -> Optional[FloorSites]:
     rows = [s for s in report.sites if s.rank == 0]
     if not rows:
         return None
-    mode = "floor" if any(s.mode == "floor" for s in rows) else rows[0].mode
+    mode = Mode.FLOOR.value if any(s.mode == Mode.FLOOR for s in rows) else rows[0].mode
     rows = [s for s in rows if s.mode == mode]
     live = [s for s in rows if s.kind == "site"]
     slack = sum(s.bytes for s in rows if s.kind == "slack")
@@ -221,7 +222,7 @@ def _pct(part: float, whole: float) -> str:
 def _sentences(exp: Explanation, groups: dict) -> list[str]:
     out: list[str] = []
     by_mode = {m.mode: m for m in exp.modes if m.rank == 0}
-    pb, shared = groups.get(("per-bucket", 0)), groups.get(("shared", 0))
+    pb, shared = groups.get((Mode.PER_BUCKET, 0)), groups.get((Mode.SHARED, 0))
     if pb and all(causes_of(r) is not None for r in pb):
         outputs = sum(r.pool_output_bytes or 0 for r in pb)
         later_outputs = sum(r.pool_output_bytes or 0 for r in pb if r.order > 0)
@@ -234,14 +235,14 @@ def _sentences(exp: Explanation, groups: dict) -> list[str]:
             pool_saving = pb[-1].pool_bytes - shared[-1].pool_bytes
             outside = sum(r.outside_pool_delta_bytes for r in shared) - sum(r.outside_pool_delta_bytes for r in pb)
             executables = sum(r.non_torch_delta_bytes for r in shared) - sum(r.non_torch_delta_bytes for r in pb)
-            saving = by_mode["per-bucket"].device_used_bytes - by_mode["shared"].device_used_bytes
+            saving = by_mode[Mode.PER_BUCKET].device_used_bytes - by_mode[Mode.SHARED].device_used_bytes
             text += (f"; sharing the output saves {fmt_bytes(pool_saving)} of pool, less its own "
                      f"{fmt_bytes(outside)} buffer outside the pool"
                      + (f" and {fmt_bytes(executables, signed=True)} of graph executables" if executables else "")
                      + f": {fmt_bytes(saving, signed=True)} of device memory in all")
         out.append(text)
-    if "shared-largest" in by_mode and "per-bucket" in by_mode:
-        diff = by_mode["per-bucket"].device_used_bytes - by_mode["shared-largest"].device_used_bytes
+    if Mode.SHARED_LARGEST in by_mode and Mode.PER_BUCKET in by_mode:
+        diff = by_mode[Mode.PER_BUCKET].device_used_bytes - by_mode[Mode.SHARED_LARGEST].device_used_bytes
         out.append(f"keeping the largest bucket's own output as the shared buffer saves {fmt_bytes(diff)} against "
                    f"per-bucket outputs" if diff >= 0 else
                    f"keeping the largest bucket's own output as the shared buffer costs {fmt_bytes(-diff)} more "

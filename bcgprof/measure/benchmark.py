@@ -28,6 +28,7 @@ from bcgprof.errors import CaptureError
 from bcgprof.measure.runner import run_capture
 from bcgprof.options import CaptureOptions
 from bcgprof.report import read_report
+from bcgprof.vocab import Mode
 
 PARTS = ("build_s", "prewarm_s", "warmup_s", "capture_s", "measure_s", "verify_s", "wall_s")
 
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--num-layers", type=int, default=None)
     ap.add_argument("--buckets", default=None, help="bucket spec (default: sglang-prefill up to 16384)")
     ap.add_argument("--sample-interval-ms", type=float, default=2.0)
-    ap.add_argument("--overhead-mode", default="per-bucket", help="mode captured with and without sampling")
+    ap.add_argument("--overhead-mode", default=Mode.PER_BUCKET.value, help="mode captured with and without sampling")
     ap.add_argument("--out", type=Path, default=None, help="keep the reports here (default: a temporary dir)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
     ap.add_argument("--modes", default=None, help="comma list of modes (default: every mode)")

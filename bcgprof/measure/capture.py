@@ -62,7 +62,16 @@ from bcgprof.options import (
 )
 from bcgprof.report import BucketRecord
 from bcgprof.report.traces import Trace, TracePhase
-from bcgprof.vocab import BreakRepeat, BucketStatus, Mode, WarmupRepeat
+from bcgprof.vocab import (
+    BreakRepeat,
+    BucketStatus,
+    GraphKind,
+    Mode,
+    Order,
+    Verify,
+    WarmupOutput,
+    WarmupRepeat,
+)
 
 
 @dataclass
@@ -85,7 +94,7 @@ class CaptureResult:
 
     @property
     def ok(self) -> bool:
-        return all(r.status == "ok" for r in self.records)
+        return all(r.status == BucketStatus.OK for r in self.records)
 
     def replay(self, bucket: int) -> torch.Tensor:
         """Replay one bucket's graph on the current contents of the input buffers."""
@@ -171,7 +180,7 @@ class Capturer:
             raise CaptureError(f"unknown order {order!r}; use one of {', '.join(ORDERS)}")
         if graph not in GRAPH_KINDS:
             raise CaptureError(f"unknown graph kind {graph!r}; use one of {', '.join(GRAPH_KINDS)}")
-        if mode == "shared-largest" and order != "largest-first":
+        if mode == Mode.SHARED_LARGEST and order != Order.LARGEST_FIRST:
             raise CaptureError("shared-largest keeps the largest bucket's own output as the shared buffer, so the "
                                "largest bucket must be captured first; use --order largest-first")
         if warmup_output not in WARMUP_OUTPUTS:
@@ -191,17 +200,17 @@ class Capturer:
                                "size them for the largest bucket")
         self.fn = fn
         self.inputs = list(inputs)
-        if mode == "floor":
+        if mode == Mode.FLOOR:
             self.buckets = largest_first[:1]
         else:
-            self.buckets = largest_first if order == "largest-first" else largest_first[::-1]
+            self.buckets = largest_first if order == Order.LARGEST_FIRST else largest_first[::-1]
         self.largest = largest_first[0]
         self.mode = mode
         self.order = order
-        self.breakable = graph == "breakable"
+        self.breakable = graph == GraphKind.BREAKABLE
         self.options = opts
         self.warmup = opts.warmup
-        self.free_warmup_output = warmup_output == "freed"
+        self.free_warmup_output = warmup_output == WarmupOutput.FREED
         self.repeat_warmup = warmup_repeat == WarmupRepeat.REQUESTS
         self.repeated_runs = 0  # warm-up runs made by their allocator requests alone (see warmup_repeat)
         self.repeat_breaks = break_repeat == BreakRepeat.REQUESTS
@@ -337,7 +346,7 @@ class Capturer:
             record = self._capture_one(order, bucket)
             self.result.records.append(record)
             yield record
-            if record.status != "ok":
+            if record.status != BucketStatus.OK:
                 return
 
     def _capture_one(self, order: int, bucket: int) -> BucketRecord:
@@ -454,7 +463,7 @@ class Capturer:
 
     def _retained(self, order: int, out: torch.Tensor) -> tuple[int, bool]:
         """Bytes of output this bucket keeps, and whether they lie in the pool."""
-        if self.mode in ("shared", "shared-largest"):  # the shared buffer, counted once, on the bucket that made it
+        if self.mode in (Mode.SHARED, Mode.SHARED_LARGEST):  # the shared buffer, counted once, on the bucket that made it
             shared = self.result.shared_output
             if order > 0:
                 return 0, False
@@ -476,12 +485,12 @@ class Capturer:
         records; a difference above ``atol`` marks the bucket ``error``. Returns the records it checked.
         """
         which = self.options.verify if which is None else which
-        if which == "none" or not self.result.captures:
+        if which == Verify.NONE or not self.result.captures:
             return []
         if which not in VERIFY_CHOICES:
             raise CaptureError(f"unknown verify choice {which!r}; use one of {', '.join(VERIFY_CHOICES)}")
         captured = sorted(self.result.captures)
-        targets = captured if which == "all" else sorted({captured[0], captured[-1]})
+        targets = captured if which == Verify.ALL else sorted({captured[0], captured[-1]})
         generator = torch.Generator(device=self.device)
         generator.manual_seed(seed)
         checked = []
@@ -495,7 +504,7 @@ class Capturer:
                 diff = float("inf")
             cap.record.replay_max_abs_diff = diff
             if diff > atol:
-                cap.record.status = "error"
+                cap.record.status = BucketStatus.ERROR.value
                 cap.record.detail = f"replay differs from eager by {diff:g} (allowed {atol:g})"
             checked.append(cap.record)
             del replayed, eager

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Optional, cast
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
 from bcgprof.options import ADDRESS_LAYOUTS, CaptureOptions
-from bcgprof.vocab import Weights
+from bcgprof.vocab import Mode, Weights
 
 if TYPE_CHECKING:
     from bcgprof.models.layers.attention import Attention
@@ -184,7 +184,7 @@ def _new_report(opts: CaptureOptions, spec, buckets: list[int], dev, extra: Opti
 
 
 def _begin_event(writer, spec, buckets: list[int], opts: CaptureOptions) -> dict:
-    total = sum(1 if m == "floor" else len(buckets) for m in opts.modes)
+    total = sum(1 if m == Mode.FLOOR else len(buckets) for m in opts.modes)
     return {"event": "begin", "out": str(writer.path), "model": spec.name, "layers": writer.run.layers,
             "dtype": spec.dtype, "buckets": buckets, "modes": list(opts.modes), "tp": opts.tp, "total": total}
 

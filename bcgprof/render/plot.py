@@ -22,8 +22,10 @@ from bcgprof.errors import BcgprofError
 from bcgprof.outputs import replace_file, resolved_output
 from bcgprof.report import Report
 from bcgprof.report_format import GIB, MIB
+from bcgprof.vocab import ListMode, Mode, words
 
-COLOURS = {"per-bucket": "#d62728", "shared": "#1f77b4", "shared-largest": "#9467bd", "floor": "#2ca02c"}
+COLOURS: dict[str, str] = {Mode.PER_BUCKET: "#d62728", Mode.SHARED: "#1f77b4", Mode.SHARED_LARGEST: "#9467bd",
+                           Mode.FLOOR: "#2ca02c"}
 CAUSE_COLOURS = {"pool_output": "#d62728", "pool_other_live": "#ff9896", "pool_free": "#c7c7c7",
                  "outside_pool": "#1f77b4", "graph_executables": "#ff7f0e"}
 SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -142,10 +144,9 @@ def build_figure(report: Report, *, rank: int = 0):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    curves = [m for m in ("per-bucket", "shared", "shared-largest") if _rows(report, m, rank)]
-    floor = _rows(report, "floor", rank)
-    extra = [m for m in report.modes() if m not in ("per-bucket", "shared", "shared-largest", "floor")
-             and _rows(report, m, rank)]
+    curves = [m for m in words(ListMode) if _rows(report, m, rank)]
+    floor = _rows(report, Mode.FLOOR, rank)
+    extra = [m for m in report.modes() if m not in words(Mode) and _rows(report, m, rank)]
     curves += extra
     if not curves and not floor:
         ranks = sorted({r.rank for r in report.buckets})
@@ -168,7 +169,7 @@ def build_figure(report: Report, *, rank: int = 0):
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True,
                                           gridspec_kw={"height_ratios": [3, 2]}, constrained_layout=True)
     # Plot in GiB, or in MiB for captures under 1 GiB, so the axis gets round ticks.
-    peak = max([abs(sum(r.device_used_delta_bytes for r in _rows(report, m, rank))) for m in curves + ["floor"]]
+    peak = max([abs(sum(r.device_used_delta_bytes for r in _rows(report, m, rank))) for m in [*curves, Mode.FLOOR.value]]
                + [abs(r.pool_bytes) for r in report.buckets if r.rank == rank] + [1])
     unit, scale = ("GiB", GIB) if peak >= GIB else ("MiB", MIB)
     plotted: list[float] = []  # every value on the top panel, for its y range
@@ -197,9 +198,9 @@ def build_figure(report: Report, *, rank: int = 0):
         plotted += [floor_used, floor_pool]
         # Under the modes' lines (zorder 1), each in its own pattern: the shared pool
         # often ends a few MiB above the floor's and must stay visible on top of it.
-        top.axhline(floor_used, color=COLOURS["floor"], linewidth=1.5, linestyle="-.", zorder=1,
+        top.axhline(floor_used, color=COLOURS[Mode.FLOOR], linewidth=1.5, linestyle="-.", zorder=1,
                     label=f"floor (bucket {f.bucket} alone): device used {floor_used:.2f} {unit}")
-        top.axhline(floor_pool, color=COLOURS["floor"], linewidth=2.5, linestyle=":", zorder=1,
+        top.axhline(floor_pool, color=COLOURS[Mode.FLOOR], linewidth=2.5, linestyle=":", zorder=1,
                     label=f"floor: graph pool {floor_pool:.2f} {unit}")
     top.set_ylabel(f"cumulative capture cost ({unit})")
     low, high = (min(plotted), max(plotted)) if plotted else (0.0, 1.0)

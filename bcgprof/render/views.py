@@ -14,7 +14,7 @@ from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds, pct_change
-from bcgprof.vocab import Experts, Source
+from bcgprof.vocab import Experts, ListMode, Mode, Source, words
 
 if TYPE_CHECKING:
     from bcgprof.analysis.compare import Comparison
@@ -154,7 +154,7 @@ def summary_sheet(report: Report) -> Sheet:
     for s in report.summary:
         row = dict(vars(s))
         row["needs_free_bytes"] = needs.get((s.mode, s.rank))
-        if s.mode == "floor":
+        if s.mode == Mode.FLOOR:
             # The floor is the reference, not a third option: no saving to show.
             row["_fmt"] = {"saved_vs_per_bucket_bytes": _blank, "saved_vs_per_bucket_pct": _blank}
         rows.append(row)
@@ -195,8 +195,8 @@ def verdict_line(report: Report) -> str:
     rank = _headline_rank(report.summary)
     by_mode = {s.mode: s for s in report.summary if s.rank == rank}
     parts = []
-    per_bucket = by_mode.get("per-bucket")
-    names = {"shared": "the shared buffer", "shared-largest": "the largest bucket's output as the shared buffer"}
+    per_bucket = by_mode.get(Mode.PER_BUCKET)
+    names = {Mode.SHARED: "the shared buffer", Mode.SHARED_LARGEST: "the largest bucket's output as the shared buffer"}
     for mode, name in names.items():
         s = by_mode.get(mode)
         if s is None or s.saved_vs_per_bucket_bytes is None:
@@ -214,14 +214,14 @@ def verdict_line(report: Report) -> str:
             text += f" (not like for like: {mode} has {s.buckets} buckets ok, per-bucket {per_bucket.buckets})"
         parts.append(text)
     # the cheapest way to capture this list: among modes that captured all of it
-    most = max((s.buckets for m, s in by_mode.items() if m != "floor"), default=0)
-    options = {m: s for m, s in by_mode.items() if m != "floor" and not s.failed and s.buckets == most}
+    most = max((s.buckets for m, s in by_mode.items() if m != Mode.FLOOR), default=0)
+    options = {m: s for m, s in by_mode.items() if m != Mode.FLOOR and not s.failed and s.buckets == most}
     if len(options) > 1:
         ranked = sorted(options.values(), key=lambda s: s.device_used_bytes)
         best, runner_up = ranked[0], ranked[1]
         parts.insert(0, f"on this bucket list {best.mode} is cheapest, "
                         f"{fmt_bytes(runner_up.device_used_bytes - best.device_used_bytes)} under {runner_up.mode}")
-    ratios = [f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}" for m in ("per-bucket", "shared", "shared-largest")
+    ratios = [f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}" for m in words(ListMode)
               if m in by_mode and by_mode[m].ratio_to_floor is not None]
     if ratios:
         parts.append("cost / floor: " + ", ".join(ratios))
