@@ -61,7 +61,7 @@ def test_gpt_oss_120b_shared_is_one_layer_of_parameters_on_meta():
     assert len(model.layers) == 36 and kept == full - 35 * per_layer and kept * 2 < 10 * 2 ** 30
 
 
-def test_shared_weights_are_dummy_values_only():
+def test_one_layer_weights_are_dummy_values_only():
     with pytest.raises(ModelConfigError, match="weights must be"):
         load("gpt-oss-20b", weights="tied", device="meta")
 

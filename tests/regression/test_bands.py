@@ -204,7 +204,7 @@ def test_the_json_states_the_band_and_its_evidence(committed_profiles):
 
 def test_layer_bands_hold_on_every_full_depth_capture_within_half_a_percent(cal):
     # Every model with a committed layer set and a full-depth capture of it; gpt-oss-120b and Llama-3.1-70B
-    # were captured at full depth with shared weights (too large for the card otherwise).
+    # were captured at full depth with one-layer weights (too large for the card otherwise).
     # (Qwen3-8B on an H100 80GB).
     assert {c.model for c in cal.layers} == {"gpt-oss-20b", "gpt-oss-120b", "Llama-3.1-8B", "Llama-3.1-70B",
                                              "Qwen3-30B-A3B", "Qwen3-8B"}
