@@ -4,7 +4,8 @@
 The trace set must hold every bucket's events exactly as a row-by-row reading groups them; the cache
 must give the same answers as working them out (a hit skips reading and checking the trace, a changed
 trace misses, a damaged entry is ignored, an unwritable cache is skipped); a list is checked whole,
-and its work bounded, before any replay; a layer prediction opens no trace it does not need.
+and its work bounded, before any replay (a layer prediction from the committed reports opens no trace it
+does not need: tests/regression/test_trace_set.py).
 """
 
 from __future__ import annotations
@@ -181,22 +182,6 @@ def test_a_list_is_checked_whole_before_any_replay(tmp_path, monkeypatch):
     assert steps == []
     monkeypatch.undo()
     assert predict_buckets(report, list(range(1100, 4097, 50)), profile=p).mode("shared").pool_bytes > 0
-
-
-def test_a_layer_prediction_opens_no_trace(monkeypatch):
-    """Its band's layout spread needs the deepest capture's traces; reports captured before traces have none, and
-    nothing else in a layer prediction reads one."""
-    from bcgprof.analysis.predict import predict_layers
-    from bcgprof.report import trace_read
-
-    root = Path(__file__).resolve().parents[2] / "reports" / "gpt-oss-20b-h200-layers"
-    if not root.is_dir():
-        pytest.skip("the committed layer reports are not in this checkout")
-    opened = []
-    monkeypatch.setattr(trace_read, "read_bytes", lambda path: opened.append(path))
-    monkeypatch.setattr(trace_set, "read_bytes", lambda path: opened.append(path))
-    predict_layers([read_report(root / "layers-2"), read_report(root / "layers-4")])
-    assert opened == []
 
 
 def test_events_are_made_into_tuples_only_when_asked_and_dropped_beyond_the_budget(profile, monkeypatch):
