@@ -74,6 +74,17 @@ def rows():
     return build
 
 
+@pytest.fixture(scope="session", autouse=True)
+def trace_cache_of_the_session(tmp_path_factory):
+    """What commands keep of trace files between runs (bcgprof.analysis.trace_cache) goes to a directory of
+    this session, shared by its tests and the commands they start, never the user's own cache: a run
+    starts cold, as CI's does, and leaves the user's cache alone."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def committed_profiles() -> CommittedProfiles:
     """committed_profiles("reports/NAME") -> (report, prepared profile), each prepared and checked once."""
