@@ -16,6 +16,7 @@ from bcgprof.vocab import (
     AddressLayout,
     BreakRepeat,
     BucketStatus,
+    Executables,
     Experts,
     GraphKind,
     Mode,
@@ -40,6 +41,7 @@ RECORD_GROUPS = words(RecordGroup)
 REPORT_MODES = MODES + RECORD_GROUPS
 SOURCES = words(Source)
 GRAPH_KINDS = words(GraphKind)
+EXECUTABLES = words(Executables)
 ORDERS = words(Order)
 PHASES = words(Phase)
 WEIGHTS = words(Weights)
@@ -59,13 +61,14 @@ DEFAULT_MODEL = "gpt-oss-20b"
 
 # The options the bucket loop reads (bcgprof.measure.capture): what a Python API call may change.
 LOOP_OPTIONS = ("warmup", "warmup_output", "warmup_repeat", "break_repeat", "sample_interval_ms", "order", "graph",
-                "verify", "snapshot")
+                "verify", "snapshot", "executables")
 
 
 # CaptureOptions' fields that hold a word of a vocab enum
 _CHOICE_FIELDS = (("weights", Weights), ("experts", Experts), ("phase", Phase), ("warmup_output", WarmupOutput),
                   ("warmup_repeat", WarmupRepeat), ("break_repeat", BreakRepeat), ("address_layout", AddressLayout),
-                  ("verify", Verify), ("graph", GraphKind), ("order", Order))
+                  ("verify", Verify), ("graph", GraphKind), ("order", Order),
+                  ("executables", Executables))
 
 
 def mode_index(mode: str) -> int:
@@ -112,6 +115,7 @@ class CaptureOptions:
     order: str = Order.LARGEST_FIRST.value  # one of ORDERS
     snapshot: bool = False  # write each mode's allocator snapshot (memory_viz pickle) into the report
     command: str = ""  # the command line, recorded in run.json
+    executables: str = Executables.PER_SEGMENT.value  # one of EXECUTABLES
 
     def __post_init__(self) -> None:
         for name, enum in ((f, e) for f, e in _CHOICE_FIELDS if e in RENAMED):  # an old word: the word now

@@ -92,6 +92,13 @@ class GraphKind(StrEnum):
     FULL = "full"  # one CUDA graph per bucket, attention inside it
 
 
+class Executables(StrEnum):
+    """How many graph executables a capture instantiates."""
+
+    PER_SEGMENT = "per-segment"  # one per segment graph
+    PER_SIGNATURE = "per-signature"  # one per signature, updated to a segment's graph to run it
+
+
 class Order(StrEnum):
     """The order the buckets are captured in."""
 
@@ -112,6 +119,13 @@ class Experts(StrEnum):
 
     BF16 = "bf16"  # in the activations' dtype (gpt-oss's MXFP4 checkpoints dequantised)
     PACKED = "packed"  # gpt-oss's MXFP4 blocks and scales as stored, decoded inside the fused MoE's GEMMs
+
+
+class Moe(StrEnum):
+    """Which engine MoE a capture's layer stack allocates as (its workspace: what is alive at its peak)."""
+
+    FUSED_BF16 = "fused-bf16"  # SGLang's Triton fused_experts: cache13 [T*k, 2I], cache2 [T*k, I], in place
+    SGLANG_MXFP4 = "sglang-mxfp4"  # SGLang's MXFP4 path on Hopper (matmul_ogs): [T*k, I], [T*k, H], new [T, H]
 
 
 class WarmupOutput(StrEnum):

@@ -20,6 +20,13 @@ Memory and lifetime rules:
 * Work forked with :func:`bcgprof.bcg.breaks.side_stream` inside a segment is
   joined back into the capture stream before that segment ends; a capture cannot
   end with unjoined work.
+
+Executables: by default each segment's graph is instantiated right after its capture
+(one executable per segment). Given a :class:`~bcgprof.bcg.executables.SharedExecutables`
+(``share``), a segment's signature is read from its kept graph
+(:mod:`bcgprof.bcg.driver`), and only a segment no earlier one of its signature can stand
+for is instantiated; a replay then launches the segment through its group's executable,
+updated to the segment's graph first when it last ran another.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any, Optional
 import torch
 
 from bcgprof.bcg.breaks import break_handler, join_side_streams
+from bcgprof.bcg.executables import Member, SharedExecutables
 
 # --------------------------------------------------------------------- views
 
@@ -98,18 +106,35 @@ class _Break:
 
 
 @dataclass
+class _Shared:
+    """A segment that runs through its group's executable (``share``)."""
+
+    graph: torch.cuda.CUDAGraph  # kept, never instantiated unless it owns the group's executable
+    member: Member
+
+
+def _instantiate(graph: torch.cuda.CUDAGraph) -> int:
+    """Instantiate a kept graph as torch does (its flags); return the executable's raw handle."""
+    graph.instantiate()
+    return int(graph.raw_cuda_graph_exec())
+
+
+@dataclass
 class BreakableGraph:
     """One bucket's forward as graph segments and eager breaks. Build with :meth:`capture`."""
 
     pool: Any
     stream: torch.cuda.Stream
-    steps: list = field(default_factory=list)  # CUDAGraph | _Break, in capture order
+    steps: list = field(default_factory=list)  # CUDAGraph | _Shared | _Break, in capture order
     graph_nodes: Optional[int] = 0
     capture_ms: float = 0.0
+    share: Optional[SharedExecutables] = None
+    executables: int = 0  # executables this capture instantiated
+    signatures: Optional[int] = None  # distinct signatures of its segments (with ``share``)
 
     @property
     def segments(self) -> int:
-        return sum(isinstance(s, torch.cuda.CUDAGraph) for s in self.steps)
+        return sum(not isinstance(s, _Break) for s in self.steps)
 
     @property
     def breaks(self) -> int:
@@ -125,6 +150,7 @@ class BreakableGraph:
         epilogue: Optional[Callable[[Any], Any]] = None,
         breakable: bool = True,
         run_break: Optional[Callable[[Callable[..., None], tuple, dict], None]] = None,
+        share: Optional[SharedExecutables] = None,
     ) -> tuple[BreakableGraph, Any]:
         """Capture ``fn(*args)``; return the graph and what ``fn`` (then ``epilogue``) returned.
 
@@ -133,9 +159,10 @@ class BreakableGraph:
         ``breakable=False`` captures one full graph: every break's op runs inside the
         capture (it must then be capturable itself), and there is a single segment.
         ``run_break(fn, args, kwargs)``: how a break runs during the capture (default: it is
-        called); replays always call the op itself.
+        called); replays always call the op itself. ``share``: the executables this capture's
+        segments may share with each other and with earlier captures' (default: one each).
         """
-        graph = cls(pool=pool, stream=stream)
+        graph = cls(pool=pool, stream=stream, share=share)
         torch.cuda.synchronize()
         start = time.perf_counter()
         handler = functools.partial(graph._on_break, run_break or _call) if breakable else _call
@@ -146,17 +173,23 @@ class BreakableGraph:
                     out = fn(*args)
                     if epilogue is not None:
                         out = epilogue(out)
+                graph._end_segment()
             except BaseException:
                 graph._abort_segment()
                 raise
-            graph._end_segment()
         torch.cuda.synchronize()
         graph.capture_ms = (time.perf_counter() - start) * 1000.0
+        if share is not None:
+            shared = [s for s in graph.steps if isinstance(s, _Shared)]
+            graph.signatures = len({s.member.signature for s in shared})
         return graph, out
 
     def _begin_segment(self) -> None:
         g, kept = _new_cuda_graph()
         if not kept:
+            if self.share is not None:
+                raise RuntimeError("sharing executables needs torch.cuda.CUDAGraph("
+                                   "keep_graph=True) (torch 2.7 or later)")
             self.graph_nodes = None
         g.capture_begin(pool=self.pool, capture_error_mode="thread_local")
         self.steps.append(g)
@@ -165,6 +198,9 @@ class BreakableGraph:
         g = self.steps[-1]
         join_side_streams()  # a capture cannot end with forked work unjoined
         g.capture_end()
+        if self.share is not None:
+            self._place_segment(g, self.share)
+            return
         if self.graph_nodes is not None:
             nodes = graph_node_count(g)
             self.graph_nodes = None if nodes is None else self.graph_nodes + nodes
@@ -172,13 +208,32 @@ class BreakableGraph:
         # its device memory lands in this bucket's figures.
         if hasattr(g, "instantiate"):
             g.instantiate()
+        self.executables += 1
+
+    def _place_segment(self, g: torch.cuda.CUDAGraph, share: SharedExecutables) -> None:
+        """Read the segment's signature; join its group, or instantiate it (in this bucket's
+        figures)."""
+        from bcgprof.bcg.driver import describe_graph
+        from bcgprof.bcg.signature import graph_signature
+
+        raw = int(g.raw_cuda_graph())
+        nodes, edges = describe_graph(raw)
+        if self.graph_nodes is not None:
+            self.graph_nodes += len(nodes)
+        signature = graph_signature(nodes, edges)
+        member, made = share.add(raw, signature, lambda: _instantiate(g), keep=g)
+        self.steps[-1] = _Shared(g, member)
+        self.executables += made
 
     def _abort_segment(self) -> None:
-        """End a capture that failed part-way, so the stream leaves capture mode."""
+        """End a capture that failed part-way, so the stream leaves capture mode; segments it
+        placed in shared groups leave them."""
         g = self.steps[-1] if self.steps else None
         if isinstance(g, torch.cuda.CUDAGraph):
             with contextlib.suppress(Exception):
                 g.capture_end()
+        if self.share is not None:
+            self.share.forget(s.member for s in self.steps if isinstance(s, _Shared))
         self.steps.clear()
 
     def _on_break(self, run_break: Callable[[Callable[..., None], tuple, dict], None], fn: Callable[..., None],
@@ -198,6 +253,9 @@ class BreakableGraph:
             for step in self.steps:
                 if isinstance(step, _Break):
                     step.fn(*step.args, **step.kwargs)
+                elif isinstance(step, _Shared):
+                    assert self.share is not None  # a shared segment is placed only with share
+                    self.share.launch(step.member, self.stream.cuda_stream)
                 else:
                     step.replay()
         torch.cuda.current_stream().wait_stream(self.stream)

@@ -27,6 +27,7 @@ from bcgprof.vocab import (
     RENAMED,
     AddressLayout,
     BreakRepeat,
+    Executables,
     Experts,
     GraphKind,
     Mode,
@@ -158,6 +159,13 @@ def capture(
                                                       "equal free blocks by address, does the same (some models' "
                                                       "pools otherwise differ from run to run); random: as an "
                                                       "engine's process runs. Recorded per mode in run.json."),
+    executables: Executables = typer.Option(
+        Executables(D.executables), "--executables",
+        help="per-segment: each graph segment is instantiated as its own executable; "
+             "per-signature: segments whose graphs differ only in addresses (same kernels, "
+             "launch shapes and topology) share one executable, updated to a segment's graph "
+             "before its launch (SGLang's SGLANG_ENABLE_CUDA_GRAPH_DEDUP). Needs the CUDA Python "
+             "bindings. Recorded in run.json."),
 ) -> None:
     """Capture a model in each mode and write a report (needs a CUDA GPU).
 
@@ -198,6 +206,8 @@ def capture(
         _check_checkpoint(spec)
     layer_counts = _layer_counts(num_layers, spec.num_layers)
     _check_out(out)
+    if executables is Executables.PER_SIGNATURE:
+        _check_driver_bindings()
 
     opts = CaptureOptions(
         model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
@@ -206,7 +216,7 @@ def capture(
         break_repeat=break_repeat.value, device=device, out=out,
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, address_layout=address_layout.value,
-        command=shlex.join(["bcgprof", *sys.argv[1:]]),
+        command=shlex.join(["bcgprof", *sys.argv[1:]]), executables=executables.value,
     )
     if len(layer_counts) == 1:
         raise typer.Exit(_run_capture(opts)[0])
@@ -283,6 +293,21 @@ def _check_packed_experts(spec: ModelSpec, tp: int) -> None:
         raise CaptureError(f"--experts packed: {spec.name}'s hidden size {hidden} and expert intermediate size "
                            f"{inter} / --tp {tp} must be multiples of the 32-value MXFP4 group; use --experts bf16 "
                            "or another --tp")
+
+
+def _check_driver_bindings() -> None:
+    """--executables per-signature reads segment graphs through the CUDA Python bindings: they must
+    be there (looked up, not imported)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("cuda.bindings") is not None
+    except (ImportError, ValueError):  # no ``cuda`` package at all
+        found = False
+    if not found:
+        raise CaptureError("--executables per-signature needs the CUDA Python bindings "
+                           "(cuda.bindings), which are not installed; pip install cuda-python, "
+                           "or use --executables per-segment")
 
 
 def _check_checkpoint(spec: ModelSpec) -> None:

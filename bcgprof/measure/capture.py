@@ -22,7 +22,9 @@ Options come as one :class:`~bcgprof.options.CaptureOptions`, the object ``bcgpr
 builds, with its defaults; the loop reads ``order`` (``largest-first`` or ``smallest-first``),
 ``graph`` (``breakable``, or ``full``: one CUDA graph per bucket with the breaks' ops captured
 inside it), the warm-up's ``warmup``, ``warmup_output`` and ``warmup_repeat``, ``break_repeat``,
-``sample_interval_ms``, ``verify`` and ``snapshot``.
+``sample_interval_ms``, ``verify``, ``snapshot`` and ``executables`` (``per-segment``, or
+``per-signature``: the mode's segments of one signature share one graph executable,
+:mod:`bcgprof.bcg.executables`).
 
 Every bucket's record carries a ledger of its device-used growth: the pool's live and
 free bytes (from the allocator snapshot's block states), torch memory outside the pool,
@@ -41,6 +43,7 @@ from typing import Any, Optional
 import torch
 
 from bcgprof.bcg.breaks import break_handler
+from bcgprof.bcg.executables import SharedExecutables
 from bcgprof.bcg.graph import BreakableGraph
 from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.measure import sites
@@ -51,6 +54,7 @@ from bcgprof.measure.tracing import AllocatorRecorder
 from bcgprof.measure.warmup_repeat import RepeatPlan, plan_repeat, repeat_run
 from bcgprof.options import (
     BREAK_REPEATS,
+    EXECUTABLES,
     GRAPH_KINDS,
     LOOP_OPTIONS,
     MODES,
@@ -65,6 +69,7 @@ from bcgprof.report.traces import Trace, TracePhase
 from bcgprof.vocab import (
     BreakRepeat,
     BucketStatus,
+    Executables,
     GraphKind,
     Mode,
     Order,
@@ -91,6 +96,7 @@ class CaptureResult:
     shared_output: Optional[torch.Tensor] = None
     pool_peak: Optional[sites.PoolPeak] = None  # the first bucket's, when sites were recorded
     trace: Optional[Trace] = None  # the allocator's trace, when capture_buckets was asked for it
+    executables: Optional[SharedExecutables] = None  # with executables per-signature
 
     @property
     def ok(self) -> bool:
@@ -189,6 +195,9 @@ class Capturer:
             raise CaptureError(f"unknown warm-up repeat {warmup_repeat!r}; use one of {', '.join(WARMUP_REPEATS)}")
         if break_repeat not in BREAK_REPEATS:
             raise CaptureError(f"unknown break repeat {break_repeat!r}; use one of {', '.join(BREAK_REPEATS)}")
+        if opts.executables not in EXECUTABLES:
+            raise CaptureError(f"unknown executables choice {opts.executables!r}; use one of "
+                               f"{', '.join(EXECUTABLES)}")
         if not torch.cuda.is_available():
             raise NoGPUError("no CUDA device: capture needs a GPU")
         if not buckets:
@@ -226,7 +235,8 @@ class Capturer:
         self.record_sites = record_sites
         self.history_on = opts.snapshot  # the allocator's history is kept for --snapshot already
         self.recorder = recorder  # the allocator trace (traces-<mode>.csv.gz); it owns the history when set
-        self.result = CaptureResult(mode=mode, pool=self.pool, shared_output=shared_output)
+        self.result = CaptureResult(mode=mode, pool=self.pool, shared_output=shared_output,
+                                    executables=_shared_executables(opts.executables))
         self.prewarm_ms = 0.0
 
     def _sliced(self, bucket: int) -> list[torch.Tensor]:
@@ -425,6 +435,7 @@ class Capturer:
                     self.fn, *self._sliced(bucket), pool=self.pool, stream=self.stream, epilogue=epilogue,
                     breakable=self.breakable,
                     run_break=None if recording else breaks,  # a site's stack must name the op itself
+                    share=self.result.executables,
                 )
             if recorder is not None:
                 snap = recorder.capture_done(bucket)
@@ -456,6 +467,8 @@ class Capturer:
             assert held.graph is not None and held.out is not None  # captured together
             record.segments = held.graph.segments
             record.graph_nodes = held.graph.graph_nodes
+            record.executables = held.graph.executables
+            record.signatures = held.graph.signatures
             record.retained_output_bytes = retained
             self.result.captures[record.bucket] = BucketCapture(record.bucket, held.graph, held.out, record)
         if held.history is not None:
@@ -513,6 +526,20 @@ class Capturer:
 
     def close(self) -> None:
         self.sampler.close()
+
+
+def _shared_executables(choice: str) -> Optional[SharedExecutables]:
+    """The mode's shared executables when ``choice`` is per-signature (None: one per segment)."""
+    if choice != Executables.PER_SIGNATURE:
+        return None
+    from bcgprof.bcg.driver import DriverOps, missing_bindings
+
+    missing = missing_bindings()
+    if missing:
+        raise CaptureError(f"--executables per-signature reads each segment's graph through the "
+                           f"CUDA driver, but {missing}; install them or use --executables "
+                           "per-segment")
+    return SharedExecutables(DriverOps())
 
 
 def capture_buckets(

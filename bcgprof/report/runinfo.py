@@ -19,7 +19,17 @@ from typing import Any
 
 from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
 from bcgprof.errors import ReportError
-from bcgprof.options import EXPERTS, GRAPH_KINDS, ORDERS, PHASES, REPORT_MODES, RUN_STATUSES, SOURCES, WEIGHTS
+from bcgprof.options import (
+    EXECUTABLES,
+    EXPERTS,
+    GRAPH_KINDS,
+    ORDERS,
+    PHASES,
+    REPORT_MODES,
+    RUN_STATUSES,
+    SOURCES,
+    WEIGHTS,
+)
 from bcgprof.report.codec import FIX, clean_json, clean_text, json_shown
 from bcgprof.report.files import read_small_text
 from bcgprof.report.limits import MAX_JSON_DEPTH, MAX_RUN_BYTES, MAX_TP
@@ -31,7 +41,7 @@ RUN_REQUIRED = ("schema_version", "model", "phase", "buckets", "modes", "tp", "s
 # bcgprof.spec.config_hash writes 16 hexadecimal digits; any short token without spaces is taken
 CONFIG_HASH = re.compile(r"[0-9A-Za-z._-]{1,64}")
 _CHOICES = {"phase": PHASES, "status": RUN_STATUSES, "graph": GRAPH_KINDS, "order": ORDERS, "weights": WEIGHTS,
-            "experts": EXPERTS, "source": SOURCES}
+            "experts": EXPERTS, "source": SOURCES, "executables": EXECUTABLES}
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 

@@ -16,7 +16,17 @@ from typing import Optional
 from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
 from bcgprof.options import REPORT_MODES, STATUSES
 from bcgprof.report.limits import INT64, MAX_BYTES, MAX_MS, MAX_TP
-from bcgprof.vocab import Experts, GraphKind, Order, Phase, RunStatus, Source, WarmupOutput, Weights
+from bcgprof.vocab import (
+    Executables,
+    Experts,
+    GraphKind,
+    Order,
+    Phase,
+    RunStatus,
+    Source,
+    WarmupOutput,
+    Weights,
+)
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -70,6 +80,12 @@ class BucketRecord:
     outside_pool_delta_bytes: Optional[int] = None  # torch-reserved growth outside the pool
     pool_output_bytes: Optional[int] = None  # the part of retained_output_bytes that lies in the pool
     pid: Optional[int] = None  # the process that captured the bucket (bcgprof record); empty from capture
+    # Graph executables this bucket's capture instantiated (per-segment: one per segment;
+    # per-signature: one per signature no earlier segment of the mode had), and the distinct
+    # signatures of its segments (per-signature only). Empty in reports written before them, in
+    # recordings and for failed buckets.
+    executables: Optional[int] = None
+    signatures: Optional[int] = None
 
 
 @dataclass
@@ -149,6 +165,7 @@ class RunInfo:
     order: str = Order.LARGEST_FIRST  # largest-first | smallest-first
     experts: str = Experts.BF16  # bf16 | packed (reports written before this field: bf16)
     source: str = Source.CAPTURE  # capture | record (reports written before this field: capture)
+    executables: str = Executables.PER_SEGMENT  # per-segment | per-signature (older: per-segment)
 
     @property
     def warmup_outputs_freed(self) -> bool:
@@ -243,6 +260,8 @@ BUCKET_RULES: dict[str, Rule] = {
     "detail": Rule(str),
     **{name: byte_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
     "pid": Rule(int, optional=True, lo=0, hi=2 ** 31 - 1),
+    "executables": Rule(int, optional=True, lo=0, hi=INT64 - 1),
+    "signatures": Rule(int, optional=True, lo=0, hi=INT64 - 1),
 }
 
 
