@@ -8,13 +8,14 @@ from typing import Optional
 import typer
 
 from bcgprof.cli.output import flush_stdout, note, stdout_console
+from bcgprof.cli.params import TUNING, Command
 from bcgprof.cli.root import app, command
 
 ADAPTERS_HELP = ("Group captures into buckets by the engine adapters' table (SGLang, vLLM, torch.compile; "
                  "see docs/record.md). --no-adapters: only --bucket functions, else one row per graph.")
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command(cls=Command, context_settings={"allow_interspersed_args": False})
 @command
 def record(
     program: list[str] = typer.Argument(..., metavar="-- COMMAND [ARGS]...", show_default=False,
@@ -39,7 +40,7 @@ def record(
     scan_logs: bool = typer.Option(True, "--scan-logs/--no-scan-logs",
                                    help="Pass the program's output through bcgprof (as pipes) and keep the "
                                         "engines' capture-memory lines; --no-scan-logs leaves the terminal."),
-    sample_interval_ms: float = typer.Option(5.0, "--sample-interval-ms", rich_help_panel="Tuning",
+    sample_interval_ms: float = typer.Option(5.0, "--sample-interval-ms", rich_help_panel=TUNING,
                                              help="NVML sampling interval for each bucket's device peak, in "
                                                   "ms; 0 turns the sampler off."),
 ) -> None:

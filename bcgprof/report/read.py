@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bcgprof.options import MODES
 from bcgprof.report.consistency import check_bucket_rows, check_bucket_sums, check_site_rows, check_summary_rows
 from bcgprof.report.files import is_present, read_small_text, report_directory
 from bcgprof.report.limits import (
@@ -65,9 +66,9 @@ def read_csv_records(path: Path, cls: Any) -> list:
 def _bucket_rows_cap(run: RunInfo) -> tuple[int, str]:
     """At most every mode on every rank and bucket of run.json: a bound known before the file is read
     (which modes run.json lists is checked row by row)."""
-    modes = len(run.modes)
+    modes = max(len(run.modes), len(MODES))  # a capture's four modes, or a recording's groups
     n = modes * run.tp * len(run.buckets)
-    return n, f"run.json's {modes} mode(s) x {run.tp} rank(s) x {len(run.buckets)} bucket(s) allow ({n} rows)"
+    return n, f"{modes} modes x run.json's {run.tp} rank(s) x {len(run.buckets)} bucket(s) allow ({n} rows)"
 
 
 @contextlib.contextmanager

@@ -33,6 +33,9 @@ if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   $B gate --baseline reports/gpt-oss-20b-h200 --current "$OUT/default" --each-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
 fi
 rm -rf "$OUT"/*/.record/site
+# the recordings, as one file (a device call brings back a limited number of files)
+tar -czf "$OUT/recordings.tar.gz" -C "$OUT" recorded-loop recorded-child recorded-torchrun recorded-compiled \
+    recorded-capture native native-under-hook 2>/dev/null
 for f in loop child torchrun compiled native recorded-capture hook-gate overhead default default-gate; do
   [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|error|report " "$OUT/$f.log" | tail -6; }
 done

@@ -413,7 +413,7 @@ CLASSES: dict[str, list[Variant]] = {
         Variant("a 100,000-byte line without a newline", append_text("buckets.csv", "9" * 100_000),
                 "buckets.csv:13 is a line of more than 8192 bytes"),
         Variant("more bucket rows than run.json allows", append_rows("buckets.csv", 2, 10),
-                "row 17 is one row more than run.json's 3 mode(s) x 1 rank(s) x 5 bucket(s) allow (15 rows)"),
+                "row 22 is one row more than 4 modes x run.json's 1 rank(s) x 5 bucket(s) allow (20 rows)"),
         Variant("run.json nested 40 deep inside extra", run_field("extra", {"deep": nested(40)}),
                 "run.json is corrupt: nested more than 16 deep"),
         Variant("run.json nested 100,000 deep", write_text("run.json", "{" + '"a":[' * 100_000),
