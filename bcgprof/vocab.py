@@ -121,13 +121,6 @@ class Experts(StrEnum):
     PACKED = "packed"  # gpt-oss's MXFP4 blocks and scales as stored, decoded inside the fused MoE's GEMMs
 
 
-class Moe(StrEnum):
-    """Which engine MoE a capture's layer stack allocates as (its workspace: what is alive at its peak)."""
-
-    FUSED_BF16 = "fused-bf16"  # SGLang's Triton fused_experts: cache13 [T*k, 2I], cache2 [T*k, I], in place
-    SGLANG_MXFP4 = "sglang-mxfp4"  # SGLang's MXFP4 path on Hopper (matmul_ogs): [T*k, I], [T*k, H], new [T, H]
-
-
 class WarmupOutput(StrEnum):
     """What happens to an eager warm-up run's output while the next run executes."""
 
