@@ -1,5 +1,5 @@
-"""`capture --executables`: from the command line to the options a mode's process gets, into run.json
-and back out of a report; the per-bucket columns; what is refused, and how (no GPU needed)."""
+"""`capture --executables`: from the command line to the options a mode's process gets, into
+run.json and back out of a report; the per-bucket columns; what is refused, and how (no GPU)."""
 
 import csv
 import json
@@ -63,7 +63,8 @@ def test_per_signature_reaches_the_mode_process(captured, bindings):
     assert result.exit_code == 0, result.stderr
     (opts,) = captured
     assert opts.executables == "per-signature"
-    assert CaptureOptions.from_json(opts.to_json()).executables == "per-signature"  # as a mode gets it
+    # as a mode's process gets it
+    assert CaptureOptions.from_json(opts.to_json()).executables == "per-signature"
 
 
 def test_per_signature_without_the_bindings_is_refused_before_any_work(captured, bindings):
