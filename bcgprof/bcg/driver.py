@@ -16,7 +16,7 @@ kinds and extents; child graph: its signature; any other kind: none), and the ed
 with their edge data where the bindings give it.
 
 Invariant: nothing here changes a graph; ``update`` changes only the executable it is given.
-Cost: about ten driver calls per kernel node (its type, its parameters, each launch attribute),
+Cost: seven driver calls per kernel node (its type, its parameters, five launch attributes),
 a few microseconds each from Python. Imported only where a capture shares executables.
 """
 

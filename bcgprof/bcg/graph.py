@@ -188,8 +188,8 @@ class BreakableGraph:
         g, kept = _new_cuda_graph()
         if not kept:
             if self.share is not None:
-                raise RuntimeError("sharing executables needs torch.cuda.CUDAGraph("
-                                   "keep_graph=True) (torch 2.7 or later)")
+                raise RuntimeError("sharing executables needs a torch whose CUDAGraph "
+                                   "takes keep_graph=True")
             self.graph_nodes = None
         g.capture_begin(pool=self.pool, capture_error_mode="thread_local")
         self.steps.append(g)
