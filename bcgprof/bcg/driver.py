@@ -131,9 +131,19 @@ def _kernel(node: Any) -> NodeDesc:
 
 
 def _describe(node: Any, depth: int) -> NodeDesc:
+    """A node's kind and payload. A payload the bindings cannot read is the word ``unread``: such
+    nodes match any node of their kind, and the update a join makes decides (it refuses a graph the
+    executable cannot run), so a coarse signature may cost an executable, never a wrong replay."""
     (kind_enum,) = _ok(cu.cuGraphNodeGetType(node), "cuGraphNodeGetType")
     name = getattr(kind_enum, "name", str(kind_enum))
     kind = _KINDS.get(name, name)
+    try:
+        return _payload(kind, node, depth)
+    except (DriverError, AttributeError, TypeError, ValueError):
+        return kind, ("unread",)
+
+
+def _payload(kind: str, node: Any, depth: int) -> NodeDesc:
     if kind == "kernel":
         return _kernel(node)
     if kind == "memset":

@@ -26,7 +26,9 @@ Executables: by default each segment's graph is instantiated right after its cap
 (``share``), a segment's signature is read from its kept graph
 (:mod:`bcgprof.bcg.driver`), and only a segment no earlier one of its signature can stand
 for is instantiated; a replay then launches the segment through its group's executable,
-updated to the segment's graph first when it last ran another.
+updated to the segment's graph first when it last ran another. Those launches bypass
+``CUDAGraph.replay``, which also advances torch's random-number offsets: a forward that draws
+random numbers inside a segment needs one executable per segment.
 """
 
 from __future__ import annotations
