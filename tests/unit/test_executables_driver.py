@@ -24,7 +24,7 @@ KERNEL, MEMSET, EMPTY = (Kind(i, n) for i, n in enumerate(
 
 
 class Node(int):
-    """A node handle (an integer, as the bindings' handles convert) and what the stand-in returns."""
+    """A node handle (an integer, as the bindings convert handles) and what the stand-in returns."""
 
     def __new__(cls, handle, kind, **params):
         node = super().__new__(cls, handle)
