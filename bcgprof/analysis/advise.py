@@ -166,6 +166,8 @@ def advise(report: Report, budget: int, *, mode: str = ListMode.SHARED_LARGEST.v
             predictions[key] = found
         return found
 
+    setup = [candidates, candidates[-1:], *([b, candidates[-1]] for b in candidates[:-1])]
+    recalled = profile.replayer.recall_replays(mode, setup)  # kept by an earlier advise on these traces
     whole = predicted(candidates)
     alone = predicted([candidates[-1]])
     fixed = math.ceil(alone.device_used_bytes / MIB)
@@ -184,6 +186,8 @@ def advise(report: Report, budget: int, *, mode: str = ListMode.SHARED_LARGEST.v
     later = {r.bucket: r for r in whole.buckets if r.order > 0}
     # the pool after a list's two largest buckets, which no later bucket can shrink: part of each list's bound
     pair_pool = {b: predicted([b, candidates[-1]]).pool_bytes for b in candidates[:-1]}
+    if not recalled:  # the setup's replays do not depend on the budget: the next advise takes them
+        profile.replayer.keep_replays(mode, setup)
     pools = [candidates]
     if mode == Mode.SHARED:
         families = [[later[b].device_used_delta_bytes for b in candidates[:-1]]]
@@ -275,6 +279,8 @@ class _Search:
         self._built: dict[int, tuple[int, ...]] = {}  # entry (in the table's order) -> its list
         self.exact: dict[tuple[int, ...], tuple[int, int]] = {}  # list -> (predicted bytes, top of the band)
         self.floor: dict[tuple[int, ...], int] = {}  # list -> its pool is above this (a replay stopped there)
+        self.cached = _warmup_caches(profile, mode, candidates) if free is not None else None
+        self.unfree: set[tuple[int, ...]] = set()  # lists whose need, bounded without a replay, is above free
         self.replayed = 0  # lists replayed to decide whether they fit
         self.cells = 0  # the programmes' (bucket, budget) cells
 
@@ -378,6 +384,8 @@ class _Search:
         pool reached then is kept as the list's floor."""
         if chosen in self.exact:
             return self.exact[chosen]
+        if chosen in self.unfree:
+            return None
         below = chosen[:-1]
         rest = self.fixed_bytes + int(self.band[len(chosen)]) + sum(self.outside[b] for b in below)
         floor = self.floor.get(chosen)
@@ -387,11 +395,28 @@ class _Search:
         if rest + floor > budget:
             return None
         self.replayed += 1
+        if self.cached is not None and self._free_floor(chosen) > (self.free or 0):
+            self.unfree.add(chosen)  # it cannot capture with the free memory given: not replayed
+            return None
         within, pool = self.replayer.pool_within(self.mode, chosen, budget - rest)
         if not within:
             self.floor[chosen] = pool
             return None
         return self._exact(chosen)
+
+    def _free_floor(self, chosen: tuple[int, ...]) -> int:
+        """At most the free memory the list needs (:attr:`~bcgprof.analysis.headroom.Headroom.needs_free_bytes`:
+        the most, over its buckets, of device used after the bucket plus its warm-up's cache), from costs known
+        without a replay: device used after a bucket is at least the first bucket's costs outside the pool, each
+        later one's so far, and a pool no smaller than the first two buckets' or the bytes kept so far."""
+        assert self.cached is not None
+        order = chosen[-2::-1]  # capture order after the largest
+        need = self.fixed_bytes + self.alone_pool + self.cached[chosen[-1]]
+        outside, kept = self.fixed_bytes, self.kept_first
+        for b in order:
+            outside, kept = outside + self.outside[b], kept + self.kept[b]
+            need = max(need, outside + max(self.pair_pool[order[0]], kept) + self.cached[b])
+        return need
 
     def _captures_with_free(self, chosen: tuple[int, ...]) -> bool:
         """With a free-memory constraint, whether the list's need (replayed, as predict --free gives it) is
@@ -529,6 +554,19 @@ class _Search:
             if not out or p < out[-1][1]:
                 out.append((b, p, len(picked)))
         return out
+
+
+def _warmup_caches(profile: BucketProfile, mode: str, buckets: Sequence[int]) -> Optional[dict[int, int]]:
+    """Each bucket's warm-up cache as the free-memory check counts it (its warm-up's growth less its torch memory
+    outside the pool, :func:`bcgprof.analysis.headroom.traced_headroom`); None where the traces lack a warm-up."""
+    growth, rows = profile.replayer.warmup.get(mode, {}), profile.rows.get(mode, {})
+    out = {}
+    for b in buckets:
+        g, row = growth.get(b), rows.get(b)
+        if g is None or row is None:
+            return None
+        out[b] = max(0, g.reserved_bytes - (row.torch_reserved_delta_bytes - row.pool_delta_bytes))
+    return out
 
 
 def advice_json(advice: Advice) -> dict:

@@ -117,6 +117,17 @@ class PoolReplay:
     made_up: int = 0  # segments placed without a usable recorded address (0: the other placement is the same)
 
 
+def _pool_replay(mode: str, plan: tuple, kept: list) -> PoolReplay:
+    """A replay as :meth:`Replayer.keep_replays` kept it: ``[pool bytes after each bucket, exact, mismatches, made
+    up]`` (ValueError unless it is whole)."""
+    pools, exact, mismatches, made_up = kept
+    if not (isinstance(pools, list) and len(pools) == len(plan) and all(type(p) is int for p in pools)
+            and type(exact) is bool and type(mismatches) is int and type(made_up) is int):
+        raise ValueError("not a kept replay")
+    return PoolReplay(mode=mode, buckets=[b for b, _ in plan], pool_bytes=pools, exact=exact,
+                      sources=[s for _, s in plan], mismatches=mismatches, made_up=made_up)
+
+
 class Replayer(BucketSources):
     """Replays the traces of one report; states after each list prefix are cached. Where each bucket's events
     come from, and the traces' checks, are :class:`~bcgprof.analysis.replay_sources.BucketSources`'."""
@@ -144,6 +155,7 @@ class Replayer(BucketSources):
         self.memo_hits = 0  # buckets not replayed because the same bucket was replayed from the same state
         self.bucket_replays = 0  # buckets replayed (one per bucket of a list, after its longest kept prefix)
         self.events_replayed = 0  # allocator events stepped through
+        self._known: dict = {}  # (mode, plan, below, layout) -> its PoolReplay, kept from an earlier command
 
     @classmethod
     def load(cls, report_dir: Path, modes: Sequence[str],
@@ -172,6 +184,7 @@ class Replayer(BucketSources):
     def _sibling(self, below: bool, layout: Optional[int]) -> Replayer:
         twin = Replayer(self.traces, below, layout=layout)
         twin.shared(self)  # shares what this one has read and interpolated
+        twin._known = self._known
         return twin
 
     # ------------------------------------------------------------ replay
@@ -180,11 +193,53 @@ class Replayer(BucketSources):
         """The pool after each bucket of ``mode``'s list. ``check``: count allocations the model places
         elsewhere than the profile's allocator did (0 for the profile's own list: the model is right)."""
         plan = self.sources(mode, buckets)
+        known = None if check else self._known.get((mode, tuple(plan), self.below, self.layout))
+        if known is not None:
+            return known
         state = self._advance(mode, plan, check, None)
         assert state is not None  # no limit: replayed to the end
         exact = not any(self.ops[s][b].unknown for b, s in plan)
         return PoolReplay(mode=mode, buckets=[b for b, _ in plan], pool_bytes=list(state.reserved), exact=exact,
                           sources=[s for _, s in plan], mismatches=state.mismatches, made_up=state.pool.made_up)
+
+    def recall_replays(self, mode: str, lists: Sequence[Sequence[int]]) -> bool:
+        """Take the replays of ``mode``'s ``lists`` (in both placements where they differ) that an earlier command
+        kept for these traces (:meth:`keep_replays`), so that they are not replayed again; whether all were."""
+        plans, parts, near = self._book(mode, lists)
+        kept = trace_cache.recall("replays", parts, near) if parts else None
+        twin = self.other_placement()
+        try:
+            found = [[_pool_replay(mode, plan, e) for e in entry] for plan, entry in zip(plans, kept, strict=True)]
+        except (ValueError, TypeError, KeyError, IndexError):
+            return False  # none kept, or not whole
+        for plan, replays in zip(plans, found):
+            for replayer, replayed in zip((self, twin), replays):
+                replayer._known[(mode, plan, replayer.below, replayer.layout)] = replayed
+        return True
+
+    def keep_replays(self, mode: str, lists: Sequence[Sequence[int]]) -> None:
+        """Keep the replays of ``mode``'s ``lists`` (replayed now if they were not) for a later command on the same
+        traces (:mod:`bcgprof.analysis.trace_cache`, keyed by the traces' content and the lists)."""
+        _, parts, near = self._book(mode, lists)
+        if parts:
+            entries = []
+            for buckets in lists:
+                replays = [self.replay(mode, buckets)]
+                if replays[0].made_up:
+                    replays.append(self.other_placement().replay(mode, buckets))
+                entries.append([[r.pool_bytes, r.exact, r.mismatches, r.made_up] for r in replays])
+            trace_cache.remember("replays", parts, entries, near)
+
+    def _book(self, mode: str, lists: Sequence[Sequence[int]]) -> tuple[list[tuple], Optional[list], Optional[Path]]:
+        """Each list's plan, the key its replays are kept under (None for traces held in memory), and a trace."""
+        plans = [tuple(self.sources(mode, buckets)) for buckets in lists]
+        used = sorted({s for plan in plans for _, s in plan})
+        traces = [self.traces.get(s) for s in used]
+        digests = [t.digest if t is not None else "" for t in traces]
+        if not all(digests):
+            return plans, None, None
+        parts = [mode, self.below, self.layout, dict(zip(used, digests)), [[list(x) for x in p] for p in plans]]
+        return plans, parts, traces[0].path if traces and traces[0] is not None else None
 
     def pool_within(self, mode: str, buckets: Sequence[int], limit: int) -> tuple[bool, int]:
         """Whether ``mode``'s list's pool stays within ``limit`` bytes, replaying only until it does not (the
@@ -323,9 +378,9 @@ class Replayer(BucketSources):
                     pool.free_at(addr)
         state.at[source] = max(last, position)
         bops = self.ops[source][bucket]
-        ops = bops.ops
         self.bucket_replays += 1
         if check or bops.fold is None:  # check: every placement is compared, so nothing is skipped
+            ops = bops.ops
             self.events_replayed += len(ops)
             self._run(state, ops, 0, len(ops), check)
         else:
@@ -333,7 +388,7 @@ class Replayer(BucketSources):
         state.reserved.append(pool.reserved)
 
     @staticmethod
-    def _run(state: _State, ops: list, begin: int, end: int, check: bool = False) -> None:
+    def _run(state: _State, ops: Sequence, begin: int, end: int, check: bool = False) -> None:
         pool, live = state.pool, state.live
         malloc, free_at = pool.malloc, pool.free_at
         for op in ops[begin:end]:
@@ -350,7 +405,7 @@ class Replayer(BucketSources):
     def _run_folded(self, state: _State, bops: BucketOps) -> None:
         """:meth:`_run` over the whole bucket, jumping over repeated periods where the state repeats
         (:mod:`bcgprof.analysis.replay_fold`): the same result, in a fraction of the steps."""
-        ops, frees = bops.ops, bops.frees
+        ops, frees = bops.lazy(), bops.frees  # the events made into tuples only where they are run
         assert bops.fold is not None
         starts, end = boundaries(bops.fold)
         at = 0

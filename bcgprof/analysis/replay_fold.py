@@ -21,6 +21,7 @@ few candidates, numpy); :func:`signature` is linear in the live and free blocks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Optional
 
 import numpy as np
@@ -134,7 +135,7 @@ def signature(layout: tuple, live: dict, frees: dict, at: int, end: int) -> tupl
     return layout, tuple(marks)
 
 
-def rename(ops: list, live: dict, frees: dict, shift: int, end: int) -> Optional[dict]:
+def rename(ops: Sequence, live: dict, frees: dict, shift: int, end: int) -> Optional[dict]:
     """The live map ``shift`` events later in an equivalent state (blocks freed after ``end`` keep their
     keys); None if an op there is not the free it must be (the jump is then not taken)."""
     out = {}

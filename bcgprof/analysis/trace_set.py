@@ -33,7 +33,6 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Optional, Union
 
@@ -101,6 +100,7 @@ class ModeTrace:
     kept: dict = field(default_factory=dict)
     warmup: dict = field(default_factory=dict)
     leftover: int = 0
+    folds: dict = field(default_factory=dict)  # bucket -> its repeating region, or None (found when first asked)
 
     @property
     def events(self) -> int:
@@ -122,8 +122,7 @@ class ModeTrace:
         """``bucket``'s events, their keys ``base | allocation number`` (tuples made when first asked)."""
         return BucketOps(bucket, self.mode, cross=[base | k for k in self.cross.get(bucket, ())],
                          unknown=self.unknown.get(bucket, 0), complete=bucket not in self.incomplete,
-                         make=partial(_tuples, self, bucket, base), count=self.sizes.get(bucket, 0),
-                         fold_of=partial(_fold_of, self, bucket, base))
+                         count=self.sizes.get(bucket, 0), columns=(self, bucket, base))
 
 
 _NONE = np.zeros((0, 6), dtype=np.int64)
@@ -131,24 +130,26 @@ _NONE = np.zeros((0, 6), dtype=np.int64)
 
 class BucketOps:
     """One bucket's graph-pool events in one trace: ``(ALLOC, requested, stream, key, segment address hint,
-    recorded address)`` or ``(FREE, key)``, in order (``ops``: given, or made by ``make`` when first asked and
-    dropped again when more than :data:`MADE_EVENTS` events of all buckets are held as tuples); ``cross``: keys
+    recorded address)`` or ``(FREE, key)``, in order. ``ops``: given, or made when first asked (from the trace's
+    ``columns``, or by ``make``) and dropped again when more than :data:`MADE_EVENTS` events of all buckets are
+    held as tuples; :meth:`lazy` makes them range by range instead (a folded replay skips most). ``cross``: keys
     of earlier buckets' blocks its capture frees; ``unknown``: graph-pool frees of blocks allocated before
     recording began; ``frees``: key -> index of the op that frees it; ``fold``: a repeating region
-    (:func:`bcgprof.analysis.replay_fold.find_period`; ``fold_of`` finds it without the tuples); ``between``:
-    for an interpolated bucket, the profiled buckets below and above it; ``size``: how many events."""
+    (:func:`bcgprof.analysis.replay_fold.find_period`); ``between``: for an interpolated bucket, the profiled
+    buckets below and above it; ``size``: how many events."""
 
-    __slots__ = ("_fold", "_fold_of", "_frees", "_make", "_ops", "between", "bucket", "complete", "count", "cross",
+    __slots__ = ("_columns", "_fold", "_frees", "_make", "_ops", "between", "bucket", "complete", "count", "cross",
                  "source", "unknown")
 
     def __init__(self, bucket: int, source: str, ops: Optional[list] = None, cross: Optional[list] = None,
                  unknown: int = 0, complete: bool = True, between: Optional[tuple[int, int]] = None,
                  make: Optional[Callable[[], list]] = None, count: Optional[int] = None,
-                 fold_of: Optional[Callable[[], Optional[tuple[int, int, int]]]] = None):
+                 columns: Optional[tuple[ModeTrace, int, int]] = None):
+        """``columns``: (trace, bucket, key base) the events are read from."""
         self.bucket, self.source, self.between = bucket, source, between
         self.cross = list(cross or [])
         self.unknown, self.complete = unknown, complete
-        self._ops, self._make, self._fold_of = ops, make, fold_of
+        self._ops, self._make, self._columns = ops, make, columns
         self.count = count if ops is None else len(ops)
         self._frees: Optional[dict] = None
         self._fold: object = _UNSET
@@ -161,9 +162,10 @@ class BucketOps:
     @property
     def ops(self) -> list:
         if self._ops is None:
-            self._ops = self._make() if self._make is not None else []
+            made = self._columns is not None or self._make is not None
+            self._ops = _tuples(*self._columns) if self._columns else self._make() if self._make else []
             self.count = len(self._ops)
-            if self._make is not None:
+            if made:
                 _held(self)
         elif self in _MADE:
             _MADE.move_to_end(self)
@@ -171,19 +173,26 @@ class BucketOps:
 
     @ops.setter
     def ops(self, value: list) -> None:
-        self._ops, self._make, self._fold_of, self._frees, self._fold = value, None, None, None, _UNSET
+        self._ops, self._make, self._columns, self._frees, self._fold = value, None, None, None, _UNSET
         self.count = len(value)
+
+    def lazy(self) -> Sequence:
+        """The events as a sequence whose slices and items are made into tuples when read (the list itself when
+        it is held)."""
+        if self._ops is None and self._columns is not None:
+            return _Slices(*self._columns, self.size)
+        return self.ops
 
     @property
     def frees(self) -> dict:
         if self._frees is None:
-            self._frees = free_index(self.ops)
+            self._frees = _free_index(*self._columns) if self._ops is None and self._columns else free_index(self.ops)
         return self._frees
 
     @property
     def fold(self) -> Optional[tuple[int, int, int]]:
         if self._fold is _UNSET:
-            self._fold = self._fold_of() if self._fold_of is not None else find_period(self.ops, self.frees)
+            self._fold = _fold_of(*self._columns) if self._columns else find_period(self.ops, self.frees)
         return self._fold  # type: ignore[return-value]
 
     @fold.setter
@@ -192,9 +201,29 @@ class BucketOps:
 
     def release(self) -> None:
         """Drop the tuples (made again when asked)."""
-        if self._make is not None:
+        if self._columns is not None or self._make is not None:
             self._ops = self._frees = None
             _MADE.pop(self, None)
+
+
+class _Slices(Sequence):
+    """A bucket's events read from its trace's columns, made into tuples slice by slice."""
+
+    def __init__(self, trace: ModeTrace, bucket: int, base: int, size: int):
+        self.trace, self.bucket, self.base, self.size = trace, bucket, base, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, at):
+        if isinstance(at, slice):
+            start, stop, step = at.indices(self.size)
+            assert step == 1
+            return _tuples(self.trace, self.bucket, self.base, start, stop)
+        at = at + self.size if at < 0 else at
+        if not 0 <= at < self.size:
+            raise IndexError(at)
+        return _tuples(self.trace, self.bucket, self.base, at, at + 1)[0]
 
 
 _UNSET = object()
@@ -215,17 +244,27 @@ def _held(ops: BucketOps) -> None:
         total -= n
 
 
-def _fold_of(trace: ModeTrace, bucket: int, base: int) -> Optional[tuple[int, int, int]]:
-    c = trace.columns(bucket)
-    return find_period_arrays(c[:, KIND], c[:, SIZE_], c[:, STREAM_], c[:, IDENT] | base)
+def _fold_of(trace: ModeTrace, bucket: int, base: int = 0) -> Optional[tuple[int, int, int]]:
+    """The bucket's repeating region (keys only name events, so it does not depend on ``base``)."""
+    if bucket not in trace.folds:
+        c = trace.columns(bucket)
+        trace.folds[bucket] = find_period_arrays(c[:, KIND], c[:, SIZE_], c[:, STREAM_], c[:, IDENT] | base)
+    return trace.folds[bucket]
 
 
-def _tuples(trace: ModeTrace, bucket: int, base: int) -> list:
-    c = trace.columns(bucket)
+def _tuples(trace: ModeTrace, bucket: int, base: int, start: int = 0, stop: Optional[int] = None) -> list:
+    c = trace.columns(bucket)[start:stop]
     keys = (c[:, IDENT] | base).tolist()
     return [(ALLOC, s, st, k, h, r) if t == ALLOC else (FREE, k)
             for t, s, st, k, h, r in zip(c[:, KIND].tolist(), c[:, SIZE_].tolist(), c[:, STREAM_].tolist(), keys,
                                          c[:, HINT].tolist(), c[:, RECORDED].tolist())]
+
+
+def _free_index(trace: ModeTrace, bucket: int, base: int) -> dict:
+    """:func:`bcgprof.analysis.replay_fold.free_index` from the columns (without the tuples)."""
+    c = trace.columns(bucket)
+    at = np.flatnonzero(c[:, KIND] == FREE)
+    return dict(zip((c[at, IDENT] | base).tolist(), at.tolist()))
 
 
 # ---------------------------------------------------------------- building
@@ -373,6 +412,8 @@ def load(path: Path) -> ModeTrace:
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, zlib.error):
             pass  # damaged: built again
     built = mode_trace(parse(path, io.BytesIO(raw), digest))  # the text's caps and every row's checks
+    for b in built.order:  # kept with it: a later command replays without looking for them
+        _fold_of(built, b)
     trace_cache.store_entry(name, encode(built), path)
     return built
 
@@ -395,7 +436,8 @@ def encode(trace: ModeTrace) -> bytes:
             "incomplete": sorted(trace.incomplete), "order": list(trace.order), "blocks": index,
             "cross": [[b, list(k)] for b, k in trace.cross.items()], "unknown": list(trace.unknown.items()),
             "kept": list(trace.kept.items()), "leftover": trace.leftover,
-            "warmup": [[b, g.reserved_bytes, g.allocated_peak_bytes] for b, g in trace.warmup.items()]}
+            "warmup": [[b, g.reserved_bytes, g.allocated_peak_bytes] for b, g in trace.warmup.items()],
+            "folds": [[b, *(f or ())] for b, f in trace.folds.items()]}
     text = json.dumps(head, separators=(",", ":")).encode()
     return len(text).to_bytes(8, "big") + text + b"".join(blocks)
 
@@ -421,7 +463,17 @@ def decode(data: bytes, digest: str, path: Path) -> ModeTrace:
                      unknown={_count(b): _count(n) for b, n in head["unknown"]},
                      kept={_count(b): _count(n) for b, n in head["kept"]}, leftover=_count(head["leftover"]),
                      warmup={_count(b): WarmupGrowth(_count(r), None if p is None else _count(p))
-                             for b, r, p in head["warmup"]})
+                             for b, r, p in head["warmup"]},
+                     folds={_count(b): _fold(rest) for b, *rest in head.get("folds", [])})
+
+
+def _fold(values: list) -> Optional[tuple[int, int, int]]:
+    if not values:
+        return None
+    start, run, period = (_count(v) for v in values)
+    if period < 1:
+        raise ValueError("a period of no events")
+    return start, run, period
 
 
 def _count(value: object) -> int:
