@@ -20,6 +20,7 @@ from bcgprof.vocab import (
     Experts,
     GraphKind,
     Mode,
+    Moe,
     Order,
     Phase,
     RecordGroup,
@@ -49,6 +50,10 @@ EXPERTS = words(Experts)
 # families whose checkpoints hold MXFP4 experts that ``--experts packed`` keeps packed (their
 # DecoderModel sets packed_experts; tests check the two agree)
 PACKED_EXPERT_FAMILIES = ("gpt_oss",)
+MOE_BACKENDS = words(Moe)
+# families whose MoE can be built as SGLang's MXFP4 MoE, ``--moe sglang-mxfp4`` (their
+# DecoderModel sets sglang_mxfp4_moe; tests check the two agree)
+SGLANG_MXFP4_FAMILIES = ("gpt_oss",)
 VERIFY_CHOICES = words(Verify)
 WARMUP_OUTPUTS = words(WarmupOutput)
 WARMUP_REPEATS = words(WarmupRepeat)
@@ -68,7 +73,7 @@ LOOP_OPTIONS = ("warmup", "warmup_output", "warmup_repeat", "break_repeat", "sam
 _CHOICE_FIELDS = (("weights", Weights), ("experts", Experts), ("phase", Phase), ("warmup_output", WarmupOutput),
                   ("warmup_repeat", WarmupRepeat), ("break_repeat", BreakRepeat), ("address_layout", AddressLayout),
                   ("verify", Verify), ("graph", GraphKind), ("order", Order),
-                  ("executables", Executables))
+                  ("executables", Executables), ("moe", Moe))
 
 
 def mode_index(mode: str) -> int:
@@ -116,6 +121,7 @@ class CaptureOptions:
     snapshot: bool = False  # write each mode's allocator snapshot (memory_viz pickle) into the report
     command: str = ""  # the command line, recorded in run.json
     executables: str = Executables.PER_SEGMENT.value  # one of EXECUTABLES
+    moe: str = Moe.FUSED_BF16.value  # one of MOE_BACKENDS: the MoE's workspace
 
     def __post_init__(self) -> None:
         for name, enum in ((f, e) for f, e in _CHOICE_FIELDS if e in RENAMED):  # an old word: the word now

@@ -121,6 +121,13 @@ class Experts(StrEnum):
     PACKED = "packed"  # gpt-oss's MXFP4 blocks and scales as stored, decoded inside the fused MoE's GEMMs
 
 
+class Moe(StrEnum):
+    """Which engine's MoE a layer stack allocates as: the workspace alive at the MoE's peak."""
+
+    FUSED_BF16 = "fused-bf16"  # SGLang's Triton fused_experts: [T*k, 2I] and [T*k, I], in place
+    SGLANG_MXFP4 = "sglang-mxfp4"  # SGLang's MXFP4 MoE on Hopper: [T*k, I], [T*k, H], a new [T, H]
+
+
 class WarmupOutput(StrEnum):
     """What happens to an eager warm-up run's output while the next run executes."""
 

@@ -120,8 +120,9 @@ def _warmup(run: RunInfo) -> Optional[str]:
 
 def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
     """What makes two reports measure different things: model, GPU, buckets, layers, dtype, phase, modes, TP,
-    graph kind (breakable or full), capture order, executables (per segment or per signature) and
-    the eager warm-up (its peaks are part of the figures).
+    graph kind (breakable or full), capture order, executables (per segment or per signature), the
+    MoE's workspace (fused-bf16 or sglang-mxfp4) and the eager warm-up (its peaks are part of the
+    figures).
 
     Each entry is one sentence naming both values. An empty list means the reports are comparable.
     """
@@ -144,7 +145,7 @@ def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
         out.append(f"bucket list differs ({'; '.join(detail) or 'same sizes, different order'})")
     for name, label in (("layers", "layers"), ("dtype", "dtype"), ("phase", "phase"), ("tp", "tensor-parallel ranks"),
                         ("graph", "graph kinds"), ("order", "capture orders"),
-                        ("executables", "graph executables")):
+                        ("executables", "graph executables"), ("moe", "MoE workspaces")):
         a, b = getattr(old, name), getattr(new, name)
         if a != b:
             out.append(f"{label} differ: {a} vs {b}")

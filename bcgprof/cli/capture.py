@@ -31,6 +31,7 @@ from bcgprof.vocab import (
     Experts,
     GraphKind,
     Mode,
+    Moe,
     Order,
     Phase,
     Verify,
@@ -92,6 +93,13 @@ def capture(
                                     "dtype (MXFP4 checkpoints dequantised); packed: gpt-oss's MXFP4 experts kept as "
                                     "the checkpoint stores them (uint8 blocks and scales), decoded inside the fused "
                                     "MoE's GEMMs, so no bf16 copy of them exists."),
+    moe: Moe = typer.Option(Moe(D.moe), "--moe", help="The MoE's workspace, as which engine "
+                            "kernel allocates it. fused-bf16: SGLang's Triton fused_experts (a "
+                            "[T*k, 2I] and a [T*k, I] cache, the output written over the input); "
+                            "sglang-mxfp4: SGLang's MXFP4 MoE for gpt-oss on Hopper "
+                            "(triton_kernels' matmul_ogs: the SwiGLU fused into the first GEMM, a "
+                            "[T*k, I] and a [T*k, H] tensor, a new output), gpt-oss only. Recorded "
+                            "in run.json."),
     num_layers: Optional[str] = typer.Option(None, "--num-layers", help="Decoder layers to build, or a comma list "
                                              "(2,4): one report per count, in <out>/layers-N. Default: all of the "
                                              "model's layers."),
@@ -202,6 +210,8 @@ def capture(
     spec = resolve_model(model)
     if experts is Experts.PACKED:
         _check_packed_experts(spec, tp)
+    if moe is Moe.SGLANG_MXFP4:
+        _check_sglang_mxfp4(spec)
     if weights is Weights.SAFETENSORS:
         _check_checkpoint(spec)
     layer_counts = _layer_counts(num_layers, spec.num_layers)
@@ -217,6 +227,7 @@ def capture(
         verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
         graph=graph.value, order=order.value, snapshot=snapshot, address_layout=address_layout.value,
         command=shlex.join(["bcgprof", *sys.argv[1:]]), executables=executables.value,
+        moe=moe.value,
     )
     if len(layer_counts) == 1:
         raise typer.Exit(_run_capture(opts)[0])
@@ -308,6 +319,16 @@ def _check_driver_bindings() -> None:
         raise CaptureError("--executables per-signature needs the CUDA Python bindings "
                            "(cuda.bindings), which are not installed; pip install cuda-python, "
                            "or use --executables per-segment")
+
+
+def _check_sglang_mxfp4(spec: ModelSpec) -> None:
+    """--moe sglang-mxfp4: a family whose MoE SGLang runs through its MXFP4 path (gpt-oss)."""
+    from bcgprof.options import SGLANG_MXFP4_FAMILIES
+
+    if spec.family not in SGLANG_MXFP4_FAMILIES:
+        raise CaptureError(f"--moe sglang-mxfp4: {spec.name} ({spec.family}) is not a model SGLang "
+                           "runs through its MXFP4 MoE; only "
+                           f"{', '.join(SGLANG_MXFP4_FAMILIES)} models are. Use --moe fused-bf16")
 
 
 def _check_checkpoint(spec: ModelSpec) -> None:

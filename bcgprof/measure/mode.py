@@ -147,7 +147,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
                                   device=group.device,
                                   max_tokens=max(buckets), seed=opts.seed, tp_rank=group.rank, tp_size=group.world,
                                   phase=opts.phase, max_bs=max(opts.max_bs, max(buckets)),
-                                  context_len=opts.context_len)
+                                  context_len=opts.context_len, moe=opts.moe)
     except Exception as e:
         if group.world == 1:
             raise  # the caller reports it, with its traceback in the mode's log

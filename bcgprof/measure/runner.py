@@ -105,7 +105,7 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
         buckets=buckets, modes=list(opts.modes), gpu_name=memory.gpu_name(), driver=memory.driver(),
         torch_version=torch.__version__, cuda_version=torch.version.cuda or "",
         memory_source=memory.source, in_process=opts.in_process, tp=opts.tp, started_at=_now(),
-        graph=opts.graph, order=opts.order, executables=opts.executables,
+        graph=opts.graph, order=opts.order, executables=opts.executables, moe=opts.moe,
         extra={"device": opts.device, "warmup": opts.warmup, "warmup_output": opts.warmup_output,
                "warmup_repeat": opts.warmup_repeat, "break_repeat": opts.break_repeat,
                "address_layout": opts.address_layout, "verify": opts.verify,
@@ -147,7 +147,8 @@ def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> N
     from bcgprof.measure.workload import check_cache_fits
     from bcgprof.models import build_meta
 
-    meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp, experts=opts.experts)
+    meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp, experts=opts.experts,
+                      moe=opts.moe)
     if opts.weights == Weights.ONE_LAYER:
         from bcgprof.models.weights import share_layer_weights
 

@@ -34,13 +34,14 @@ class Workload:
 
 def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.device, experts: str = "bf16",
                    max_tokens: int, seed: int, tp_rank: int = 0, tp_size: int = 1, phase: str = "prefill",
-                   max_bs: int = 256, context_len: int = 4096) -> Workload:
+                   max_bs: int = 256, context_len: int = 4096, moe: str = "fused-bf16") -> Workload:
     """Build the model on ``device`` and input buffers for the largest bucket (and, for
     decode, a KV cache for ``max_bs`` sequences of ``context_len`` tokens).
 
     Inputs are allocated once and sliced per bucket, as the engines do. ``tp_rank`` /
     ``tp_size``: this tensor-parallel rank's shard (the inputs are the same on every rank).
     ``experts``: "bf16" or "packed" (gpt-oss's MXFP4 experts kept packed, :func:`bcgprof.models.load`).
+    ``moe``: the MoE's workspace, "fused-bf16" or "sglang-mxfp4" (:func:`bcgprof.models.load`).
     """
     from bcgprof import models
 
@@ -48,7 +49,7 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
     start = time.perf_counter()
     model = models.load(spec.name if spec.source == "preset" else str(spec.config_path.parent),
                         weights=weights, device=device, dtype=dtype, num_layers=num_layers, seed=seed,
-                        tp_rank=tp_rank, tp_size=tp_size, experts=experts)
+                        tp_rank=tp_rank, tp_size=tp_size, experts=experts, moe=moe)
     torch.cuda.synchronize(device)
     build_s = time.perf_counter() - start
     vocab = int(spec.config["vocab_size"])

@@ -79,17 +79,19 @@ def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
 def build_meta(
     model: str | Path | ModelSpec, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1,
     experts: str = "bf16",
+    moe: str = "fused-bf16",
 ) -> DecoderModel:
     """The stack on the ``meta`` device: shapes, parameter counts and sizes, no memory.
 
     ``tp_rank``/``tp_size``: build tensor-parallel rank ``tp_rank``'s shard of a stack
     split over ``tp_size`` ranks (one ModelConfigError line when it does not split).
     ``experts``: "bf16", or "packed" for MXFP4 experts kept as the checkpoint stores them
-    (gpt-oss only; one ModelConfigError line for other families)."""
+    (gpt-oss only; one ModelConfigError line for other families). ``moe``: "fused-bf16", or
+    "sglang-mxfp4" for SGLang's MXFP4 MoE workspace (gpt-oss only; :class:`bcgprof.vocab.Moe`)."""
     spec = _spec(model)
     with torch.device("meta"), _no_init():
         return model_class(spec.family)(spec.config, num_layers=num_layers, tp_rank=tp_rank, tp_size=tp_size,
-                                        experts=experts)
+                                        experts=experts, moe=moe)
 
 
 _INITS = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
@@ -120,6 +122,7 @@ def load(
     tp_rank: int = 0,
     tp_size: int = 1,
     experts: str = "bf16",
+    moe: str = "fused-bf16",
 ) -> DecoderModel:
     """Build a model's layer stack on ``device`` with dummy or checkpoint weights.
 
@@ -137,7 +140,8 @@ def load(
     as unsharded ones are (they are not slices of the unsharded model's dummy values).
     ``experts``: "bf16" (expert weights in ``dtype``) or "packed" (gpt-oss's MXFP4 experts
     kept as uint8 blocks and scales, decoded inside the fused MoE's GEMMs; a checkpoint's
-    ``*_blocks`` / ``*_scales`` load as stored; dummy blocks are random bytes).
+    ``*_blocks`` / ``*_scales`` load as stored; dummy blocks are random bytes). ``moe``: the MoE's
+    workspace, "fused-bf16" or "sglang-mxfp4" (as :func:`build_meta`).
 
     The module is built on ``meta``, cast, then materialised uninitialised on the device
     in its final dtype (no CPU staging, no float32 detour), then filled. Returned in eval
@@ -161,7 +165,8 @@ def load(
 
     from bcgprof.models import weights as weight_loading
 
-    module = build_meta(spec, num_layers, tp_rank=tp_rank, tp_size=tp_size, experts=experts)
+    module = build_meta(spec, num_layers, tp_rank=tp_rank, tp_size=tp_size, experts=experts,
+                        moe=moe)
     module = module.to(dtype=torch_dtype)  # still meta: nothing allocated
     if weights == Weights.ONE_LAYER:
         weight_loading.share_layer_weights(module)  # tied on meta, so one layer's weights are ever allocated

@@ -55,6 +55,8 @@ class ModelArgs:
     rope_theta_default: float = 10000.0
     # expert weights: "bf16" (the activations' dtype) or "packed" (MXFP4 as the checkpoint stores them)
     experts: str = "bf16"
+    # the MoE's workspace: "fused-bf16" or "sglang-mxfp4" (bcgprof.vocab.Moe)
+    moe: str = "fused-bf16"
     # tensor parallelism: this rank's index and the number of ranks (1 = unsharded)
     tp_rank: int = 0
     tp_size: int = 1

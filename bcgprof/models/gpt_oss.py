@@ -20,12 +20,20 @@ from bcgprof.errors import ModelConfigError
 from bcgprof.models import mxfp4
 from bcgprof.models.args import ModelArgs
 from bcgprof.models.checkpoint import CheckpointTarget
-from bcgprof.models.kernels import fused_experts, fused_experts_mxfp4
+from bcgprof.models.kernels import (
+    OgsRouting,
+    experts_ogs,
+    experts_ogs_mxfp4,
+    fused_experts,
+    fused_experts_mxfp4,
+    ogs_routing,
+)
 from bcgprof.models.layers.attention import Attention
 from bcgprof.models.layers.moe import RoutedExperts, TopKRouter
 from bcgprof.models.stack import DecoderLayer, DecoderModel
 from bcgprof.models.tp import shard_range, shard_size, tp_all_reduce
 from bcgprof.spec.shapes import config_value
+from bcgprof.vocab import Moe
 
 # --------------------------------------------------------------------------- config.json
 
@@ -63,7 +71,11 @@ class GptOssExperts(nn.Module):
     Under tensor parallelism every rank holds every expert with I / tp of the
     intermediate: columns [2 r I/tp, 2 (r+1) I/tp) of gate_up_proj (whole gate/up pairs,
     as the columns interleave) and the matching rows of down_proj. The down bias is
-    added by rank 0 only; the block all-reduces the output."""
+    added by rank 0 only; the block all-reduces the output.
+
+    With ``moe="sglang-mxfp4"`` the experts run as SGLang's MXFP4 MoE allocates
+    (:func:`~bcgprof.models.kernels.experts_ogs`, from an expert-sorted routing) instead of
+    the fused MoE."""
 
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -73,15 +85,20 @@ class GptOssExperts(nn.Module):
         self.total_intermediate_size = args.moe_intermediate_size
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
         self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
+        self.moe = args.moe
         self.gate_up_proj = nn.Parameter(torch.zeros(E, H, 2 * I))
         self.gate_up_proj_bias = nn.Parameter(torch.zeros(E, 2 * I))
         self.down_proj = nn.Parameter(torch.zeros(E, I, H))
         self.down_proj_bias = nn.Parameter(torch.zeros(E, H))
 
-    def forward(self, x: torch.Tensor, route: RoutedExperts) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, route: RoutedExperts | OgsRouting) -> torch.Tensor:
         """The fused MoE with the clamped SwiGLU, its output written over ``x`` (SGLang's
-        in-place default): [T, H], this rank's partial sum under tensor parallelism."""
+        in-place default), or with ``moe="sglang-mxfp4"`` (an :class:`OgsRouting`) a new
+        tensor: [T, H], this rank's partial sum under tensor parallelism."""
         b2 = self.down_proj_bias if self.tp_rank == 0 else None  # once over the ranks
+        if isinstance(route, OgsRouting):
+            return experts_ogs(x, route, self.gate_up_proj, self.down_proj, self.gate_up_proj_bias,
+                               b2, alpha=self.alpha, limit=self.limit)
         return fused_experts(x, route.ids, route.weights, self.gate_up_proj, self.down_proj, "clamped_swiglu",
                              self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit, out=x)
 
@@ -118,6 +135,7 @@ class GptOssPackedExperts(nn.Module):
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
         self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
         self.backend: str | None = None  # the kernels' choice (tests force "triton" under the interpreter)
+        self.moe = args.moe
         G = mxfp4.GROUP
 
         def packed(*shape: int) -> nn.Parameter:
@@ -130,9 +148,14 @@ class GptOssPackedExperts(nn.Module):
         self.down_proj_scales = packed(E, H, I // G)
         self.down_proj_bias = nn.Parameter(torch.zeros(E, H))
 
-    def forward(self, x: torch.Tensor, route: RoutedExperts) -> torch.Tensor:
-        """As :meth:`GptOssExperts.forward`, through the MXFP4 fused MoE."""
+    def forward(self, x: torch.Tensor, route: RoutedExperts | OgsRouting) -> torch.Tensor:
+        """As :meth:`GptOssExperts.forward`, through the MXFP4 kernels."""
         b2 = self.down_proj_bias if self.tp_rank == 0 else None
+        if isinstance(route, OgsRouting):
+            return experts_ogs_mxfp4(x, route, self.gate_up_proj_blocks, self.gate_up_proj_scales,
+                                     self.down_proj_blocks, self.down_proj_scales,
+                                     self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit,
+                                     backend=self.backend)
         return fused_experts_mxfp4(x, route.ids, route.weights, self.gate_up_proj_blocks, self.gate_up_proj_scales,
                                    self.down_proj_blocks, self.down_proj_scales, "clamped_swiglu",
                                    self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit, out=x,
@@ -140,13 +163,25 @@ class GptOssPackedExperts(nn.Module):
 
 
 class GptOssMLP(nn.Module):
+    """The MoE block: router, then experts, then the all-reduce over the ranks.
+
+    ``moe="sglang-mxfp4"`` routes as SGLang's ``GptOssSparseMoeBlock.forward_normal`` with its
+    MXFP4 MoE on Hopper: the router's logits stay alive until the block returns, and the routing
+    is ``triton_kernels``' expert-sorted layout (:func:`~bcgprof.models.kernels.ogs_routing`)."""
+
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.tp_size = args.tp_size
+        self.top_k = args.top_k
+        self.moe = args.moe
         self.router = make_router(args)  # replicated on every rank
         self.experts = GptOssPackedExperts(args) if args.experts == "packed" else GptOssExperts(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.moe == Moe.SGLANG_MXFP4:
+            logits = self.router.logits(x)  # [T, E]
+            routing = ogs_routing(logits, self.top_k)
+            return tp_all_reduce(self.experts(x, routing), self.tp_size)  # [T, H], a new tensor
         return tp_all_reduce(self.experts(x, self.router(x)), self.tp_size)  # [T, H]
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
@@ -184,6 +219,7 @@ class GptOssModel(DecoderModel):
     family = "gpt_oss"
     norm_fp32_weight = True  # gpt-oss scales in float32, then casts
     packed_experts = True  # experts="packed": GptOssPackedExperts
+    sglang_mxfp4_moe = True  # moe="sglang-mxfp4": SGLang's MXFP4 MoE (experts_ogs)
 
     @classmethod
     def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:

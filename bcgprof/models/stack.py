@@ -18,6 +18,7 @@ from bcgprof.models.layers.attention import Attention
 from bcgprof.models.layers.norm import RMSNorm
 from bcgprof.models.layers.rope import RotaryEmbedding, rope_parameters
 from bcgprof.models.tp import shard
+from bcgprof.vocab import Moe, words
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
@@ -42,17 +43,25 @@ class DecoderModel(nn.Module):
     family: str = ""
     norm_fp32_weight: bool = False
     packed_experts: bool = False  # whether make_layer can keep MXFP4 experts packed (experts="packed")
+    sglang_mxfp4_moe: bool = False  # whether make_layer builds SGLang's MXFP4 MoE (sglang-mxfp4)
 
     def __init__(self, config: dict, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1,
-                 experts: str = "bf16"):
+                 experts: str = "bf16", moe: str = Moe.FUSED_BF16):
         super().__init__()
         self.config = config
         if experts not in ("bf16", "packed"):
             raise ModelConfigError(f"experts must be 'bf16' or 'packed', got {experts!r}")
         if experts == "packed" and not self.packed_experts:
             raise ModelConfigError(f"{self.family} has no MXFP4 experts to keep packed; use experts='bf16'")
+        if moe not in words(Moe):
+            choices = ", ".join(map(repr, words(Moe)))
+            raise ModelConfigError(f"moe must be one of {choices}, got {moe!r}")
+        if moe == Moe.SGLANG_MXFP4 and not self.sglang_mxfp4_moe:
+            raise ModelConfigError(f"{self.family} has no SGLang MXFP4 MoE to build; "
+                                   "use moe='fused-bf16'")
         self.args = shard(self.read_args(config, num_layers), tp_rank, tp_size)
         self.args.experts = experts
+        self.args.moe = str(moe)
         self.tp_rank, self.tp_size = self.args.tp_rank, self.args.tp_size
         a = self.args
         self.num_layers = a.num_layers

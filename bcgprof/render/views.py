@@ -14,7 +14,7 @@ from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds, pct_change
-from bcgprof.vocab import Experts, ListMode, Mode, Source, words
+from bcgprof.vocab import Experts, ListMode, Mode, Moe, Source, words
 
 if TYPE_CHECKING:
     from bcgprof.analysis.compare import Comparison
@@ -66,6 +66,7 @@ def run_line(report: Report) -> str:
     gpu = run.gpu_name or "unknown GPU"
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
     experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
+    experts += f", {run.moe} MoE" if run.moe != Moe.FUSED_BF16 else ""
     if run.source == Source.RECORD:  # a program's own capture: no layers, dtype or weights of bcgprof's
         return (f"recorded: {run.model}: {span} in {', '.join(run.modes)}{tp} on {gpu}; torch "
                 f"{run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; status {run.status}")

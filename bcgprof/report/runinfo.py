@@ -23,6 +23,7 @@ from bcgprof.options import (
     EXECUTABLES,
     EXPERTS,
     GRAPH_KINDS,
+    MOE_BACKENDS,
     ORDERS,
     PHASES,
     REPORT_MODES,
@@ -41,7 +42,7 @@ RUN_REQUIRED = ("schema_version", "model", "phase", "buckets", "modes", "tp", "s
 # bcgprof.spec.config_hash writes 16 hexadecimal digits; any short token without spaces is taken
 CONFIG_HASH = re.compile(r"[0-9A-Za-z._-]{1,64}")
 _CHOICES = {"phase": PHASES, "status": RUN_STATUSES, "graph": GRAPH_KINDS, "order": ORDERS, "weights": WEIGHTS,
-            "experts": EXPERTS, "source": SOURCES, "executables": EXECUTABLES}
+            "experts": EXPERTS, "source": SOURCES, "executables": EXECUTABLES, "moe": MOE_BACKENDS}
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 

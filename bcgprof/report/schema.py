@@ -20,6 +20,7 @@ from bcgprof.vocab import (
     Executables,
     Experts,
     GraphKind,
+    Moe,
     Order,
     Phase,
     RunStatus,
@@ -166,6 +167,7 @@ class RunInfo:
     experts: str = Experts.BF16  # bf16 | packed (reports written before this field: bf16)
     source: str = Source.CAPTURE  # capture | record (reports written before this field: capture)
     executables: str = Executables.PER_SEGMENT  # per-segment | per-signature (older: per-segment)
+    moe: str = Moe.FUSED_BF16  # fused-bf16 | sglang-mxfp4 (reports before this field: fused-bf16)
 
     @property
     def warmup_outputs_freed(self) -> bool:

@@ -20,6 +20,11 @@ experts, hidden H, intermediate I of this rank, N1 = 2I):
 * MXFP4 experts (:func:`fused_experts_mxfp4`, gpt-oss's ``*_blocks`` / ``*_scales`` kept
   packed): the same workspace, byte for byte; the weights are decoded in registers inside
   the GEMMs, never into a tensor.
+* Outer-gather/scatter MoE (:func:`experts_ogs`, :func:`experts_ogs_mxfp4`; ``--moe
+  sglang-mxfp4``): SGLang's MXFP4 path for gpt-oss on Hopper. :func:`ogs_routing` keeps the
+  expert-sorted routing of :func:`ogs_workspace_shapes`; the experts allocate ``intermediate``
+  [T*k, I] (GEMM1 with the SwiGLU in its epilogue), ``output`` [T, H] and, for GEMM2 and the sum
+  over k, ``scratch`` [T*k, H] (:meth:`OgsWorkspace.peak_bytes`).
 * Determinism: no atomics, no split-K, fixed launch configurations (no autotuning); a
   CUDA-graph replay equals an eager run bit for bit.
 
@@ -37,17 +42,27 @@ from bcgprof.models.kernels.activation import (
     silu_and_mul_reference,
 )
 from bcgprof.models.kernels.moe import ACTIVATIONS, fused_experts, fused_experts_mxfp4, fused_experts_reference
+from bcgprof.models.kernels.moe_ogs import experts_ogs, experts_ogs_mxfp4, experts_ogs_reference
+from bcgprof.models.kernels.ogs_routing import OgsRouting, ogs_routing
+from bcgprof.models.kernels.ogs_workspace import OgsWorkspace, ogs_workspace_shapes
 from bcgprof.models.kernels.workspace import MoEWorkspace, moe_workspace_shapes
 
 __all__ = [
     "ACTIVATIONS",
     "MoEWorkspace",
+    "OgsRouting",
+    "OgsWorkspace",
     "clamped_swiglu",
     "clamped_swiglu_reference",
+    "experts_ogs",
+    "experts_ogs_mxfp4",
+    "experts_ogs_reference",
     "fused_experts",
     "fused_experts_mxfp4",
     "fused_experts_reference",
     "moe_workspace_shapes",
+    "ogs_routing",
+    "ogs_workspace_shapes",
     "silu_and_mul",
     "silu_and_mul_reference",
     "triton_available",

@@ -86,7 +86,7 @@ def _moe_gemm_kernel(
 
 
 @triton.jit
-def _mxfp4_to_float(nib, scale):
+def mxfp4_to_float(nib, scale):
     """FP4 e2m1 codes (0..15, int32) times E8M0 scales (0..255, int32) -> float32, exactly:
     the float32 bits of the code's value (sign, exponent, one mantissa bit) times 2**(scale - 127)
     built as float32 bits (scale 0 is 2**-127, a subnormal; 255 is inf, as ldexp gives)."""
@@ -155,8 +155,8 @@ def _moe_gemm_mxfp4_kernel(
             a_odd = tl.load(a_ptrs + stride_ak, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             packed = tl.load(b_ptrs, mask=k_ok[:, None], other=0).to(tl.int32)
             scale = tl.load(s_ptrs, mask=k_ok[:, None], other=0).to(tl.int32)
-        w_even = _mxfp4_to_float(packed & 0xF, scale)  # [BLOCK_K / 2, BLOCK_N] float32, exact
-        w_odd = _mxfp4_to_float(packed >> 4, scale)
+        w_even = mxfp4_to_float(packed & 0xF, scale)  # [BLOCK_K / 2, BLOCK_N] float32, exact
+        w_odd = mxfp4_to_float(packed >> 4, scale)
         if UPCAST:  # float32 inputs (exact-ish, no TF32), and the interpreter
             acc = tl.dot(a_even.to(tl.float32), w_even, acc=acc, input_precision="ieee")
             acc = tl.dot(a_odd.to(tl.float32), w_odd, acc=acc, input_precision="ieee")

@@ -144,7 +144,7 @@ def fused_experts(
 # --------------------------------------------------------------------------- MXFP4 weights
 
 
-def _check_mxfp4(x, w1_blocks, w1_scales, w2_blocks, w2_scales) -> tuple[int, int, int]:
+def check_mxfp4(x, w1_blocks, w1_scales, w2_blocks, w2_scales) -> tuple[int, int, int]:
     """(E, N1, I) of packed expert weights, or one ValueError line."""
     from bcgprof.models import mxfp4
 
@@ -203,7 +203,7 @@ def fused_experts_mxfp4(
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    E, N1, I = _check_mxfp4(x, w1_blocks, w1_scales, w2_blocks, w2_scales)
+    E, N1, I = check_mxfp4(x, w1_blocks, w1_scales, w2_blocks, w2_scales)
     T, H = x.shape
     mode = choose(x.device, backend)
     if mode == REFERENCE:
@@ -251,7 +251,7 @@ def fused_experts_mxfp4(
 # --------------------------------------------------------------------------- reference
 
 
-def _grouped_mm_f32(a: torch.Tensor, w: torch.Tensor, sorted_e: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+def grouped_mm_f32(a: torch.Tensor, w: torch.Tensor, sorted_e: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """[M, K] rows grouped by expert (``sorted_e`` [M], ends ``offs`` [E]) times w [E, K, N],
     accumulated in float32 -> float32 [M, N]. No host synchronisation."""
     a32, w32 = a.float(), w.float()
@@ -288,7 +288,7 @@ def fused_experts_reference(
     order = torch.argsort(flat, stable=True)  # [T*k] sorted position -> row t*k+s
     sorted_e = flat[order]
     offs = torch.searchsorted(sorted_e, torch.arange(E, device=x.device), right=True).to(torch.int32)  # [E]
-    h = _grouped_mm_f32(x[order // k], w1, sorted_e, offs)  # [T*k, N1] float32
+    h = grouped_mm_f32(x[order // k], w1, sorted_e, offs)  # [T*k, N1] float32
     if b1 is not None:
         h += b1.float()[sorted_e]
     h = h.to(x.dtype)
@@ -296,7 +296,7 @@ def fused_experts_reference(
         a = silu_and_mul_reference(h)  # [T*k, I]
     else:
         a = clamped_swiglu_reference(h, alpha, limit)
-    y = _grouped_mm_f32(a, w2, sorted_e, offs)  # [T*k, H] float32
+    y = grouped_mm_f32(a, w2, sorted_e, offs)  # [T*k, H] float32
     if b2 is not None:
         y += b2.float()[sorted_e]
     y *= topk_weights.reshape(-1).float()[order][:, None]

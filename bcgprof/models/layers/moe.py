@@ -59,6 +59,10 @@ class TopKRouter(nn.Module):
             return self.softmax_then_topk(x)
         return self.topk_then_softmax(x)
 
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The router's logits [T, E] alone (for a MoE that routes from them itself)."""
+        return F.linear(x, self.weight, self.bias)
+
     def topk_then_softmax(self, x: torch.Tensor) -> RoutedExperts:
         logits = F.linear(x, self.weight, self.bias)  # [T, E]
         top, ids = torch.topk(logits, self.top_k, dim=-1)  # [T, k]
