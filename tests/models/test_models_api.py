@@ -75,7 +75,7 @@ def test_num_layers_out_of_range(tiny_dir, n):
 def test_safetensors_needs_a_checkpoint_directory():
     with pytest.raises(ModelConfigError, match="preset with no checkpoint"):
         load("gpt-oss-20b", weights="safetensors", device="cpu")
-    with pytest.raises(ModelConfigError, match="'dummy', 'shared' or 'safetensors'"):
+    with pytest.raises(ModelConfigError, match="one of 'dummy', 'one-layer', 'safetensors', got 'random'"):
         load("gpt-oss-20b", weights="random", device="cpu")
 
 
