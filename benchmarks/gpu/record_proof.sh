@@ -30,13 +30,15 @@ python benchmarks/record_overhead.py --rounds 3 --sizes 32 --out "$OUT/overhead"
 if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   step default capture and gate
   $B capture --out "$OUT/default" > "$OUT/default.log" 2>&1; echo "rc $?" >> "$OUT/default.log"
-  $B gate --baseline reports/gpt-oss-20b-h200 --current "$OUT/default" --each-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
+  BASE=reports/gpt-oss-20b-h200; grep -q H100 "$OUT/gpu.txt" && BASE=reports/gpt-oss-20b-h100-traced
+  echo "baseline $BASE" > "$OUT/default-gate.log"
+  $B gate --baseline $BASE --current "$OUT/default" --each-bucket --rel-tol 0 --abs-tol-mib 0 >> "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
 fi
 rm -rf "$OUT"/*/.record/site
 # the recordings, as one file (a device call brings back a limited number of files)
 tar -czf "$OUT/recordings.tar.gz" -C "$OUT" recorded-loop recorded-child recorded-torchrun recorded-compiled \
     recorded-capture native native-under-hook 2>/dev/null
 for f in loop child torchrun compiled native recorded-capture hook-gate overhead default default-gate; do
-  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|error|report " "$OUT/$f.log" | tail -6; }
+  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|a bucket|error|report |baseline|readings took" "$OUT/$f.log" | tail -6; }
 done
 cat "$OUT/table.txt"
