@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Optional
 
 from bcgprof.record import adapters as table
@@ -97,11 +98,14 @@ def _wrap(owner: Any, name: str, adapter: table.Adapter, rec: Recorder) -> None:
 class _Bucket:
     """One bucket in progress."""
 
-    def __init__(self, group: str, size: Optional[int], before: Optional[dict[str, Any]], sampler: Any):
+    def __init__(self, group: str, size: Optional[int], before: Optional[dict[str, Any]], sampler: Any,
+                 per_graph: bool, hook_s: float):
         self.group = group
         self.size = size
         self.before = before
         self.sampler = sampler
+        self.per_graph = per_graph  # no bucket function around it: the graph is the bucket
+        self.hook_s = hook_s  # the readings' time in the program so far
         self.started = time.perf_counter()
         self.first_capture: Optional[float] = None
         self.graphs = 0
@@ -113,10 +117,10 @@ class Recorder:
     """A process's recording state: its adapters, the graph pools its captures used, the open buckets."""
 
     def __init__(self, spool: str, adapters: list[table.Adapter], sample_ms: float):
-        self.lines = LineWriter(spool)  # type: ignore[arg-type]
+        self.lines = LineWriter(Path(spool))
         self.adapters = adapters
         self.sample_ms = sample_ms
-        self.pools: set[tuple[int, int]] = set()
+        self.pools: set[tuple[int, ...]] = set()
         self.engines: set[str] = set()
         self.graph_count = 0
         self._memory: Any = None
@@ -236,7 +240,7 @@ class Recorder:
     def graph_ends(self, graph: Any) -> None:
         try:
             self.graph_count += 1
-            self.pools.add(tuple(int(x) for x in graph.pool()))  # type: ignore[arg-type]
+            self.pools.add(tuple(int(x) for x in graph.pool()))
             bucket = self._open_bucket()
             if bucket is None:
                 return
@@ -246,7 +250,7 @@ class Recorder:
 
                 nodes = graph_node_count(graph)
                 bucket.nodes = None if nodes is None else bucket.nodes + nodes
-            if getattr(bucket, "per_graph", False):
+            if bucket.per_graph:
                 self._end(bucket, None)
         except Exception as e:
             self._warn("capture_end", e)
@@ -309,9 +313,7 @@ class Recorder:
 
             sampler = PeakSampler(self._memory, self.sample_ms)
             sampler.start_window(before["used"])
-        bucket = _Bucket(group, size, before, sampler)
-        bucket.per_graph = per_graph  # type: ignore[attr-defined]
-        bucket.hook_s = time.perf_counter() - started  # type: ignore[attr-defined]
+        bucket = _Bucket(group, size, before, sampler, per_graph, time.perf_counter() - started)
         self._stack().append(bucket)
         return bucket
 
@@ -325,7 +327,7 @@ class Recorder:
         if bucket.sampler is not None:
             peak = bucket.sampler.window_peak(after["used"] if after else 0)
             bucket.sampler.close()
-        hook_ms = (getattr(bucket, "hook_s", 0.0) + time.perf_counter() - ended) * 1e3
+        hook_ms = (bucket.hook_s + time.perf_counter() - ended) * 1e3
         if bucket.before is None and after is None:
             return  # CUDA never started: nothing was captured
         status, detail = "ok", ""
@@ -337,7 +339,7 @@ class Recorder:
         self.lines.write(
             BUCKET, group=bucket.group, size=bucket.size, rank=_rank(), status=status, detail=detail,
             graphs=bucket.graphs, nodes=bucket.nodes if bucket.graphs else None, streams=len(bucket.streams),
-            before=bucket.before, after=after, graph_pools=sorted(f"{a},{b}" for a, b in self.pools),
+            before=bucket.before, after=after, graph_pools=sorted(",".join(map(str, p)) for p in self.pools),
             device_peak=peak, warmup_ms=(first - bucket.started) * 1e3, capture_ms=(ended - first) * 1e3,
             ordinal=self.graph_count, hook_ms=hook_ms)
 
