@@ -49,7 +49,6 @@ def loaded(module: Any) -> None:
     rec = recorder()
     if module.__name__ == "torch.cuda.graphs":
         rec.patch_graphs(module.CUDAGraph)
-        threading.Thread(target=_start_nvml, name="bcgprof-record-nvml", daemon=True).start()
     for adapter in rec.adapters:
         if adapter.covers(module.__name__):
             for owner, name in _targets(module, adapter.name):
@@ -127,6 +126,7 @@ class Recorder:
         self._local = threading.local()
         self._warned: set[str] = set()
         self._described = False
+        self._nvml_started = False
         # what a bucket's readings come from: the device (NVML and the allocator), or a stand-in in CPU tests
         self.read: Callable[[], Optional[dict[str, Any]]] = self._device_reading
 
@@ -160,6 +160,7 @@ class Recorder:
 
     def enter(self, adapter: table.Adapter, cls: Optional[type], signature: inspect.Signature, args: tuple,
               kwargs: dict) -> Any:
+        self._start_nvml()
         try:
             if adapter.role == table.PHASE:
                 self.lines.write(PHASE, event="begin", name=adapter.name, engine=adapter.engine)
@@ -224,6 +225,7 @@ class Recorder:
         setattr(cls, _WRAPPED, True)
 
     def graph_begins(self) -> None:
+        self._start_nvml()
         try:
             bucket = self._open_bucket()
             if bucket is None:  # no bucket function around it: the graph is its own bucket
@@ -256,6 +258,14 @@ class Recorder:
             self._warn("capture_end", e)
 
     # ------------------------------------------------------------ readings and lines
+
+    def _start_nvml(self) -> None:
+        """NVML's start (tens of ms) on a thread of its own, as soon as the process shows it captures (an
+        engine's capture phase begins, a bucket function or a graph's capture): it overlaps the program's
+        own set-up where a phase function comes first, and a process that never captures never pays it."""
+        if not self._nvml_started:
+            self._nvml_started = True
+            threading.Thread(target=_start_nvml, name="bcgprof-record-nvml", daemon=True).start()
 
     def _memory_reader(self) -> Any:
         if self._memory is None:
@@ -345,8 +355,8 @@ class Recorder:
 
 
 def _start_nvml() -> None:
-    """NVML's start (tens of ms), made while the program loads rather than in its first bucket; it creates
-    no CUDA context and takes no device memory. Where NVML is missing, readings fall back as they would."""
+    """``nvmlInit``: it creates no CUDA context and takes no device memory. Where NVML is missing, the
+    readings fall back as they would."""
     try:
         import pynvml
 
