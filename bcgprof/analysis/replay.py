@@ -27,18 +27,19 @@ block's segment when it is free, else one above every segment (addresses only br
 ties; :meth:`Replayer.laid_out` puts every segment at random, as another process layout would).
 Replaying the profile's own list reproduces its pool and every block address (:meth:`Replayer.check`).
 
-Cost: one replay step per event of the list's buckets (about 3,600 for a gpt-oss-20b bucket of 24
-layers, some 2 microseconds each, fewer where repeated layers are skipped), each O(log) in the pool's
-blocks and segments: ``k`` buckets of ``E`` events cost O(k E log) once. Lists replayed are kept in a
-prefix tree (capture order, largest first) with the pool after each of their buckets; the state itself
-is kept where a list ends and where a later list leaves an earlier one's path (up to ``CACHE_STATES``
-states, least recently used dropped), so a list that shares leading buckets with one replayed before
-replays only the buckets after the shared part, and the pool after that part is known without a replay
-(:meth:`Replayer.known_pool`). A bucket replayed before from a small state of the same content (pool,
-live blocks) is looked up instead of replayed (:meth:`Replayer._memo_step`): where each bucket frees
-what it allocates the pool comes back to the same few free segments after every bucket, whatever the
-list. :meth:`Replayer.pool_within` replays only until the pool passes a limit.
-``Replayer.bucket_replays``, ``events_replayed`` and ``memo_hits`` count the work done. Torch-free.
+Cost: one replay step per event of the list's buckets (a bucket's events are its layers' allocations
+and frees, so they grow with the layer count; fewer where repeated layers are skipped), each O(log)
+in the pool's blocks and segments: ``k`` buckets of ``E`` events cost O(k E log) once. Lists
+replayed are kept in a prefix tree (capture order, largest first) with the pool after each of their
+buckets; the state itself is kept where a list ends and where a later list leaves an earlier one's
+path (up to ``CACHE_STATES`` states, least recently used dropped), so a list that shares leading
+buckets with one replayed before replays only the buckets after the shared part, and the pool after
+that part is known without a replay (:meth:`Replayer.known_pool`). A bucket replayed before from a
+small state of the same content (pool, live blocks) is looked up instead of replayed
+(:meth:`Replayer._memo_step`): where each bucket frees what it allocates the pool comes back to the
+same few free segments after every bucket, whatever the list. :meth:`Replayer.pool_within` replays
+only until the pool passes a limit. ``Replayer.bucket_replays``, ``events_replayed`` and
+``memo_hits`` count the work done. Torch-free.
 """
 
 from __future__ import annotations
@@ -379,39 +380,47 @@ class Replayer(BucketSources):
         state.at[source] = max(last, position)
         bops = self.ops[source][bucket]
         self.bucket_replays += 1
-        if check or bops.fold is None:  # check: every placement is compared, so nothing is skipped
+        if bops.fold is None or (check and not bops.from_trace):  # check: every placement is compared
             ops = bops.ops
             self.events_replayed += len(ops)
             self._run(state, ops, 0, len(ops), check)
         else:
-            self._run_folded(state, bops)
+            self._run_folded(state, bops, check)
         state.reserved.append(pool.reserved)
 
     @staticmethod
-    def _run(state: _State, ops: Sequence, begin: int, end: int, check: bool = False) -> None:
+    def _run(state: _State, ops: Sequence, begin: int, end: int, check: bool = False,
+             placed: Optional[list] = None) -> None:
+        """Events ``[begin, end)``; ``check``: count allocations placed elsewhere than recorded; ``placed``: where
+        each allocation went, by its index."""
         pool, live = state.pool, state.live
         malloc, free_at = pool.malloc, pool.free_at
-        for op in ops[begin:end]:
+        for at, op in enumerate(ops[begin:end], begin):
             if op[0] == ALLOC:
                 block, _ = malloc(op[1], op[2], op[4])
                 live[op[3]] = block.addr
                 if check and block.addr != op[5]:
                     state.mismatches += 1
+                if placed is not None:
+                    placed[at] = block.addr
             else:
                 addr = live.pop(op[1], None)
                 if addr is not None:  # None: its allocation belongs to a bucket not in the list
                     free_at(addr)
 
-    def _run_folded(self, state: _State, bops: BucketOps) -> None:
+    def _run_folded(self, state: _State, bops: BucketOps, check: bool = False) -> None:
         """:meth:`_run` over the whole bucket, jumping over repeated periods where the state repeats
-        (:mod:`bcgprof.analysis.replay_fold`): the same result, in a fraction of the steps."""
+        (:mod:`bcgprof.analysis.replay_fold`): the same result, in a fraction of the steps. The events skipped
+        place each allocation where the same event a cycle earlier did, so ``check`` compares their recorded
+        addresses with those (:meth:`~bcgprof.analysis.trace_set.BucketOps.mismatches`) instead of replaying."""
         ops, frees = bops.lazy(), bops.frees  # the events made into tuples only where they are run
         assert bops.fold is not None
+        placed = [-1] * len(ops) if check else None
         starts, end = boundaries(bops.fold)
         at = 0
         seen: dict[tuple, int] = {}  # signature -> index of the period start where it was seen
         for j, b in enumerate(starts):
-            self._run(state, ops, at, b)
+            self._run(state, ops, at, b, check, placed)
             self.events_replayed += b - at
             at = b
             now = signature(state.pool.layout(), state.live, frees, b, end)
@@ -420,13 +429,15 @@ class Replayer(BucketSources):
                 shift = (end - b) // cycle * cycle
                 renamed = rename(ops, state.live, frees, shift, end) if shift else None
                 if renamed is not None:
+                    if placed is not None:
+                        state.mismatches += bops.mismatches(placed[b - cycle:b], b, b + shift)
                     state.live.clear()
                     state.live.update(renamed)
                     at = b + shift
                     break
             seen[now] = j
         self.events_replayed += len(ops) - at
-        self._run(state, ops, at, len(ops))
+        self._run(state, ops, at, len(ops), check, placed)
 
     def check(self, mode: str) -> PoolReplay:
         """The profile's own list of ``mode``, placements checked against the recorded addresses."""

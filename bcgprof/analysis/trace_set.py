@@ -199,6 +199,20 @@ class BucketOps:
     def fold(self, value: Optional[tuple[int, int, int]]) -> None:
         self._fold = value
 
+    @property
+    def from_trace(self) -> bool:
+        """Whether the events are read from a trace's columns (with their recorded addresses)."""
+        return self._columns is not None
+
+    def mismatches(self, period: list, begin: int, end: int) -> int:
+        """How many allocations among events ``[begin, end)`` were recorded elsewhere than where ``period`` (the
+        addresses the events just before ``begin`` got, -1 for a free) repeating over them puts them."""
+        assert self._columns is not None
+        trace, bucket, _ = self._columns
+        c = trace.columns(bucket)[begin:end]
+        expected = np.resize(np.asarray(period, dtype=np.int64), end - begin)
+        return int(np.count_nonzero((c[:, KIND] == ALLOC) & (c[:, RECORDED] != expected)))
+
     def release(self) -> None:
         """Drop the tuples (made again when asked)."""
         if self._columns is not None or self._make is not None:

@@ -5,12 +5,13 @@ refused before a byte is read otherwise) and hashed: its SHA-256 names it wherev
 from it is cached (:mod:`bcgprof.analysis.trace_cache`). It is inflated as a stream
 (:func:`inflate_chunks`: gzip members one after another, at most :data:`CHUNK` bytes out per step),
 and the stream stops as soon as the text passes ``MAX_TEXT_BYTES`` or holds more than ``MAX_ROWS``
-rows, so a gzip bomb or a padded file costs at most the caps. The rows are parsed a few megabytes at
-a time, whole columns at once (numpy): a piece is accepted only if every line is a row as the writer
-writes it (ten cells, each plain digits or one of its column's words), the digits become integers
-column by column, and then the rules the replay relies on (allocation and segment numbers
-unique, frees naming earlier allocations, a graph-pool block in a graph-pool segment, a bucket's
-rows in one run) are checked on whole columns (:func:`check_table`). The first line that breaks a
+rows, so a gzip bomb or a padded file costs at most the caps, and nothing is parsed before the whole
+text is within them. The rows are then parsed a few megabytes at a time, whole columns at once
+(numpy): a piece is accepted only if every line is a row as the writer writes it (ten cells, each
+plain digits or one of its column's words), the digits become integers column by column, and then
+the rules the replay relies on (allocation and segment numbers unique, frees naming earlier
+allocations, a graph-pool block in a graph-pool segment, a bucket's rows in one run) are checked on
+whole columns (:func:`check_table`). The first line that breaks a
 rule is then read alone, to refuse the file in one line naming it.
 
 Invariant: a table returned holds every row of the file in order, each cell as its integer (a word
@@ -18,7 +19,7 @@ as its index in :data:`PHASES`, :data:`POOLS` or :data:`ACTIONS`; an empty cell 
 rule above holds; anything else is a :class:`~bcgprof.report.traces.TraceError` of one line.
 
 Cost: O(compressed + text) time, a constant number of numpy passes over each piece; memory the
-compressed file, one piece of text and the table (80 bytes a row). Torch-free.
+compressed file, the text (at most ``MAX_TEXT_BYTES``) and the table (80 bytes a row). Torch-free.
 """
 
 from __future__ import annotations
@@ -190,23 +191,19 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     if len(lines) < 2 or lines[1] != ",".join(COLUMNS).encode():
         raise bad(path, f"line 2 is not the column header {','.join(COLUMNS)}")
     known = np.unique(np.asarray(head["buckets"], dtype=np.int64))
-    tables: list[np.ndarray] = []
-    count = 0
-    for chunk in chunks:
-        buffer += chunk
-        if len(buffer) >= PIECE:
-            cut = buffer.rfind(b"\n") + 1
-            if cut:
-                tables.append(_piece(path, bytes(buffer[:cut]), 3 + count, known))
-                count += len(tables[-1])
-                del buffer[:cut]
-    if buffer:
-        if not buffer.endswith(b"\n"):
-            buffer += b"\n"
-        tables.append(_piece(path, bytes(buffer), 3 + count, known))
-        count += len(tables[-1])
-    if count > fmt.MAX_ROWS:
+    buffer += b"".join(chunks)  # the whole text first (within the caps), so that a file over them costs no parsing
+    if buffer and not buffer.endswith(b"\n"):
+        buffer += b"\n"
+    if buffer.count(b"\n") > fmt.MAX_ROWS:
         raise bad(path, f"more than {fmt.MAX_ROWS} rows ({caps()})")
+    text = bytes(buffer)
+    del buffer
+    tables: list[np.ndarray] = []
+    count = at = 0
+    while at < len(text):
+        cut = text.rfind(b"\n", at, at + PIECE) + 1 or text.find(b"\n", at) + 1  # whole lines, one at least
+        tables.append(_piece(path, text[at:cut], 3 + count, known))
+        count, at = count + len(tables[-1]), cut
     table = np.concatenate(tables) if tables else np.empty((0, len(COLUMNS)), dtype=np.int64)
     check_table(path, table)
     device = head.get("device", 0)

@@ -194,3 +194,36 @@ def test_events_are_made_into_tuples_only_when_asked_and_dropped_beyond_the_budg
     assert sum(o.size for o in held) <= 200 + max(o.size for o in ops) and ops[-1] in held
     assert [o.ops for o in ops] == made  # made again, the same
     assert all(op[0] in (ALLOC, FREE) for o in made for op in o)
+
+
+def test_the_check_of_a_traces_own_list_skips_repeated_layers_and_counts_every_misplaced_allocation(tmp_path):
+    """Recorded addresses moved in a deep stack's trace (most of its events lie in repeated layers, which the check
+    skips): the folded check counts exactly the allocations a full replay finds misplaced."""
+    import random
+
+    import traced_profile
+    from bcgprof.analysis.replay import Replayer
+    from bcgprof.analysis.trace_set import TraceSet, mode_trace_of
+
+    def deep(tokens):
+        layers, traced_profile.LAYERS = traced_profile.LAYERS, 12
+        try:
+            return traced_profile.forward(tokens)
+        finally:
+            traced_profile.LAYERS = layers
+
+    report = write_profile(tmp_path / "deep", modes=("per-bucket",), requests=deep)
+    rng = random.Random(5)
+    for moved in (0, 1, 7):
+        trace = read_trace(report.path / trace_name("per-bucket"))
+        allocs = [i for i, r in enumerate(trace.rows) if r.action == "alloc" and r.pool == "graph"]
+        for i in rng.sample(allocs, moved):
+            trace.rows[i] = trace.rows[i]._replace(offset=trace.rows[i].offset + 512 * rng.randrange(1, 4))
+        loaded = mode_trace_of(trace)
+        folded, full = (Replayer(TraceSet({"per-bucket": loaded})) for _ in range(2))
+        assert folded.has("per-bucket") and full.has("per-bucket")
+        for ops in full.ops["per-bucket"].values():
+            ops.fold = None
+        quick, slow = folded.check("per-bucket"), full.check("per-bucket")
+        assert (quick.pool_bytes, quick.mismatches) == (slow.pool_bytes, slow.mismatches)
+        assert quick.mismatches == moved and folded.events_replayed < slow.mismatches + full.events_replayed / 3
