@@ -129,3 +129,20 @@ def test_an_out_folder_that_is_not_empty_is_refused_before_the_program_runs(tmp_
     proc = subprocess.run([sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--",
                            sys.executable, "-c", f"open({str(marker)!r}, 'w')"], capture_output=True, text=True)
     assert proc.returncode == 2 and "not an empty folder" in proc.stderr and not marker.exists()
+
+
+def test_the_hook_loads_with_torch_and_starts_nothing_in_a_process_that_never_captures(tmp_path):
+    own = tmp_path / "own"  # a sitecustomize of the program's own, which the bootstrap must still run
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+    program = ("import os, sys, threading\n"
+               "print('before torch', 'bcgprof.record.hook' in sys.modules, os.environ.get('OWN_SITECUSTOMIZE'))\n"
+               "import torch\n"
+               "print('after torch', 'bcgprof.record.hook' in sys.modules, threading.active_count())\n")
+    env = dict(os.environ, PYTHONPATH=str(own))
+    proc = subprocess.run([sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--",
+                           sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "before torch False ran" in proc.stdout
+    assert "after torch True 1" in proc.stdout  # patched, yet no thread of the hook's until a capture
+    assert read_report(tmp_path / "r").run.status == "partial"  # no graph was captured
