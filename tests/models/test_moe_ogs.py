@@ -281,6 +281,25 @@ def test_meta_live_set_at_16k_is_the_workspace(E, weights):
     assert out.shape == (T, H) and out.device.type == "meta"
 
 
+@pytest.mark.parametrize("model, fused_peak, ogs_peak", [
+    ("gpt-oss-20b", 1_420_707_844, 1_138_446_336),
+    ("gpt-oss-120b", 1_420_726_268, 1_141_592_064),
+])
+def test_layer_stack_live_peak_at_16k_is_the_docs_table(model, fused_peak, ogs_peak):
+    # two layers (the second's input is held by the loop, as at any depth) forward on meta: the
+    # whole stack's live bytes at its peak, the MoE's. fused-bf16's is the peak the H200's floor
+    # capture measured (docs/engine-memory.md); sglang-mxfp4's is its table's sum
+    peaks = {}
+    for moe in ("fused-bf16", "sglang-mxfp4"):
+        stack = build_meta(model, num_layers=2, moe=moe).to(BF16)
+        ids, positions = torch.zeros(16384, dtype=torch.long, device="meta"), torch.arange(16384, device="meta")
+        with torch.no_grad(), Live() as live:
+            out = stack(ids, positions)
+        peaks[moe] = live.peak
+        assert live.live == out.untyped_storage().nbytes()
+    assert peaks == {"fused-bf16": fused_peak, "sglang-mxfp4": ogs_peak}
+
+
 @interpreted
 def test_interpreted_live_set_is_the_workspace():
     # the kernels run (interpreted) on real CPU tensors: the same counter, the same bytes
