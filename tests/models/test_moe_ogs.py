@@ -30,7 +30,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import subprocess
+import sys
 import weakref
+from pathlib import Path
 
 import torch
 
@@ -390,6 +393,73 @@ def test_cpu_takes_the_reference_and_the_fused_path_is_unchanged():
     assert torch.equal(plain, fused(c))
 
 
+# the compiled path cannot run here, but Triton compiles for sm_90 without a GPU
+_COMPILE = r"""
+import sys
+import torch
+try:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+except Exception as e:
+    print("SKIP", repr(e)); sys.exit(0)
+from bcgprof.models.kernels import _triton_moe_ogs as tm
+
+ROWS = ("offs_raw_ptr", "pid_map_ptr")
+KERNELS = {
+    "gemm1": (tm._gemm1_swiglu_kernel, dict(x_ptr="bf16", y_ptr="bf16", gather_ptr="i32"),
+              ["I", "K", "stride_xm", "stride_ym"], ["alpha", "limit"], dict(stride_xk=1, TOP_K=4)),
+    "gemm2": (tm._gemm2_kernel, dict(a_ptr="bf16", c_ptr="bf16", gamma_ptr="bf16"),
+              ["N", "K", "stride_am", "stride_cm"], [], dict(stride_ak=1)),
+}
+for mxfp4 in (False, True):
+    for bm in (16, 128):
+        cfg = tm.tile_config(bm, torch.bfloat16)
+        for name, (fn, ptrs, ints, floats, consts) in KERNELS.items():
+            names = fn.arg_names
+            sig = {}
+            for n in names:
+                if n.endswith("_ptr"):
+                    sig[n] = "*" + ptrs.get(n, "u8" if n in ("w_ptr", "s_ptr") and mxfp4 else
+                                          "i32" if n in ROWS else "bf16" if n != "s_ptr" else "u8")
+                elif n in floats:
+                    sig[n] = "fp32"
+                else:
+                    sig[n] = "i32"
+            c = {**consts, "stride_wk": 1, "stride_bias_n": 1, "MXFP4": mxfp4, "HAS_BIAS": True,
+                 "UPCAST": False, "SOFT_BF16": False, "BLOCK_M": bm, "BLOCK_N": cfg.BLOCK_N,
+                 "BLOCK_K": cfg.BLOCK_K}
+            for n in c:
+                sig[n] = "constexpr"
+            attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+                     if n not in c and (sig[n].startswith("*") or n.startswith("stride"))}
+            try:
+                src = ASTSource(fn, sig, c, attrs)
+            except TypeError as e:
+                print("SKIP", repr(e)); sys.exit(0)
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                               options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+            assert k.metadata.shared <= 160 * 1024, (name, bm, k.metadata.shared)
+            if bm == 128:
+                assert "warp_group_dot" in k.asm["ttgir"], (name, bm, "no wgmma")
+print("OK")
+"""
+
+
+def test_kernels_compile_for_hopper(tmp_path):
+    # both GEMMs, bf16 and MXFP4 weights, a small tile and a wgmma one
+    if _interpreter_problem() == "triton is not installed":
+        pytest.skip("triton is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    if run.stdout.startswith("SKIP"):
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout + run.stderr[-3000:]
+
+
 # --------------------------------------------------------------------------- the model
 
 
@@ -414,6 +484,44 @@ def test_tiny_gpt_oss_forward_is_the_same_with_either_moe(tmp_path):
                 b.copy_(a)
         ids, pos = inputs(plain.args.vocab_size, 40)
         model_forward_close(ogs(ids, pos), plain(ids, pos), plain.args)
+
+
+def test_tensor_parallel_shards_sum_to_the_unsharded_experts():
+    # each rank holds whole gate/up pairs of the intermediate (the SwiGLU fused into GEMM1 needs
+    # both halves of a pair) and adds the down bias on rank 0 only: the partial outputs sum to the
+    # unsharded MoE, before any all-reduce
+    config = tiny_config("gpt_oss")
+    full = model_class("gpt_oss")(config, moe="sglang-mxfp4").eval()
+    with torch.no_grad():
+        for name, t in full.named_parameters():
+            t.copy_(0.2 * torch.randn(t.shape, generator=torch.Generator().manual_seed(len(name))))
+    x = torch.randn(23, full.args.hidden_size, generator=torch.Generator().manual_seed(9))
+    mlp = full.layers[0].mlp
+    with torch.no_grad():
+        want = mlp.experts(x, ogs_routing(mlp.router.logits(x), mlp.top_k))
+        parts = []
+        for rank in range(2):
+            shard = model_class("gpt_oss")(config, tp_rank=rank, tp_size=2, moe="sglang-mxfp4").eval()
+            for name in shard.checkpoint_shapes():
+                shard.load_checkpoint_tensor(name, full.checkpoint_tensor(name))
+            sm = shard.layers[0].mlp
+            parts.append(sm.experts(x, ogs_routing(sm.router.logits(x), sm.top_k)))
+    assert sm.experts.intermediate_size == full.layers[0].mlp.experts.intermediate_size // 2
+    terms = mlp_terms(hidden=x.shape[1], intermediate=mlp.experts.intermediate_size, experts=mlp.top_k)
+    torch.testing.assert_close(parts[0] + parts[1], want, **close(torch.float32, reduction=terms + 1,
+                                                                 scale=want.abs().max().item()))
+
+
+@interpreted
+def test_packed_tiny_gpt_oss_on_the_triton_kernels_equals_the_reference(tmp_path):
+    cfg = write_config(tmp_path / "cfg", tiny_config("gpt_oss", num_hidden_layers=2))
+    plain = load(cfg, weights="dummy", device="cpu", experts="packed", moe="sglang-mxfp4", seed=2)
+    kernels = load(cfg, weights="dummy", device="cpu", experts="packed", moe="sglang-mxfp4", seed=2)
+    for layer in kernels.layers:
+        layer.mlp.experts.backend = "triton"  # the MXFP4 kernels, interpreted
+    ids, pos = inputs(plain.args.vocab_size, 12)
+    with torch.no_grad():
+        model_forward_close(kernels(ids, pos), plain(ids, pos), plain.args)
 
 
 # --------------------------------------------------------------------------- CLI and run.json
