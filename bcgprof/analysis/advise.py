@@ -63,8 +63,8 @@ events each:
   replays at most :data:`IMPROVE_TRIES` a round; the trade-off curve repeats the choice at
   12 budgets, from the cheapest list to the least padded one within the budget.
 
-On the 74-bucket default profile (``reports/gpt-oss-20b-h200-traced``) that is a few seconds,
-most of it reading the traces; ``benchmarks/advise_scaling.py`` times 256 to 4,096 buckets.
+``benchmarks/advise_scaling.py`` times it on 256 to 4,096 buckets; docs/evidence-predict.md gives
+the work it does on a committed profile.
 """
 
 

@@ -4,10 +4,10 @@ It follows ``c10/cuda/CUDACachingAllocator.cpp`` (class ``DeviceCachingAllocator
 functions named below are that file's), read in a recent main-branch version (the one with
 ``AcceleratorAllocatorConfig::large_segment_size`` and ``graph_capture_record_stream_reuse``, a
 setting torch 2.11's snapshots list) and in an older one without memory pools (torch 2.1 era):
-the rules modelled here are the same in both. Checked against torch 2.11.0+cu130 on an H200 by
-``tests/regression/test_allocator_real.py`` (every block address and segment of the floor capture whose
-history ``reports/gpt-oss-20b-h200-snapshot`` keeps) and, on a GPU, by
-``tests/gpu/test_replay_gpu.py`` and ``benchmarks/gpu/replay_proof.sh`` with the torch installed there.
+the rules modelled here are the same in both. ``tests/regression/test_allocator_real.py`` checks it
+against every block address and segment of a real capture's history (the floor capture that
+``reports/gpt-oss-20b-h200-snapshot`` keeps), and ``tests/gpu/test_replay_gpu.py`` against the torch
+installed on a GPU machine.
 
 The rules (default allocator settings; ``PYTORCH_CUDA_ALLOC_CONF`` empty):
 
@@ -40,8 +40,8 @@ frees need no rule of their own.
 
 Where a new segment lies (``cudaMalloc``'s address) is the driver's choice, and the traces record
 it only for the profile's own run. It only breaks best-fit ties, yet a tie decided the other way
-can change which blocks merge later and grow a pool (on the H200: 308 MiB on a Llama-3.1-8B list,
-96 MiB on a Qwen3-30B-A3B list). A replay gives a segment the address the profile's allocator gave
+can change which blocks merge later and grow a pool by a whole block (docs/evidence-predict.md
+names the lists where it did). A replay gives a segment the address the profile's allocator gave
 the recorded one where that is free; otherwise above every segment so far (``below=False``, the
 rule that reproduces every list captured from the full profiles) or below every segment
 (``below=True``: the driver's addresses mostly descend, two in three of the committed traces'

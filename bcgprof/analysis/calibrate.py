@@ -117,8 +117,8 @@ def held_out(profile: Report, reports: Sequence[Report], root: Path,
     return ListEvidence(key, profile.run.model, profile.run.gpu_name, name, tuple(residuals))
 
 
-# One layer's weights used by every layer capture what distinct dummy weights capture (every figure but
-# the free memory equal at zero tolerance on the H200, gpt-oss-20b and Llama-3.1-8B), so a full-depth
+# One layer's weights used by every layer capture what distinct dummy weights capture (shapes, not
+# values, decide what a capture allocates; docs/h200.md has the zero-tolerance check), so a full-depth
 # capture with one-layer weights checks a layer prediction made from captures with distinct ones.
 _SAME_CAPTURE = {"weights": {Weights.ONE_LAYER.value: Weights.DUMMY.value}}
 

@@ -2,9 +2,9 @@
 
 A bucket's measured non-torch delta is not its executables' cost: NVML counts device memory in
 2 MiB steps (and the driver reserves executable memory in chunks), so one bucket's delta is the
-difference of two rounded running totals, 6 or 10 MiB where the cost is about 8. Summing the
-deltas of the buckets a list keeps therefore carries the rounding phase of each (on gpt-oss-20b,
-lists of 27 to 38 buckets came out 12 to 22 MiB low). The running total over many buckets is far
+difference of two rounded running totals: a step either side of the cost. Summing the deltas of
+the buckets a list keeps therefore carries the rounding phase of each, an error that grows with
+the list's length. The running total over many buckets is far
 finer than a step, so each later bucket's executables are read from it instead: the cumulative
 non-torch bytes of the mode's later buckets, fitted (least squares, non-negative) to the
 cumulative count of buckets and of their kernel nodes (an executable costs a fixed amount per

@@ -35,14 +35,13 @@ measured rows (each bucket's sampled NVML peak less what it kept). A bucket's wa
 an emptied cache, so ``W`` is the bucket's own wherever it stands in a list, as long as the list
 starts from the same largest bucket: the pre-warm (the model's first forward, at the largest
 bucket) leaves segments that still hold a live block, and later warm-ups reuse their free space
-(:func:`prewarm_leftover`). Checked against the committed gpt-oss-20b captures of 15 other lists
-on the H200 (same largest bucket): each bucket's predicted need is within 4.4 MiB of its measured
-NVML peak (the executables' staircase and NVML's 2 MiB steps) on 305 of 308 rows and 62-64 MiB
-above it on three; each list's needs-free within 1.7 MiB. A list with a smaller largest bucket
-measured 38-90 MiB more per warm-up (8192 first), within the pre-warm's leftover (182 MiB), which
-the prediction then adds as an upper bound. Under pressure (benchmarks/gpu/free_check.py, H200): every
-failure called certain happened at the predicted bucket, and a warm-up under pressure that was
-not called certain captured every bucket. Torch-free.
+(:func:`prewarm_leftover`). A list with a smaller largest bucket may have each warm-up cache up
+to that leftover more, which the prediction adds, as an upper bound, and says so.
+
+Invariant: a failure is called certain only beyond the need's band: in the capture when the need is
+not an upper bound, in the warm-up only below its allocated peak from the trace. Cost: one pass over each mode's bucket rows, plus one over
+its trace's warm-up windows when there is a trace. The checks against captures, with and without
+memory held by another process, are in docs/evidence-predict.md. Torch-free.
 """
 
 from __future__ import annotations

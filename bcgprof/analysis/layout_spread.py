@@ -9,9 +9,10 @@ random address (seeded, so a prediction repeats) gives the pools other layouts c
 they differ, a prediction at another depth carries their spread in its band; a trace that cannot be
 used is refused, never dropped from the band without a word. The pools a trace's list replays to are
 kept in the cache (:mod:`bcgprof.analysis.trace_cache`, keyed by the trace's content), so the
-replays run once per trace, not once per prediction. On an H100,
-Qwen3-8B's per-bucket pool was 3294 MiB at 4 layers and 3018 MiB at 36, both among those replayed
-from the 4-layer trace; gpt-oss-20b's pools do not move.
+replays run once per trace, not once per prediction. Invariant: the spread always holds the measured
+pool (``below`` and ``above`` are never negative). Cost: :data:`LAYOUTS`
+replays of the capture's own list per mode, once per trace. Which models' pools move with the
+layout, and by how much, is in docs/evidence-predict.md.
 """
 
 from __future__ import annotations

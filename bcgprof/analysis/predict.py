@@ -1,35 +1,36 @@
-"""`bcgprof predict`: a capture's cost at another layer count, or for another bucket list,
-from reports already measured. Pure functions over reports; every figure here is a
-prediction and is labelled so.
+"""`bcgprof predict`: a capture's cost at another layer count, or for another bucket list, from
+reports already measured. Pure functions over reports; every figure is a prediction, labelled so.
 
-How capture cost depends on the layer count (found from measurements; see the README):
-the graph pool is set by one layer's working set, so from 4 layers on its rows do not change
-with depth; graphs (segments) and their kernel nodes grow by a constant per layer, and so
-does the driver memory of the graph executables, which NVML sees and the allocator does not.
+How capture cost depends on the layer count (evidence: docs/evidence-predict.md): one layer's
+working set sets the graph pool, so from :data:`STEADY_LAYERS` layers on its rows stop changing,
+except where the segments' address layout, which another depth changes, decides a best-fit tie;
+graphs, kernel nodes and the graph executables' driver memory grow by a constant per layer.
 
-* :func:`predict_layers` takes the pool rows (and torch memory outside the pool) from the
-  deepest input, extends graph and node counts along straight lines in the layer count, and
-  predicts executables from the slope of each input's NVML staircase: the running non-torch
-  total over a mode's later buckets climbs in 2 MiB steps, and its least-squares slope (one
-  bucket's executables) is far finer than a step. That slope is a line in the layer count.
-  The first bucket's executables are a later bucket's less what the driver had reserved.
-  The band is twice the propagated slope error, two NVML steps, the pool's change when
-  the deepest input is shallower than the steady depth, and the pools the deepest input's list
-  replays to with its segments at random addresses (:mod:`bcgprof.analysis.layout_spread`).
-  The free memory the capture needs takes each bucket's measured peak above what it kept from
-  the deepest input (the eager warm-up's cache: one layer's working set, so it does not grow
-  with depth) on top of the predicted kept bytes; its band comes from the committed deeper captures (:func:`bcgprof.analysis.bands.layer_needs_free_band`).
-* :func:`predict_buckets` predicts another bucket list drawn from one profile: the graph pool
-  by replaying the profile's allocator traces through a model of PyTorch's caching allocator
-  (:mod:`bcgprof.analysis.replay`), exact for every list of profiled buckets; each bucket's torch memory
-  outside the pool and graphs as its measured row; each later bucket's executables read from
-  the mode's NVML staircase (:mod:`bcgprof.analysis.executables`), the first's as the profile's first
-  row. The band comes from measured residuals of held-out lists (:mod:`bcgprof.analysis.bands`). A report
-  captured before traces were recorded is refused (its layer extrapolation still works).
-  A bucket inside the profiled range that was not profiled is interpolated
-  (:mod:`bcgprof.analysis.replay_interpolate`; labelled so, row by row); one outside it is refused. Where
-  the driver's address for a new segment decides a best-fit tie, the list is replayed with such segments
-  placed above and below the others, and the band spans both.
+* :func:`predict_layers` takes the pool rows (and torch memory outside the pool) from the deepest
+  input, extends graph and node counts along lines in the layer count, and predicts executables
+  from the slope of each input's NVML staircase (one bucket's executables, far finer than the 2 MiB
+  steps of the running non-torch total; a line in the layer count). The first bucket's executables
+  are a later bucket's less what the driver had reserved. The band: twice the propagated slope
+  error, two NVML steps, the pool's change if the deepest input is under the steady depth, and the
+  pools its list replays to at random segment addresses (:mod:`bcgprof.analysis.layout_spread`).
+  Needs free: each bucket's measured peak above what it kept at the deepest input (its warm-up's
+  cache, the same at any depth) on top of the predicted kept bytes, banded by the deeper captures
+  committed (:func:`bcgprof.analysis.bands.layer_needs_free_band`).
+* :func:`predict_buckets` predicts another bucket list drawn from one profile: the graph pool by
+  replaying the profile's allocator traces through a model of PyTorch's caching allocator
+  (:mod:`bcgprof.analysis.replay`), exact for every list of profiled buckets; each bucket's torch
+  memory outside the pool and graphs as its measured row; each later bucket's executables read
+  from the mode's NVML staircase (:mod:`bcgprof.analysis.executables`), the first's as the
+  profile's first row. The band comes from measured residuals of held-out lists
+  (:mod:`bcgprof.analysis.bands`). A report without traces is refused. A bucket inside the profiled
+  range but not profiled is interpolated (:mod:`bcgprof.analysis.replay_interpolate`, labelled);
+  one outside it is refused. Where a new segment's address decides a best-fit tie, the list is
+  replayed with such segments placed above and below the others, and the band spans both.
+
+Invariant: no mode total below zero, no band without its point (:mod:`bcgprof.analysis.possible`).
+Cost: a layer prediction is linear in the reports' rows, plus ``layout_spread.LAYOUTS`` replays of
+the deepest input's list per mode, once per trace (cached); a list prediction is one replay per
+mode, two where a segment had no recorded address (a replay's cost: :mod:`bcgprof.analysis.replay`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ LABEL = "predicted, not measured"
 MIB = 1 << 20
 MAX_LISTED = 8  # interpolated buckets named in a note
 SEGMENT_ROUND = 2 << 20  # the allocator's large segments come in 2 MiB steps, and so does NVML's count
-STEADY_LAYERS = 4  # from this depth on the graph pool's rows equal the full model's (measured on three models)
+STEADY_LAYERS = 4  # from this depth on one layer's working set sets the pool
 LAYER_HEADROOM = ("each bucket's measured peak above what it kept from the {layers}-layer capture (its eager warm-up's "
                   "cache: one layer's working set, the same at any depth), on top of the predicted kept bytes")
 
@@ -179,16 +180,19 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
     if target < 1:
         raise PredictionError(f"--num-layers must be at least 1, got {target}")
     if target < STEADY_LAYERS:  # the pool rows come from another depth: only right once they have settled
-        raise PredictionError(f"{target} layers is below {STEADY_LAYERS}, where the graph pool settles (Llama-3.1-8B: "
-                              "3454 MiB at 2 layers, 3160 MiB at 4 and at 32), so it cannot be taken from another "
-                              f"depth; predict {STEADY_LAYERS} layers or more, or capture with --num-layers {target}")
+        raise PredictionError(f"{target} layers is below {STEADY_LAYERS}, where the graph pool settles "
+                              "(below it the pool still changes with depth), so it cannot be taken "
+                              f"from another depth; predict {STEADY_LAYERS} layers or more, or capture "
+                              f"with --num-layers {target}")
     common = [m for m in first.modes() if all(_rows(r, m) for r in reports)]
     if not common:
         raise PredictionError("the reports share no mode")
     order = sorted(range(len(reports)), key=lambda i: counts[i])
     deepest, next_deepest = order[-1], order[-2]
-    notes = [f"graph pool and torch memory outside it: from the {counts[deepest]}-layer capture (the pool is one "
-             f"layer's working set: from {STEADY_LAYERS} layers on it does not change with depth)"]
+    notes = [f"graph pool and torch memory outside it: from the {counts[deepest]}-layer capture "
+             f"(from {STEADY_LAYERS} layers on one layer's working set sets the pool, but the "
+             "segments' address layout, which another depth changes, can move it: the band spans "
+             "the pools its trace, where it has one, replays to in random layouts)"]
     if counts[deepest] < STEADY_LAYERS:
         notes.append(f"the deepest capture has {counts[deepest]} layers, fewer than {STEADY_LAYERS}: its pool may "
                      "not be the full model's; the band includes its change from the next count")
@@ -396,8 +400,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
         notes.append(f"the list's largest bucket ({top}) is not the profile's ({p.largest}): its graph executables "
                      "are the profile's first bucket's (they include what the driver reserves once)")
         notes.append("needs free: an upper bound; the profile's larger pre-warm left blocks that its later warm-ups "
-                     "reused, so with a smaller largest bucket each warm-up may cache more (gpt-oss-20b, 8192 first: "
-                     "38-90 MiB more, measured)")
+                     "reused, so with a smaller largest bucket each warm-up may cache more")
     out, drawn = [], {}
     chosen = [m for m in (modes or report.modes()) if m in p.rows and p.largest in p.rows[m]]
     for mode in chosen:

@@ -8,8 +8,8 @@ rows x width); a few carry a ceiling (a kernel's blocks of tokens, an alignment)
 line between the two neighbours can be short or long by one of the allocator's 512-byte steps.
 Each size is therefore taken from the line through the neighbours, rounded up; how far that is
 from a captured bucket is measured, not assumed: profiled buckets left out and interpolated, and
-lists captured on the H200 predicted from sparser traced lists (``tests/unit/test_interpolate.py``;
-the calibration keeps such lists as evidence, :mod:`bcgprof.analysis.calibrate`).
+captured lists predicted from sparser traced lists (``tests/regression/test_interpolate.py``; the
+calibration keeps such lists as evidence, :mod:`bcgprof.analysis.calibrate`).
 
 Where the neighbours' events differ in anything but sizes (a kernel that changes its
 workspace or its launch shape between them), or a capture frees another bucket's blocks,

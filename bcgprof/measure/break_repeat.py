@@ -5,8 +5,7 @@ once per layer, and every layer of a kind calls it with the same shapes: gpt-oss
 sliding-window and a full layer, so its 24 calls at one bucket are two distinct calls, twelve times
 each. That op writes into tensors it is given and frees everything it allocates, so what it does to
 the allocator is a fixed sequence of requests per distinct call; and it is most of the eager
-forward's GPU time (0.43 s of a 0.67 s forward timed call by call, 16384 tokens on the H200,
-``benchmarks/process_costs.py``).
+forward's GPU time (``benchmarks/process_costs.py`` times it call by call).
 
 :class:`BreakRepeater` is a break handler for a bucket's warm-up runs and its capture: the first
 call with a given signature (the op, and each argument's shape, strides, offset, dtype, device and

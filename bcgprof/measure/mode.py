@@ -311,7 +311,7 @@ def _preload(opts: CaptureOptions) -> None:
     wanted = ["bcgprof.buckets", "bcgprof.measure.capture", "bcgprof.measure.memory", "bcgprof.measure.tracing",
               "bcgprof.measure.workload", "bcgprof.models.weights", "bcgprof.report", "pynvml",
               # materialising the meta-built model (``to_empty``) imports these, sympy among them:
-              # 2.2 to 3.1 s a process on the H200 image, whose site-packages keeps no bytecode
+              # seconds a process where site-packages keeps no bytecode (docs/h200.md, Time)
               "torch._refs", "torch.fx.experimental.symbolic_shapes"]
     if opts.device.startswith("cuda"):
         from bcgprof.models.kernels import triton_available
@@ -357,10 +357,10 @@ def fix_address_layout() -> bool:
     The CUDA driver maps device memory into the process's own virtual address space (unified
     addressing), so where a segment lands follows the host's layout, which Linux randomises per
     process. The caching allocator picks between equal free blocks by address, so a run whose
-    segments lie in another order can place a block elsewhere and grow the pool differently:
-    Qwen3-8B at 4 layers on an H100 gave two per-bucket pools 289,406,976 bytes apart in five
-    runs; without randomisation, runs got the same addresses. False where the flag cannot be set
-    (not Linux, or refused, as a container's seccomp profile may): the layout is then random.
+    segments lie in another order can place a block elsewhere and grow the pool differently, so
+    for some models two runs give two pools (docs/h200.md, Addresses); without randomisation a run
+    gets the same addresses every time. False where the flag cannot be set (not Linux, or refused,
+    as a container's seccomp profile may): the layout is then random.
     """
     personality = _personality()
     if personality is None:
@@ -416,9 +416,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def exit_now(code: int) -> None:
-    """End the process without the interpreter's teardown of torch (0.6 to 1.1 s a mode process on an
-    H100, ``benchmarks/capture_timeline.py``), which the next mode would wait for. Every report file
-    is already written and closed; the driver frees the process's device memory as it ends, either way."""
+    """End the process without the interpreter's teardown of torch, which the next mode would wait
+    for (``benchmarks/capture_timeline.py`` times it). Every report file is already written and
+    closed; the driver frees the process's device memory as it ends, either way."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -45,9 +45,9 @@ if TYPE_CHECKING:
 Emit = Callable[[dict], None]
 # Once one rank process has exited with an error, how long the others get to finish.
 PEER_GRACE_S = 60.0
-# Mode processes started ahead of their turn. A process's imports take 5 to 10 s on the GPU images
-# measured (benchmarks/capture_timeline.py: no bytecode kept for torch), longer than a mode of a
-# 2-layer capture, so with one started ahead the next mode waited for its imports.
+# Mode processes started ahead of their turn. A process's imports can take longer than a mode of a
+# 2-layer capture (benchmarks/capture_timeline.py times both), so with one started ahead the next
+# mode would wait for its imports.
 LOOKAHEAD = 2
 
 

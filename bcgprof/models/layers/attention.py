@@ -136,9 +136,9 @@ def sdpa_causal_sinks(
 def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, scale: float) -> None:
     """Causal SDPA with KV heads expanded to the query heads.
 
-    ``enable_gqa=True`` sent 16k-token prefill to the math kernel (a full T x T score
-    matrix, 64 GiB on the H200), so K and V are expanded explicitly (2 x T x Hq x D
-    extra) and only the flash / memory-efficient kernels are allowed on CUDA.
+    ``enable_gqa=True`` sent 16k-token prefill to the math kernel, which asks for a full
+    T x T score matrix per head (tens of GiB), so K and V are expanded explicitly
+    (2 x T x Hq x D extra) and only the flash / memory-efficient kernels are allowed on CUDA.
     """
     qh, kh, vh = _expand_heads(q, k, v)
     if q.is_cuda:
