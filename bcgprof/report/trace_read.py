@@ -57,7 +57,7 @@ SEGMENT_CODES = [A[a] for a in fmt.SEGMENT_ACTIONS]
 BLOCK_CODES = [A[a] for a in fmt.BLOCK_ACTIONS]
 GRAPH = POOLS.index(TracePool.GRAPH)
 
-_FIX = "re-capture the report to predict bucket lists from it (show, gate and layer predictions do not read it)"
+_FIX = "re-capture the report to predict from it (show, gate and explain do not read it)"
 
 
 TEN = [np.uint64(10 ** k) for k in range(DIGITS)]
