@@ -26,7 +26,11 @@ $B record --bucket bcgprof.measure.capture:Capturer._capture_one:bucket --out "$
 $B gate --baseline "$OUT/native" --current "$OUT/native-under-hook" --each-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/hook-gate.log" 2>&1; echo "rc $?" >> "$OUT/hook-gate.log"
 python benchmarks/gpu/record_table.py "$OUT" > "$OUT/table.txt" 2>&1
 step overhead
-python benchmarks/record_overhead.py --rounds 3 --sizes 32 --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1; echo "rc $?" >> "$OUT/overhead.log"
+python benchmarks/record_overhead.py --rounds 2 --sizes 16 --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1; echo "rc $?" >> "$OUT/overhead.log"
+rm -rf "$OUT"/*/.record/site
+# the recordings, as one file (a device call brings back a limited number of files)
+tar -czf "$OUT/recordings.tar.gz" -C "$OUT" recorded-loop recorded-child recorded-torchrun recorded-compiled \
+    recorded-capture native native-under-hook 2>/dev/null
 if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   step default capture and gate
   $B capture --out "$OUT/default" > "$OUT/default.log" 2>&1; echo "rc $?" >> "$OUT/default.log"
@@ -34,10 +38,6 @@ if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   echo "baseline $BASE" > "$OUT/default-gate.log"
   $B gate --baseline $BASE --current "$OUT/default" --each-bucket --rel-tol 0 --abs-tol-mib 0 >> "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
 fi
-rm -rf "$OUT"/*/.record/site
-# the recordings, as one file (a device call brings back a limited number of files)
-tar -czf "$OUT/recordings.tar.gz" -C "$OUT" recorded-loop recorded-child recorded-torchrun recorded-compiled \
-    recorded-capture native native-under-hook 2>/dev/null
 for f in loop child torchrun compiled native recorded-capture hook-gate overhead default default-gate; do
   [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|a bucket|error|report |baseline|readings took" "$OUT/$f.log" | tail -6; }
 done
