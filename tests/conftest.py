@@ -75,12 +75,18 @@ def rows():
 
 
 @pytest.fixture(scope="session", autouse=True)
-def trace_cache_of_the_session(tmp_path_factory):
+def trace_cache_of_the_session(tmp_path_factory, request):
     """What commands keep of trace files between runs (bcgprof.analysis.trace_cache) goes to a directory of
-    this session, shared by its tests and the commands they start, never the user's own cache: a run
-    starts cold, as CI's does, and leaves the user's cache alone."""
+    this session, shared by its tests, the commands they start and the session's other workers (pytest-xdist),
+    never the user's own cache: a run starts cold, as CI's does, and leaves the user's cache alone."""
+    base = tmp_path_factory.getbasetemp()
+    worker = hasattr(request.config, "workerinput")  # a pytest-xdist worker: its folder is one of the session's
+    root = (base.parent if worker else base) / "xdg-cache"
+    root.mkdir(exist_ok=True)
     patch = pytest.MonkeyPatch()
-    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    patch.setenv("XDG_CACHE_HOME", str(root))
+    if worker:  # a worker gets COLUMNS=80, which a plain run does not set: the CLI's pipe width would follow it
+        patch.delenv("COLUMNS", raising=False)
     yield
     patch.undo()
 

@@ -113,7 +113,8 @@ def test_a_read_command_into_a_pipe_loads_no_rich_console(args, tmp_path):
 def test_show_report_on_a_plain_console_is_what_the_cli_prints():
     out = io.StringIO()
     show_report(read_report(H200), PlainConsole(out, 220))
-    assert out.getvalue() == runner.invoke(app, ["show", str(H200)]).stdout
+    # the CLI's width into a pipe is COLUMNS when set (a pytest-xdist worker sets it), else 220
+    assert out.getvalue() == runner.invoke(app, ["show", str(H200)], env={"COLUMNS": "220"}).stdout
 
 
 def test_the_committed_reports_prose_wraps_at_spaces_at_100_columns():
