@@ -32,8 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {  # report -> (predict's --buckets, advise's options)
     "reports/gpt-oss-20b-h200-traced": ("1024,2048,4096,8192", ["--budget", "2.2GiB"]),
-    "reports/llama-3.1-8b-h200-traced": ("1024,2048,4096,8192",
-                                         ["--budget", "3.3GiB", "--mode", "per-bucket", "--free", "4.75GiB"]),
+    "reports/llama-3.1-8b-h200-traced": (
+        "1024,2048,4096,8192",
+        ["--budget", "3.3GiB", "--mode", "per-bucket", "--free", "4.75GiB"],
+    ),
 }
 
 
@@ -49,9 +51,15 @@ def commands() -> list[tuple[str, str, list[str]]]:
     cli = bcgprof()
     out = []
     for report, (buckets, advice) in PROFILES.items():
-        out += [(report, "show", [*cli, "show", report]),
-                (report, f"predict --buckets {buckets}", [*cli, "predict", "--from", report, "--buckets", buckets]),
-                (report, f"advise {' '.join(advice)}", [*cli, "advise", "--from", report, *advice])]
+        out += [
+            (report, "show", [*cli, "show", report]),
+            (
+                report,
+                f"predict --buckets {buckets}",
+                [*cli, "predict", "--from", report, "--buckets", buckets],
+            ),
+            (report, f"advise {' '.join(advice)}", [*cli, "advise", "--from", report, *advice]),
+        ]
     return out
 
 
@@ -59,18 +67,26 @@ def run_once(argv: list[str], cache: Path) -> float:
     env = {k: v for k, v in os.environ.items() if k not in ("TTY_COMPATIBLE", "FORCE_COLOR")}
     env["XDG_CACHE_HOME"] = str(cache)
     start = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    done = subprocess.run(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, env=env
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"error: {' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[-300:]}")
+        raise SystemExit(
+            f"error: {' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[-300:]}"
+        )
     return elapsed
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="timed rounds (default 3)")
-    parser.add_argument("--max-ratio", type=float, default=None,
-                        help="exit 1 if a warm predict or advise takes more than this many times show")
+    parser.add_argument(
+        "--max-ratio",
+        type=float,
+        default=None,
+        help="exit 1 if a warm predict or advise takes more than this many times show",
+    )
     args = parser.parse_args()
     runs = commands()
     with tempfile.TemporaryDirectory(prefix="bcgprof-whatif-") as tmp:
@@ -88,7 +104,10 @@ def main() -> int:
     cold_med = [statistics.median(t) for t in cold_times]
     warm_med = [statistics.median(t) for t in warm_times]
     show = {report: warm_med[i] for i, (report, label, _) in enumerate(runs) if label == "show"}
-    print(f"median of {args.runs} runs each, seconds (cold: no cache; warm: the cache filled by an earlier run)")
+    print(
+        f"median of {args.runs} runs each, seconds "
+        "(cold: no cache; warm: the cache filled by an earlier run)"
+    )
     print(f"{'report':<34} {'command':<58} {'cold':>7} {'warm':>7} {'warm/show':>10}")
     worst = 0.0
     for i, (report, label, _) in enumerate(runs):
@@ -97,7 +116,10 @@ def main() -> int:
             worst = max(worst, ratio)
         print(f"{report:<34} {label:<58} {cold_med[i]:>7.2f} {warm_med[i]:>7.2f} {ratio:>9.1f}x")
     if args.max_ratio is not None and worst > args.max_ratio:
-        print(f"a warm predict or advise took {worst:.1f}x show, more than {args.max_ratio}x", file=sys.stderr)
+        print(
+            f"a warm predict or advise took {worst:.1f}x show, more than {args.max_ratio}x",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

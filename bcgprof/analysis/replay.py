@@ -54,9 +54,10 @@ from typing import Optional, Union
 
 from bcgprof.analysis import trace_cache
 from bcgprof.analysis.allocator import Pool
+from bcgprof.analysis.bucket_ops import BucketOps
 from bcgprof.analysis.replay_fold import ALLOC, boundaries, rename, signature
 from bcgprof.analysis.replay_sources import MODE_BITS, BucketSources, ReplayError
-from bcgprof.analysis.trace_set import BucketOps, ModeTrace, TraceSet
+from bcgprof.analysis.trace_set import ModeTrace, TraceSet
 from bcgprof.report.traces import Trace, trace_name
 
 __all__ = ["MODE_BITS", "PoolReplay", "ReplayError", "Replayer"]
@@ -208,11 +209,15 @@ class Replayer(BucketSources):
         kept for these traces (:meth:`keep_replays`), so that they are not replayed again; whether all were."""
         plans, parts, near = self._book(mode, lists)
         kept = trace_cache.recall("replays", parts, near) if parts else None
-        twin = self.other_placement()
+        if not isinstance(kept, list):
+            return False  # none kept
         try:
             found = [[_pool_replay(mode, plan, e) for e in entry] for plan, entry in zip(plans, kept, strict=True)]
         except (ValueError, TypeError, KeyError, IndexError):
-            return False  # none kept, or not whole
+            return False  # not whole
+        if any(not replays or len(replays) != (2 if replays[0].made_up else 1) for replays in found):
+            return False  # the other placement, where it differs, is kept too
+        twin = self.other_placement()
         for plan, replays in zip(plans, found):
             for replayer, replayed in zip((self, twin), replays):
                 replayer._known[(mode, plan, replayer.below, replayer.layout)] = replayed

@@ -8,8 +8,8 @@ directory, which bcgprof only reads. Two kinds:
 * ``entries/<name>-<code>``: bytes, with their SHA-256 (a trace file's
   :class:`~bcgprof.analysis.trace_set.ModeTrace`, so a later command skips inflating and parsing);
 * ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
-  verdict that a trace replays to its report's measured pools; the pools of a layout spread), the
-  key repeated inside.
+  verdict that a trace replays to its report's measured pools; the pools of a layout spread;
+  advise's replays that do not depend on the budget), the key repeated inside.
 
 Invariant: an entry is written to a temporary file and renamed, so a reader sees a whole entry or
 none; one that does not read back whole and consistent (damaged, cut short, another format) is
@@ -37,15 +37,26 @@ FORMAT = "bcgprof-trace-cache"
 VERSION = 1
 MAX_ENTRIES = 32  # entries kept (a 74-bucket profile's mode takes a few MB)
 MAX_FACTS = 4096  # facts kept (a few hundred bytes each)
-# the modules whose code decides what an entry holds: another version of any of them misses every entry
-DERIVED_BY = ("bcgprof.report.traces", "bcgprof.report.trace_read", "bcgprof.analysis.trace_set",
-              "bcgprof.analysis.trace_cache", "bcgprof.analysis.allocator", "bcgprof.analysis.replay",
-              "bcgprof.analysis.replay_fold", "bcgprof.analysis.headroom", "bcgprof.analysis.layout_spread")
+# the modules whose code decides what an entry holds: another version of any misses every entry
+DERIVED_BY = (
+    "bcgprof.report.traces",
+    "bcgprof.report.trace_read",
+    "bcgprof.analysis.trace_set",
+    "bcgprof.analysis.bucket_ops",
+    "bcgprof.analysis.trace_cache",
+    "bcgprof.analysis.allocator",
+    "bcgprof.analysis.replay_sources",
+    "bcgprof.analysis.replay",
+    "bcgprof.analysis.replay_fold",
+    "bcgprof.analysis.replay_interpolate",
+    "bcgprof.analysis.headroom",
+    "bcgprof.analysis.layout_spread",
+)
 
 
 def cache_root() -> Optional[Path]:
-    """``$XDG_CACHE_HOME/bcgprof`` (an absolute XDG_CACHE_HOME only, as the specification says), else
-    ``~/.cache/bcgprof``; None when there is no home to put it in."""
+    """``$XDG_CACHE_HOME/bcgprof`` (an absolute XDG_CACHE_HOME only, as the specification says),
+    else ``~/.cache/bcgprof``; None when there is no home to put it in."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     try:
         root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
@@ -56,7 +67,8 @@ def cache_root() -> Optional[Path]:
 
 @lru_cache(maxsize=1)
 def code_digest() -> str:
-    """A digest of the sources of :data:`DERIVED_BY` (the package's version where a source cannot be read)."""
+    """A digest of the sources of :data:`DERIVED_BY` (the package's version where a source cannot be
+    read)."""
     h = hashlib.sha256(f"{FORMAT} {VERSION} {__version__}".encode())
     for name in DERIVED_BY:
         spec = importlib.util.find_spec(name)
@@ -68,7 +80,8 @@ def code_digest() -> str:
 
 
 def _directory(kind: str, near: Optional[Path]) -> Optional[Path]:
-    """The cache's ``kind`` directory, unless it would lie inside the report ``near`` (a trace file) is in."""
+    """The cache's ``kind`` directory, unless it would lie inside the report ``near`` (a trace file)
+    is in."""
     root = cache_root()
     if root is None:
         return None
@@ -83,7 +96,8 @@ def _directory(kind: str, near: Optional[Path]) -> Optional[Path]:
 
 
 def _write(path: Path, data: bytes, keep: int) -> None:
-    """Write ``path`` atomically, then drop the least recently used entries beyond ``keep``; silent on failure."""
+    """Write ``path`` atomically, then drop the least recently used entries beyond ``keep``; silent
+    on failure."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
@@ -98,7 +112,7 @@ def _write(path: Path, data: bytes, keep: int) -> None:
         entries = [p for p in path.parent.iterdir() if not p.name.startswith(".")]
         if len(entries) > keep:
             entries.sort(key=lambda p: p.stat().st_mtime)
-            for old in entries[:len(entries) - keep]:
+            for old in entries[: len(entries) - keep]:
                 with contextlib.suppress(OSError):
                     old.unlink()
     except OSError:
@@ -118,13 +132,14 @@ def _read(path: Path) -> Optional[bytes]:
 
 
 def load_entry(name: str, near: Optional[Path] = None) -> Optional[bytes]:
-    """The bytes kept under ``name`` (a content digest and what they are), if they read back whole."""
+    """The bytes kept under ``name`` (a content digest and what they are), if they read back whole.
+    """
     folder = _directory("entries", near)
     data = _read(folder / f"{name}-{code_digest()}") if folder is not None and name else None
     magic = FORMAT.encode() + b"\n"
     if data is None or not data.startswith(magic):
         return None
-    digest, payload = data[len(magic):len(magic) + 32], data[len(magic) + 32:]
+    digest, payload = data[len(magic) : len(magic) + 32], data[len(magic) + 32 :]
     return payload if hashlib.sha256(payload).digest() == digest else None
 
 
@@ -140,14 +155,16 @@ def store_entry(name: str, payload: bytes, near: Optional[Path] = None) -> None:
 
 
 def _fact_path(kind: str, parts: Any, near: Optional[Path]) -> tuple[Optional[Path], str]:
-    key = hashlib.sha256(json.dumps([kind, code_digest(), parts], sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps([kind, code_digest(), parts], sort_keys=True).encode()
+    ).hexdigest()
     folder = _directory("facts", near)
     return (folder / f"{key}.json" if folder is not None else None), key
 
 
 def recall(kind: str, parts: Any, near: Optional[Path] = None) -> Any:
-    """The value kept for ``kind`` and ``parts`` (JSON: the inputs it was drawn from, trace digests among them);
-    None when there is none or it does not read back whole."""
+    """The value kept for ``kind`` and ``parts`` (JSON: the inputs it was drawn from, trace digests
+    among them); None when there is none or it does not read back whole."""
     path, key = _fact_path(kind, parts, near)
     data = _read(path) if path is not None else None
     if data is None:

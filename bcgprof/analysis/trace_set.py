@@ -1,26 +1,28 @@
-"""A report's allocator traces, read once into what a replay needs: :class:`ModeTrace`, :class:`TraceSet`.
+"""A report's allocator traces, read once into what a replay needs: :class:`ModeTrace`,
+:class:`TraceSet`.
 
-Mechanism. A mode's trace (:mod:`bcgprof.report.trace_read`) becomes a :class:`ModeTrace`: its graph-pool
-events as columns (kind, requested bytes, stream, allocation number, the segment's recorded address, the
-block's recorded address), grouped by the bucket they belong to, in capture order, with what each bucket
-needs beside its events (blocks of earlier buckets its capture frees, frees of blocks allocated before
-recording began, the bytes it allocates and never frees, its eager warm-up's growth). Where each event
-goes (the rules are :mod:`bcgprof.analysis.replay`'s): a free recorded after the owner's capture ended (in
-a later bucket's warm-up) belongs to the owner and follows its own events; a free inside a later capture
-stays there and is listed as that bucket's ``cross``. Allocation numbers are renumbered 1, 2, ... in the
-order of the numbers recorded, so any trace's keys fit the replay's key space. A bucket's events become
-tuples (:class:`BucketOps`) only when a replay asks for them, and its repeating region
+Mechanism. A mode's trace (:mod:`bcgprof.report.trace_read`) becomes a :class:`ModeTrace`: its
+graph-pool events as columns (kind, requested bytes, stream, allocation number, the segment's
+recorded address, the block's recorded address), grouped by the bucket they belong to, in capture
+order, with what each bucket needs beside its events (blocks of earlier buckets its capture frees,
+frees of blocks allocated before recording began, the bytes it allocates and never frees, its eager
+warm-up's growth). Where each event goes (the rules are :mod:`bcgprof.analysis.replay`'s): a free
+recorded after the owner's capture ended (in a later bucket's warm-up) belongs to the owner and
+follows its own events; a free inside a later capture stays there and is listed as that bucket's
+``cross``. Allocation numbers are renumbered 1, 2, ... in the order of the numbers recorded, so any
+trace's keys fit the replay's key space. A bucket's events become tuples (:class:`BucketOps`) only
+when a replay asks for them, and its repeating region
 (:func:`bcgprof.analysis.replay_fold.find_period_arrays`) only when a folded replay does.
 
-A :class:`TraceSet` holds one report's traces (files, in-memory traces or mode traces), loads each mode
-once when first asked (from the cache, :mod:`bcgprof.analysis.trace_cache`, when the file's content was
-seen before), and remembers the verdict of the check against the report's measured pools
-(:meth:`bcgprof.analysis.replay.Replayer.has`), so every replayer made from it shares one load and one
-check; a refused trace stays refused.
+A :class:`TraceSet` holds one report's traces (files, in-memory traces or mode traces), loads each
+mode once when first asked (from the cache, :mod:`bcgprof.analysis.trace_cache`, when the file's
+content was seen before), and remembers the verdict of the check against the report's measured pools
+(:meth:`bcgprof.analysis.replay.Replayer.has`), so every replayer made from it shares one load and
+one check; a refused trace stays refused.
 
 Invariant: a ModeTrace is frozen (its arrays are read-only) and equal, event for event, to what a
-row-by-row grouping of the trace gives. Cost: O(rows log rows) numpy work to build; a bucket's tuples
-O(its events), built once per :class:`BucketOps`. Torch-free.
+row-by-row grouping of the trace gives. Cost: O(rows log rows) numpy work to build; a bucket's
+tuples O(its events), built once per :class:`BucketOps`. Torch-free.
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ import io
 import itertools
 import json
 import zlib
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -40,8 +41,9 @@ import numpy as np
 
 from bcgprof.analysis import trace_cache
 from bcgprof.analysis.allocator import K_MIN_BLOCK_SIZE
+from bcgprof.analysis.bucket_ops import OPS, BucketOps, fold_of
 from bcgprof.analysis.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
-from bcgprof.analysis.replay_fold import ALLOC, FREE, find_period, find_period_arrays, free_index
+from bcgprof.analysis.replay_fold import ALLOC, FREE
 from bcgprof.report.trace_read import (
     ACTION,
     ACTIONS,
@@ -66,8 +68,6 @@ from bcgprof.report.trace_read import (
 from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool
 from bcgprof.vocab import Mode
 
-OPS = ("kind", "size", "stream", "ident", "hint", "recorded")  # a ModeTrace's event columns
-KIND, SIZE_, STREAM_, IDENT, HINT, RECORDED = range(len(OPS))
 _A = {a: i for i, a in enumerate(ACTIONS)}
 _WARMUP = PHASES.index(TracePhase.WARMUP)
 _OTHER = POOLS.index(TracePool.OTHER)
@@ -79,12 +79,12 @@ class TraceSetError(TraceError):
 
 @dataclass(frozen=True, eq=False)
 class ModeTrace:
-    """One mode's trace, as a replay needs it (module docstring). ``blocks``: bucket -> its events, an array of
-    :data:`OPS` columns (or those bytes compressed, made into the array when first asked); ``cross``: bucket ->
-    allocation numbers of earlier buckets' blocks its capture frees; ``unknown``: bucket -> graph-pool frees of
-    blocks allocated before recording began; ``kept``: bucket -> rounded bytes it allocates that no event frees;
-    ``warmup``: bucket -> its eager warm-up's growth; ``leftover``: what the first bucket's pre-warm left for
-    later warm-ups."""
+    """One mode's trace, as a replay needs it (module docstring). ``blocks``: bucket -> its events,
+    an array of :data:`OPS` columns (or those bytes compressed, made into the array when first
+    asked); ``cross``: bucket -> allocation numbers of earlier buckets' blocks its capture frees;
+    ``unknown``: bucket -> graph-pool frees of blocks allocated before recording began; ``kept``:
+    bucket -> rounded bytes it allocates that no event frees; ``warmup``: bucket -> its eager
+    warm-up's growth; ``leftover``: what the first bucket's pre-warm left for later warm-ups."""
 
     mode: str
     path: Optional[Path]
@@ -100,14 +100,17 @@ class ModeTrace:
     kept: dict = field(default_factory=dict)
     warmup: dict = field(default_factory=dict)
     leftover: int = 0
-    folds: dict = field(default_factory=dict)  # bucket -> its repeating region, or None (found when first asked)
+    folds: dict = field(
+        default_factory=dict
+    )  # bucket -> its repeating region, or None (found when first asked)
 
     @property
     def events(self) -> int:
         return sum(self.sizes.values())
 
     def columns(self, bucket: int) -> np.ndarray:
-        """``bucket``'s events: a read-only array, one row an event, one column each of :data:`OPS`."""
+        """``bucket``'s events: a read-only array, one row an event, one column each of :data:`OPS`.
+        """
         block = self.blocks.get(bucket)
         if block is None:
             return _NONE
@@ -119,166 +122,20 @@ class ModeTrace:
         return block
 
     def bucket_ops(self, bucket: int, base: int) -> BucketOps:
-        """``bucket``'s events, their keys ``base | allocation number`` (tuples made when first asked)."""
-        return BucketOps(bucket, self.mode, cross=[base | k for k in self.cross.get(bucket, ())],
-                         unknown=self.unknown.get(bucket, 0), complete=bucket not in self.incomplete,
-                         count=self.sizes.get(bucket, 0), columns=(self, bucket, base))
+        """``bucket``'s events, their keys ``base | allocation number`` (tuples made when first
+        asked)."""
+        return BucketOps(
+            bucket,
+            self.mode,
+            cross=[base | k for k in self.cross.get(bucket, ())],
+            unknown=self.unknown.get(bucket, 0),
+            complete=bucket not in self.incomplete,
+            count=self.sizes.get(bucket, 0),
+            columns=(self, bucket, base),
+        )
 
 
-_NONE = np.zeros((0, 6), dtype=np.int64)
-
-
-class BucketOps:
-    """One bucket's graph-pool events in one trace: ``(ALLOC, requested, stream, key, segment address hint,
-    recorded address)`` or ``(FREE, key)``, in order. ``ops``: given, or made when first asked (from the trace's
-    ``columns``, or by ``make``) and dropped again when more than :data:`MADE_EVENTS` events of all buckets are
-    held as tuples; :meth:`lazy` makes them range by range instead (a folded replay skips most). ``cross``: keys
-    of earlier buckets' blocks its capture frees; ``unknown``: graph-pool frees of blocks allocated before
-    recording began; ``frees``: key -> index of the op that frees it; ``fold``: a repeating region
-    (:func:`bcgprof.analysis.replay_fold.find_period`); ``between``: for an interpolated bucket, the profiled
-    buckets below and above it; ``size``: how many events."""
-
-    __slots__ = ("_columns", "_fold", "_frees", "_make", "_ops", "between", "bucket", "complete", "count", "cross",
-                 "source", "unknown")
-
-    def __init__(self, bucket: int, source: str, ops: Optional[list] = None, cross: Optional[list] = None,
-                 unknown: int = 0, complete: bool = True, between: Optional[tuple[int, int]] = None,
-                 make: Optional[Callable[[], list]] = None, count: Optional[int] = None,
-                 columns: Optional[tuple[ModeTrace, int, int]] = None):
-        """``columns``: (trace, bucket, key base) the events are read from."""
-        self.bucket, self.source, self.between = bucket, source, between
-        self.cross = list(cross or [])
-        self.unknown, self.complete = unknown, complete
-        self._ops, self._make, self._columns = ops, make, columns
-        self.count = count if ops is None else len(ops)
-        self._frees: Optional[dict] = None
-        self._fold: object = _UNSET
-
-    @property
-    def size(self) -> int:
-        """How many events (without making them)."""
-        return self.count if self.count is not None else len(self.ops)
-
-    @property
-    def ops(self) -> list:
-        if self._ops is None:
-            made = self._columns is not None or self._make is not None
-            self._ops = _tuples(*self._columns) if self._columns else self._make() if self._make else []
-            self.count = len(self._ops)
-            if made:
-                _held(self)
-        elif self in _MADE:
-            _MADE.move_to_end(self)
-        return self._ops
-
-    @ops.setter
-    def ops(self, value: list) -> None:
-        self._ops, self._make, self._columns, self._frees, self._fold = value, None, None, None, _UNSET
-        self.count = len(value)
-
-    def lazy(self) -> Sequence:
-        """The events as a sequence whose slices and items are made into tuples when read (the list itself when
-        it is held)."""
-        if self._ops is None and self._columns is not None:
-            return _Slices(*self._columns, self.size)
-        return self.ops
-
-    @property
-    def frees(self) -> dict:
-        if self._frees is None:
-            self._frees = _free_index(*self._columns) if self._ops is None and self._columns else free_index(self.ops)
-        return self._frees
-
-    @property
-    def fold(self) -> Optional[tuple[int, int, int]]:
-        if self._fold is _UNSET:
-            self._fold = _fold_of(*self._columns) if self._columns else find_period(self.ops, self.frees)
-        return self._fold  # type: ignore[return-value]
-
-    @fold.setter
-    def fold(self, value: Optional[tuple[int, int, int]]) -> None:
-        self._fold = value
-
-    @property
-    def from_trace(self) -> bool:
-        """Whether the events are read from a trace's columns (with their recorded addresses)."""
-        return self._columns is not None
-
-    def mismatches(self, period: list, begin: int, end: int) -> int:
-        """How many allocations among events ``[begin, end)`` were recorded elsewhere than where ``period`` (the
-        addresses the events just before ``begin`` got, -1 for a free) repeating over them puts them."""
-        assert self._columns is not None
-        trace, bucket, _ = self._columns
-        c = trace.columns(bucket)[begin:end]
-        expected = np.resize(np.asarray(period, dtype=np.int64), end - begin)
-        return int(np.count_nonzero((c[:, KIND] == ALLOC) & (c[:, RECORDED] != expected)))
-
-    def release(self) -> None:
-        """Drop the tuples (made again when asked)."""
-        if self._columns is not None or self._make is not None:
-            self._ops = self._frees = None
-            _MADE.pop(self, None)
-
-
-class _Slices(Sequence):
-    """A bucket's events read from its trace's columns, made into tuples slice by slice."""
-
-    def __init__(self, trace: ModeTrace, bucket: int, base: int, size: int):
-        self.trace, self.bucket, self.base, self.size = trace, bucket, base, size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, at):
-        if isinstance(at, slice):
-            start, stop, step = at.indices(self.size)
-            assert step == 1
-            return _tuples(self.trace, self.bucket, self.base, start, stop)
-        at = at + self.size if at < 0 else at
-        if not 0 <= at < self.size:
-            raise IndexError(at)
-        return _tuples(self.trace, self.bucket, self.base, at, at + 1)[0]
-
-
-_UNSET = object()
-MADE_EVENTS = 1_000_000  # events held as tuples at once, over every bucket of every trace (about 150 bytes each)
-_MADE: OrderedDict = OrderedDict()  # BucketOps holding made tuples -> their events, least recently used first
-
-
-def _held(ops: BucketOps) -> None:
-    """Count ``ops``'s new tuples; drop the least recently used others' beyond :data:`MADE_EVENTS`."""
-    _MADE[ops] = ops.count or 0
-    total = sum(_MADE.values())
-    while total > MADE_EVENTS and len(_MADE) > 1:
-        old, n = _MADE.popitem(last=False)
-        if old is ops:
-            _MADE[old] = n
-            continue
-        old._ops = old._frees = None
-        total -= n
-
-
-def _fold_of(trace: ModeTrace, bucket: int, base: int = 0) -> Optional[tuple[int, int, int]]:
-    """The bucket's repeating region (keys only name events, so it does not depend on ``base``)."""
-    if bucket not in trace.folds:
-        c = trace.columns(bucket)
-        trace.folds[bucket] = find_period_arrays(c[:, KIND], c[:, SIZE_], c[:, STREAM_], c[:, IDENT] | base)
-    return trace.folds[bucket]
-
-
-def _tuples(trace: ModeTrace, bucket: int, base: int, start: int = 0, stop: Optional[int] = None) -> list:
-    c = trace.columns(bucket)[start:stop]
-    keys = (c[:, IDENT] | base).tolist()
-    return [(ALLOC, s, st, k, h, r) if t == ALLOC else (FREE, k)
-            for t, s, st, k, h, r in zip(c[:, KIND].tolist(), c[:, SIZE_].tolist(), c[:, STREAM_].tolist(), keys,
-                                         c[:, HINT].tolist(), c[:, RECORDED].tolist())]
-
-
-def _free_index(trace: ModeTrace, bucket: int, base: int) -> dict:
-    """:func:`bcgprof.analysis.replay_fold.free_index` from the columns (without the tuples)."""
-    c = trace.columns(bucket)
-    at = np.flatnonzero(c[:, KIND] == FREE)
-    return dict(zip((c[at, IDENT] | base).tolist(), at.tolist()))
+_NONE = np.zeros((0, len(OPS)), dtype=np.int64)
 
 
 # ---------------------------------------------------------------- building
@@ -291,25 +148,37 @@ def mode_trace(columns: TraceColumns) -> ModeTrace:
 
 
 def mode_trace_of(trace: Trace) -> ModeTrace:
-    """The replay's view of a trace held in memory (as :func:`bcgprof.report.traces.read_trace` gives it)."""
-    head = {"settings": trace.settings, "buckets": list(trace.buckets), "incomplete": list(trace.incomplete)}
+    """The replay's view of a trace held in memory (as :func:`bcgprof.report.traces.read_trace`
+    gives it)."""
+    head = {
+        "settings": trace.settings,
+        "buckets": list(trace.buckets),
+        "incomplete": list(trace.incomplete),
+    }
     return _build(trace.mode, trace.path, "", head, table_of(trace.rows))
 
 
-def _build(mode: str, path: Optional[Path], digest: str, head: dict, table: np.ndarray) -> ModeTrace:
+def _build(
+    mode: str, path: Optional[Path], digest: str, head: dict, table: np.ndarray
+) -> ModeTrace:
     bucket, pool, action, ident = table[:, BUCKET], table[:, POOL], table[:, ACTION], table[:, ID]
     graph = pool == GRAPH
-    opened = np.flatnonzero(graph & np.isin(action, [_A[Action.SEGMENT_ALLOC], _A[Action.SEGMENT_EXISTS]]))
+    opened = np.flatnonzero(
+        graph & np.isin(action, [_A[Action.SEGMENT_ALLOC], _A[Action.SEGMENT_EXISTS]])
+    )
     blocks = np.flatnonzero(graph & np.isin(action, [_A[Action.ALLOC], _A[Action.FREE_COMPLETED]]))
     allocs = blocks[action[blocks] == _A[Action.ALLOC]]
     frees = blocks[action[blocks] != _A[Action.ALLOC]]
     # an allocation's segment: a graph-pool segment opened before it (read_trace checks)
     hint = _lookup(ident[opened], table[opened, ADDRESS], table[allocs, SEGMENT], 0)
-    # a free's owner: the bucket of the graph-pool allocation it names (-1: allocated before recording, or elsewhere)
+    # a free's owner: the bucket of the graph-pool allocation it names (-1: allocated before
+    # recording, or elsewhere)
     owner = _lookup(ident[allocs], bucket[allocs], ident[frees], -1)
     known = owner >= 0
     mine = known & (owner == bucket[frees])
-    late = known & ~mine & (table[frees, PHASE] == _WARMUP)  # after the owner's capture: the owner's end
+    late = (
+        known & ~mine & (table[frees, PHASE] == _WARMUP)
+    )  # after the owner's capture: the owner's end
     crossing = known & ~mine & ~late
     rows = np.r_[allocs, frees[known]]
     target = np.r_[bucket[allocs], np.where(late, owner, bucket[frees])[known]]
@@ -322,9 +191,14 @@ def _build(mode: str, path: Optional[Path], digest: str, head: dict, table: np.n
     offset = np.where(is_alloc, table[rows, OFFSET], 0)
     hints = np.zeros(len(rows), dtype=np.int64)
     hints[is_alloc] = hint[np.searchsorted(allocs, rows[is_alloc])]
-    columns = {"kind": np.where(is_alloc, ALLOC, FREE).astype(np.int64),
-               "size": np.where(is_alloc, table[rows, SIZE], 0), "stream": np.where(is_alloc, table[rows, STREAM], 0),
-               "ident": renumber.astype(np.int64), "hint": hints, "recorded": hints + offset}
+    columns = {
+        "kind": np.where(is_alloc, ALLOC, FREE).astype(np.int64),
+        "size": np.where(is_alloc, table[rows, SIZE], 0),
+        "stream": np.where(is_alloc, table[rows, STREAM], 0),
+        "ident": renumber.astype(np.int64),
+        "hint": hints,
+        "recorded": hints + offset,
+    }
     buckets = [int(b) for b in head["buckets"]]
     capture_order = tuple(dict.fromkeys(buckets))
     spans = {}
@@ -332,12 +206,19 @@ def _build(mode: str, path: Optional[Path], digest: str, head: dict, table: np.n
         edges = np.flatnonzero(np.r_[True, target[1:] != target[:-1], True])
         spans = {int(target[a]): (int(a), int(b)) for a, b in itertools.pairwise(edges.tolist())}
     cross: dict[int, tuple[int, ...]] = {}
-    for b, k in zip(bucket[frees[crossing]].tolist(), (np.searchsorted(numbers, ident[frees[crossing]]) + 1).tolist()):
+    for b, k in zip(
+        bucket[frees[crossing]].tolist(),
+        (np.searchsorted(numbers, ident[frees[crossing]]) + 1).tolist(),
+    ):
         cross[b] = (*cross.get(b, ()), k)
-    unknown = {int(b): int(n) for b, n in zip(*np.unique(bucket[frees[~known]], return_counts=True))}
+    unknown = {
+        int(b): int(n) for b, n in zip(*np.unique(bucket[frees[~known]], return_counts=True))
+    }
     freed = np.unique(columns["ident"][~is_alloc])
     never = is_alloc & ~np.isin(columns["ident"], freed)
-    rounded = -(-np.maximum(columns["size"], 1) // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE  # round_size
+    rounded = (
+        -(-np.maximum(columns["size"], 1) // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+    )  # round_size
     kept = dict.fromkeys(capture_order, 0)
     if never.any():
         keeping, at = np.unique(target[never], return_inverse=True)
@@ -348,15 +229,27 @@ def _build(mode: str, path: Optional[Path], digest: str, head: dict, table: np.n
     warm = Trace(mode, buckets=list(capture_order), rows=rows_of(table[other]))
     events = np.stack([columns[c] for c in OPS], axis=1)
     events.flags.writeable = False
-    return ModeTrace(mode=mode, path=path, digest=digest, settings=dict(head["settings"]), buckets=tuple(buckets),
-                     incomplete=frozenset(int(b) for b in head["incomplete"]), order=capture_order,
-                     sizes={b: e - s for b, (s, e) in spans.items()},
-                     blocks={b: events[s:e] for b, (s, e) in spans.items()}, cross=cross, unknown=unknown,
-                     kept=kept, warmup=warmup_growth(warm), leftover=prewarm_leftover(warm))
+    return ModeTrace(
+        mode=mode,
+        path=path,
+        digest=digest,
+        settings=dict(head["settings"]),
+        buckets=tuple(buckets),
+        incomplete=frozenset(int(b) for b in head["incomplete"]),
+        order=capture_order,
+        sizes={b: e - s for b, (s, e) in spans.items()},
+        blocks={b: events[s:e] for b, (s, e) in spans.items()},
+        cross=cross,
+        unknown=unknown,
+        kept=kept,
+        warmup=warmup_growth(warm),
+        leftover=prewarm_leftover(warm),
+    )
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: int) -> np.ndarray:
-    """``values`` at the position of each ``wanted`` in ``keys`` (unique), ``missing`` where absent."""
+    """``values`` at the position of each ``wanted`` in ``keys`` (unique), ``missing`` where absent.
+    """
     out = np.full(len(wanted), missing, dtype=np.int64)
     if not len(keys):
         return out
@@ -380,14 +273,21 @@ Source = Union[Trace, Path, ModeTrace]
 
 
 class TraceSet:
-    """One report's traces by mode, each loaded once (module docstring). ``expected``: mode -> the report's
-    measured (bucket, pool bytes) in capture order, which its trace must replay to before it is used."""
+    """One report's traces by mode, each loaded once (module docstring). ``expected``: mode -> the
+    report's measured (bucket, pool bytes) in capture order, which its trace must replay to before
+    it is used."""
 
-    def __init__(self, sources: Mapping[str, Source], expected: Optional[Mapping[str, Sequence]] = None):
+    def __init__(
+        self, sources: Mapping[str, Source], expected: Optional[Mapping[str, Sequence]] = None
+    ):
         self.sources: dict[str, Source] = dict(sources)
-        self.expected = {m: [(int(b), int(p)) for b, p in rows] for m, rows in (expected or {}).items()}
+        self.expected = {
+            m: [(int(b), int(p)) for b, p in rows] for m, rows in (expected or {}).items()
+        }
         self.verified: set[str] = set()  # modes whose trace replayed to the measured pools
-        self.refused: dict[str, str] = {}  # mode -> why its trace was refused (asked again: refused again)
+        self.refused: dict[
+            str, str
+        ] = {}  # mode -> why its trace was refused (asked again: refused again)
 
     def __contains__(self, mode: str) -> bool:
         return mode in self.sources
@@ -399,7 +299,8 @@ class TraceSet:
         return len(self.sources)
 
     def get(self, mode: str) -> Optional[ModeTrace]:
-        """``mode``'s trace, loaded (read, or found in the cache) on the first call; None when there is none."""
+        """``mode``'s trace, loaded (read, or found in the cache) on the first call; None when there
+        is none."""
         source = self.sources.get(mode)
         if source is None or isinstance(source, ModeTrace):
             return source
@@ -408,14 +309,17 @@ class TraceSet:
         else:
             loaded = load(Path(source))
             if loaded.mode != mode:
-                raise TraceSetError(f"{source} holds the trace of mode {loaded.mode}; restore the report's own file")
+                raise TraceSetError(
+                    f"{source} holds the trace of mode {loaded.mode}; restore the report's own file"
+                )
         self.sources[mode] = loaded
         return loaded
 
 
 def load(path: Path) -> ModeTrace:
-    """One trace file as a :class:`ModeTrace`: from the cache (:mod:`bcgprof.analysis.trace_cache`) when a file
-    of the same content was read before, else read, checked and built (and kept there)."""
+    """One trace file as a :class:`ModeTrace`: from the cache (:mod:`bcgprof.analysis.trace_cache`)
+    when a file of the same content was read before, else read, checked and built (and kept there).
+    """
     raw = read_bytes(path)  # within the compressed cap
     digest = hashlib.sha256(raw).hexdigest()
     name = f"trace-{digest}"
@@ -423,11 +327,21 @@ def load(path: Path) -> ModeTrace:
     if kept is not None:
         try:
             return decode(kept, digest, path)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, zlib.error):
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            IndexError,
+            AttributeError,
+            RecursionError,
+            zlib.error,
+        ):
             pass  # damaged: built again
-    built = mode_trace(parse(path, io.BytesIO(raw), digest))  # the text's caps and every row's checks
+    built = mode_trace(
+        parse(path, io.BytesIO(raw), digest)
+    )  # the text's caps and every row's checks
     for b in built.order:  # kept with it: a later command replays without looking for them
-        _fold_of(built, b)
+        fold_of(built, b)
     trace_cache.store_entry(name, encode(built), path)
     return built
 
@@ -436,8 +350,8 @@ def load(path: Path) -> ModeTrace:
 
 
 def encode(trace: ModeTrace) -> bytes:
-    """``trace`` as bytes: a header of JSON (its length first), then each bucket's events, compressed on their own
-    (so a later command inflates only the buckets it replays)."""
+    """``trace`` as bytes: a header of JSON (its length first), then each bucket's events,
+    compressed on their own (so a later command inflates only the buckets it replays)."""
     blocks, at = [], 0
     index = []
     for b in trace.order:
@@ -446,39 +360,62 @@ def encode(trace: ModeTrace) -> bytes:
             index.append([b, trace.sizes[b], at, len(block)])
             blocks.append(block)
             at += len(block)
-    head = {"mode": trace.mode, "digest": trace.digest, "settings": trace.settings, "buckets": list(trace.buckets),
-            "incomplete": sorted(trace.incomplete), "order": list(trace.order), "blocks": index,
-            "cross": [[b, list(k)] for b, k in trace.cross.items()], "unknown": list(trace.unknown.items()),
-            "kept": list(trace.kept.items()), "leftover": trace.leftover,
-            "warmup": [[b, g.reserved_bytes, g.allocated_peak_bytes] for b, g in trace.warmup.items()],
-            "folds": [[b, *(f or ())] for b, f in trace.folds.items()]}
+    head = {
+        "mode": trace.mode,
+        "digest": trace.digest,
+        "settings": trace.settings,
+        "buckets": list(trace.buckets),
+        "incomplete": sorted(trace.incomplete),
+        "order": list(trace.order),
+        "blocks": index,
+        "cross": [[b, list(k)] for b, k in trace.cross.items()],
+        "unknown": list(trace.unknown.items()),
+        "kept": list(trace.kept.items()),
+        "leftover": trace.leftover,
+        "warmup": [[b, g.reserved_bytes, g.allocated_peak_bytes] for b, g in trace.warmup.items()],
+        "folds": [[b, *(f or ())] for b, f in trace.folds.items()],
+    }
     text = json.dumps(head, separators=(",", ":")).encode()
     return len(text).to_bytes(8, "big") + text + b"".join(blocks)
 
 
 def decode(data: bytes, digest: str, path: Path) -> ModeTrace:
-    """:func:`encode`'s bytes back, checked to be whole and consistent (ValueError and friends otherwise; a
-    bucket's events are checked when first inflated)."""
+    """:func:`encode`'s bytes back, checked to be whole and consistent (ValueError and friends
+    otherwise; a bucket's events are checked when first inflated)."""
     size = int.from_bytes(data[:8], "big")
-    head = json.loads(data[8:8 + size])
-    if head["digest"] != digest or head["mode"] not in tuple(Mode) or not isinstance(head["settings"], dict):
+    head = json.loads(data[8 : 8 + size])
+    if (
+        head["digest"] != digest
+        or head["mode"] not in tuple(Mode)
+        or not isinstance(head["settings"], dict)
+    ):
         raise ValueError("another trace's entry")
-    body = data[8 + size:]
+    body = data[8 + size :]
     sizes, blocks = {}, {}
     for b, n, at, length in head["blocks"]:
         if _count(at) + _count(length) > len(body):
             raise ValueError("cut short")
-        sizes[_count(b)], blocks[b] = _count(n), body[at:at + length]
-    return ModeTrace(mode=head["mode"], path=Path(path), digest=digest, settings=head["settings"],
-                     buckets=tuple(_count(b) for b in head["buckets"]),
-                     incomplete=frozenset(_count(b) for b in head["incomplete"]),
-                     order=tuple(_count(b) for b in head["order"]), sizes=sizes, blocks=blocks,
-                     cross={_count(b): tuple(_count(k) for k in ks) for b, ks in head["cross"]},
-                     unknown={_count(b): _count(n) for b, n in head["unknown"]},
-                     kept={_count(b): _count(n) for b, n in head["kept"]}, leftover=_count(head["leftover"]),
-                     warmup={_count(b): WarmupGrowth(_count(r), None if p is None else _count(p))
-                             for b, r, p in head["warmup"]},
-                     folds={_count(b): _fold(rest) for b, *rest in head.get("folds", [])})
+        sizes[_count(b)], blocks[b] = _count(n), body[at : at + length]
+    return ModeTrace(
+        mode=head["mode"],
+        path=Path(path),
+        digest=digest,
+        settings=head["settings"],
+        buckets=tuple(_count(b) for b in head["buckets"]),
+        incomplete=frozenset(_count(b) for b in head["incomplete"]),
+        order=tuple(_count(b) for b in head["order"]),
+        sizes=sizes,
+        blocks=blocks,
+        cross={_count(b): tuple(_count(k) for k in ks) for b, ks in head["cross"]},
+        unknown={_count(b): _count(n) for b, n in head["unknown"]},
+        kept={_count(b): _count(n) for b, n in head["kept"]},
+        leftover=_count(head["leftover"]),
+        warmup={
+            _count(b): WarmupGrowth(_count(r), None if p is None else _count(p))
+            for b, r, p in head["warmup"]
+        },
+        folds={_count(b): _fold(rest) for b, *rest in head.get("folds", [])},
+    )
 
 
 def _fold(values: list) -> Optional[tuple[int, int, int]]:

@@ -36,15 +36,28 @@ from typing import IO, Any, Optional
 import numpy as np
 
 from bcgprof.report import traces as fmt
-from bcgprof.report.traces import COLUMNS, MAX_VALUE, VERSION, Action, TraceError, TracePhase, TracePool, TraceRow
+from bcgprof.report.traces import (
+    COLUMNS,
+    MAX_VALUE,
+    VERSION,
+    Action,
+    TraceError,
+    TracePhase,
+    TracePool,
+    TraceRow,
+)
 from bcgprof.text import printable
 from bcgprof.vocab import Mode
 
 CHUNK = 1 << 20  # text inflated per step
 INPUT = 64 << 10  # compressed bytes fed to the inflater per step
 PIECE = 4 << 20  # text parsed at once
-MAX_HEADER_BYTES = 1 << 20  # the header line (a 4,096-bucket list and the allocator settings take a few KiB)
-DIGITS = 19  # digits a cell may have: every value up to MAX_VALUE, and none overflows 64 bits unsigned
+MAX_HEADER_BYTES = (
+    1 << 20
+)  # the header line (a 4,096-bucket list and the allocator settings take a few KiB)
+DIGITS = (
+    19  # digits a cell may have: every value up to MAX_VALUE, and none overflows 64 bits unsigned
+)
 
 PHASES: tuple[str, ...] = tuple(w.value for w in TracePhase)  # a word's code is its index
 POOLS: tuple[str, ...] = tuple(w.value for w in TracePool)
@@ -60,12 +73,12 @@ GRAPH = POOLS.index(TracePool.GRAPH)
 _FIX = "re-capture the report to predict from it (show, gate and explain do not read it)"
 
 
-TEN = [np.uint64(10 ** k) for k in range(DIGITS)]
+TEN = [np.uint64(10**k) for k in range(DIGITS)]
 
 
 def _signature(length: Any, letter: Any) -> Any:
-    """A word's length and its letter at index min(5, length - 1) (numbers or arrays of them): unique among
-    each column's words."""
+    """A word's length and its letter at index min(5, length - 1) (numbers or arrays of them):
+    unique among each column's words."""
     return length * 256 + letter
 
 
@@ -74,7 +87,11 @@ def _signatures(words: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[byte
     keys = [_signature(len(w), ord(w[min(5, len(w) - 1)])) for w in words]
     assert len(set(keys)) == len(keys), words
     order = np.argsort(keys)
-    return np.asarray(keys, dtype=np.int64)[order], order.astype(np.int64), [w.encode() for w in words]
+    return (
+        np.asarray(keys, dtype=np.int64)[order],
+        order.astype(np.int64),
+        [w.encode() for w in words],
+    )
 
 
 WORDS = {PHASE: _signatures(PHASES), POOL: _signatures(POOLS), ACTION: _signatures(ACTIONS)}
@@ -87,7 +104,8 @@ def bad(path: Path, what: str) -> TraceError:
 
 @dataclass(frozen=True)
 class TraceColumns:
-    """One trace file, read and checked: its header's fields, and its rows as a table (module docstring)."""
+    """One trace file, read and checked: its header's fields, and its rows as a table (module
+    docstring)."""
 
     path: Path
     digest: str  # SHA-256 of the file's bytes
@@ -105,8 +123,8 @@ def read_columns(path: Path) -> TraceColumns:
 
 
 def read_bytes(path: Path) -> bytes:
-    """The compressed file, if it is a regular file within ``MAX_TRACE_BYTES`` (refused before a byte is read
-    otherwise)."""
+    """The compressed file, if it is a regular file within ``MAX_TRACE_BYTES`` (refused before a
+    byte is read otherwise)."""
     from bcgprof.inputs import Refused, open_capped_bytes
 
     path = Path(path)
@@ -115,9 +133,12 @@ def read_bytes(path: Path) -> bytes:
         with open_capped_bytes(path, cap) as f:  # a regular file only: a FIFO would block a read
             raw = f.read(cap + 1)
     except Refused as r:
-        what = {"missing": "is missing", "unreadable": f"cannot be read ({r.detail})",
-                "not regular": f"is {r.detail}, not a regular file",
-                "too large": f"{r.size} bytes, more than the {cap} a trace may have ({caps()})"}[r.reason]
+        what = {
+            "missing": "is missing",
+            "unreadable": f"cannot be read ({r.detail})",
+            "not regular": f"is {r.detail}, not a regular file",
+            "too large": f"{r.size} bytes, more than the {cap} a trace may have ({caps()})",
+        }[r.reason]
         raise bad(path, what) from None
     except OSError as e:
         raise bad(path, f"cannot be read ({e.strerror or e})") from None
@@ -128,14 +149,17 @@ def read_bytes(path: Path) -> bytes:
 
 def caps() -> str:
     """The caps, as every refusal for size states them."""
-    return (f"a trace may hold {fmt.MAX_TRACE_BYTES >> 20} MiB compressed, {fmt.MAX_TEXT_BYTES >> 20} MiB of text "
-            f"and {fmt.MAX_ROWS:,} rows")
+    return (
+        f"a trace may hold {fmt.MAX_TRACE_BYTES >> 20} MiB compressed, "
+        f"{fmt.MAX_TEXT_BYTES >> 20} MiB of text "
+        f"and {fmt.MAX_ROWS:,} rows"
+    )
 
 
 def inflate_chunks(raw: IO[bytes], path: Path) -> Iterator[bytes]:
-    """The file's text, at most :data:`CHUNK` bytes at a time; refused as soon as it passes ``MAX_TEXT_BYTES``
-    or holds more than ``MAX_ROWS`` rows (so at most that much is ever inflated). Gzip members are read one
-    after another, as every gzip reader does."""
+    """The file's text, at most :data:`CHUNK` bytes at a time; refused as soon as it passes
+    ``MAX_TEXT_BYTES`` or holds more than ``MAX_ROWS`` rows (so at most that much is ever inflated).
+    Gzip members are read one after another, as every gzip reader does."""
     most, rows = fmt.MAX_TEXT_BYTES, fmt.MAX_ROWS
     size = lines = 0
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -179,7 +203,7 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
         while len(lines) < 2 and b"\n" in buffer:
             end = buffer.index(b"\n")
             lines.append(bytes(buffer[:end]))
-            del buffer[:end + 1]
+            del buffer[: end + 1]
         if len(lines) == 2:
             break
         if len(buffer) > MAX_HEADER_BYTES and not lines:
@@ -191,7 +215,9 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     if len(lines) < 2 or lines[1] != ",".join(COLUMNS).encode():
         raise bad(path, f"line 2 is not the column header {','.join(COLUMNS)}")
     known = np.unique(np.asarray(head["buckets"], dtype=np.int64))
-    buffer += b"".join(chunks)  # the whole text first (within the caps), so that a file over them costs no parsing
+    buffer += b"".join(
+        chunks
+    )  # the whole text first (within the caps), so that a file over them costs no parsing
     if buffer and not buffer.endswith(b"\n"):
         buffer += b"\n"
     if buffer.count(b"\n") > fmt.MAX_ROWS:
@@ -201,14 +227,18 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     tables: list[np.ndarray] = []
     count = at = 0
     while at < len(text):
-        cut = text.rfind(b"\n", at, at + PIECE) + 1 or text.find(b"\n", at) + 1  # whole lines, one at least
+        cut = (
+            text.rfind(b"\n", at, at + PIECE) + 1 or text.find(b"\n", at) + 1
+        )  # whole lines, one at least
         tables.append(_piece(path, text[at:cut], 3 + count, known))
         count, at = count + len(tables[-1]), cut
     table = np.concatenate(tables) if tables else np.empty((0, len(COLUMNS)), dtype=np.int64)
     check_table(path, table)
     device = head.get("device", 0)
     if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device <= MAX_VALUE:
-        raise bad(path, f"its header's device must be a device index, got {printable(repr(device), 40)}")
+        raise bad(
+            path, f"its header's device must be a device index, got {printable(repr(device), 40)}"
+        )
     return TraceColumns(path=path, digest=digest, head=head, table=table)
 
 
@@ -226,13 +256,17 @@ def _header(path: Path, first: bytes) -> dict:
     if not isinstance(head, dict) or head.get("format") != fmt.FORMAT:
         raise bad(path, f"not a {fmt.FORMAT} file")
     if head.get("version") != VERSION:
-        raise bad(path, f"trace format version {head.get('version')!r}; this bcgprof reads version {VERSION}")
+        raise bad(
+            path,
+            f"trace format version {head.get('version')!r}; this bcgprof reads version {VERSION}",
+        )
     if head.get("mode") not in tuple(Mode):
         raise bad(path, f"unknown mode {head.get('mode')!r} in the header")
     for name in ("buckets", "incomplete"):
         value = head.get(name)
-        if not isinstance(value, list) or not all(isinstance(b, int) and not isinstance(b, bool)
-                                                  and 0 < b <= MAX_VALUE for b in value):
+        if not isinstance(value, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) and 0 < b <= MAX_VALUE for b in value
+        ):
             raise bad(path, f"header field {name} is not a list of positive bucket sizes")
     pool = head.get("pool")
     if not (isinstance(pool, list) and len(pool) == 2 and all(isinstance(p, int) for p in pool)):
@@ -246,12 +280,15 @@ def _header(path: Path, first: bytes) -> dict:
 
 
 def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray:
-    """The rows of ``text`` (whole lines; ``first``: the number of its first line) as a table. A line is
-    accepted as the writer writes it: ten cells, each numeric one at most :data:`DIGITS` ASCII digits (some
-    never empty), each word one of its column's words; any other is refused by :func:`_refuse_line`."""
+    """The rows of ``text`` (whole lines; ``first``: the number of its first line) as a table. A
+    line is accepted as the writer writes it: ten cells, each numeric one at most :data:`DIGITS`
+    ASCII digits (some never empty), each word one of its column's words; any other is refused by
+    :func:`_refuse_line`."""
     u = np.frombuffer(text, dtype=np.uint8)
     delims = np.flatnonzero((u == ord(",")) | (u == ord("\n")))
-    newline = np.flatnonzero(u[delims] == ord("\n"))  # every line ends with one (the caller makes sure)
+    newline = np.flatnonzero(
+        u[delims] == ord("\n")
+    )  # every line ends with one (the caller makes sure)
     cells = len(COLUMNS)
     shape = newline != np.arange(cells - 1, cells * len(newline), cells)
     if shape.any():  # a line without ten cells
@@ -265,7 +302,9 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
     wrong = np.zeros(len(ends), dtype=bool)
     table = np.empty(ends.shape, dtype=np.int64)
     for c, (keys, codes, words) in WORDS.items():
-        letter = u[np.minimum(starts[:, c] + np.minimum(5, np.maximum(lengths[:, c] - 1, 0)), len(u) - 1)]
+        letter = u[
+            np.minimum(starts[:, c] + np.minimum(5, np.maximum(lengths[:, c] - 1, 0)), len(u) - 1)
+        ]
         signature = _signature(lengths[:, c], letter.astype(np.int64))
         at = np.minimum(np.searchsorted(keys, signature), len(keys) - 1)
         code = codes[at]
@@ -276,7 +315,9 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
             wrong[rows] |= (spelt != np.frombuffer(word, dtype=np.uint8)).any(axis=1)
         table[:, c] = code
     non_digit = np.zeros(len(u) + 1, dtype=np.int32)
-    np.cumsum((u - np.uint8(ord("0"))) > 9, out=non_digit[1:])  # uint8: bytes below "0" wrap above 9
+    np.cumsum(
+        (u - np.uint8(ord("0"))) > 9, out=non_digit[1:]
+    )  # uint8: bytes below "0" wrap above 9
     high = np.zeros(len(ends), dtype=bool)  # a value above MAX_VALUE
     for c in NUMBERS:
         length = lengths[:, c]
@@ -285,7 +326,9 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
             wrong |= length == 0
         value = _integers(u, ends[:, c], np.minimum(length, DIGITS))
         high |= value > np.uint64(MAX_VALUE)
-        column = value.astype(np.int64)  # values above 2**63 are refused below, whatever they become here
+        column = value.astype(
+            np.int64
+        )  # values above 2**63 are refused below, whatever they become here
         column[length == 0] = -1
         table[:, c] = column
     wrong |= high | (table[:, BUCKET] < 1) | ~np.isin(table[:, BUCKET], known)
@@ -309,7 +352,7 @@ def _refuse_line(path: Path, text: bytes, start: int, first: int, known: np.ndar
     """Refuse the line of ``text`` starting at ``start``, which the fast reading did not accept."""
     number = first + text.count(b"\n", 0, start)
     end = text.find(b"\n", start)
-    line = text[start:end if end >= 0 else len(text)]
+    line = text[start : end if end >= 0 else len(text)]
     try:
         cells = line.decode("utf-8").split(",")
     except UnicodeDecodeError:
@@ -317,17 +360,24 @@ def _refuse_line(path: Path, text: bytes, start: int, first: int, known: np.ndar
     if len(cells) != len(COLUMNS):
         raise bad(path, f"line {number}: {len(cells)} values for {len(COLUMNS)} columns")
     if cells[1] not in PHASES or cells[2] not in POOLS or cells[3] not in ACTIONS:
-        raise bad(path, f"line {number}: unknown phase, pool or action ({cells[1][:20]!r}, {cells[2][:20]!r}, "
-                        f"{cells[3][:20]!r})")
+        raise bad(
+            path,
+            f"line {number}: unknown phase, pool or action ({cells[1][:20]!r}, {cells[2][:20]!r}, "
+            f"{cells[3][:20]!r})",
+        )
     bucket = _int(path, number, "bucket", cells[0], lo=1)
     if bucket not in set(known.tolist()):
         raise bad(path, f"line {number}: bucket {bucket} is not in the header's buckets")
     for c in range(ID, len(COLUMNS)):
         _int(path, number, COLUMNS[c], cells[c], optional=c not in REQUIRED)
-    raise bad(path, f"line {number} is not a row of the trace")  # not reached: a cell above is refused
+    raise bad(
+        path, f"line {number} is not a row of the trace"
+    )  # not reached: a cell above is refused
 
 
-def _int(path: Path, line: int, name: str, raw: str, optional: bool = False, lo: int = 0) -> Optional[int]:
+def _int(
+    path: Path, line: int, name: str, raw: str, optional: bool = False, lo: int = 0
+) -> Optional[int]:
     if raw == "" and optional:
         return None
     try:
@@ -336,7 +386,9 @@ def _int(path: Path, line: int, name: str, raw: str, optional: bool = False, lo:
         raise bad(path, f"line {line}, column {name}: {raw[:30]!r} is not an integer") from None
     if not lo <= value <= MAX_VALUE:
         raise bad(path, f"line {line}, column {name}: {value} is out of range")
-    if not (raw.isascii() and raw.isdigit()):  # a sign, spaces or underscores: not what the writer writes
+    if not (
+        raw.isascii() and raw.isdigit()
+    ):  # a sign, spaces or underscores: not what the writer writes
         raise bad(path, f"line {line}, column {name}: {raw[:30]!r} is not an integer")
     if len(raw) > DIGITS:
         raise bad(path, f"line {line}, column {name}: {raw[:30]!r} has more than {DIGITS} digits")
@@ -347,10 +399,10 @@ def _int(path: Path, line: int, name: str, raw: str, optional: bool = False, lo:
 
 
 def check_table(path: Path, table: np.ndarray) -> None:
-    """What the replay relies on, on whole columns: allocation and segment numbers are unique, frees name
-    earlier allocations, block rows of the graph pool name an earlier segment of the graph pool (and a graph-pool
-    allocation its offset there), a bucket's rows are one run. The first row breaking a rule is named (and of
-    its rules, the first in that order)."""
+    """What the replay relies on, on whole columns: allocation and segment numbers are unique, frees
+    name earlier allocations, block rows of the graph pool name an earlier segment of the graph pool
+    (and a graph-pool allocation its offset there), a bucket's rows are one run. The first row
+    breaking a rule is named (and of its rules, the first in that order)."""
     if not len(table):
         return
     found: list[tuple[int, int, str]] = []  # (row, rank within the row, what)
@@ -365,13 +417,17 @@ def check_table(path: Path, table: np.ndarray) -> None:
     fresh = np.r_[allocs[numbers < 0], allocs[_repeats(numbers)]]
     if len(fresh):
         found.append((int(fresh.min()), 1, "an alloc without a new allocation number"))
-    frees = np.flatnonzero(np.isin(action, [A[Action.FREE_REQUESTED], A[Action.FREE_COMPLETED]]) & (ident >= 0))
+    frees = np.flatnonzero(
+        np.isin(action, [A[Action.FREE_REQUESTED], A[Action.FREE_COMPLETED]]) & (ident >= 0)
+    )
     unknown = frees[~_seen_before(numbers, allocs, ident[frees], frees)]
     if len(unknown):
         row = int(unknown[0])
         found.append((row, 1, f"frees allocation {ident[row]}, which no earlier row allocated"))
     segments = np.flatnonzero(np.isin(action, SEGMENT_CODES))
-    incomplete = segments[(ident[segments] < 0) | (table[segments, ADDRESS] < 0) | (table[segments, SIZE] <= 0)]
+    incomplete = segments[
+        (ident[segments] < 0) | (table[segments, ADDRESS] < 0) | (table[segments, SIZE] <= 0)
+    ]
     if len(incomplete):
         found.append((int(incomplete[0]), 1, "a segment row needs its number, address and size"))
     opened = segments[table[segments, ACTION] != A[Action.SEGMENT_FREE]]
@@ -379,18 +435,28 @@ def check_table(path: Path, table: np.ndarray) -> None:
     if len(twice):
         row = int(twice[0])
         found.append((row, 2, f"segment {ident[row]} appears twice"))
-    first_open = opened[np.sort(np.unique(ident[opened], return_index=True)[1])]  # each number's first row
+    first_open = opened[
+        np.sort(np.unique(ident[opened], return_index=True)[1])
+    ]  # each number's first row
     graph_open = first_open[pool[first_open] == GRAPH]
     blocks = np.flatnonzero((pool == GRAPH) & np.isin(action, BLOCK_CODES))
     outside = blocks[~_seen_before(ident[graph_open], graph_open, table[blocks, SEGMENT], blocks)]
     if len(outside):
         row = int(outside[0])
         segment = table[row, SEGMENT]
-        found.append((row, 3, f"a graph-pool block in segment {segment if segment >= 0 else None}, "
-                              "not a graph-pool segment"))
+        found.append(
+            (
+                row,
+                3,
+                f"a graph-pool block in segment {segment if segment >= 0 else None}, "
+                "not a graph-pool segment",
+            )
+        )
     unplaced = allocs[(pool[allocs] == GRAPH) & (table[allocs, OFFSET] < 0)]
     if len(unplaced):
-        found.append((int(unplaced[0]), 4, "a graph-pool allocation without its offset in its segment"))
+        found.append(
+            (int(unplaced[0]), 4, "a graph-pool allocation without its offset in its segment")
+        )
     if found:
         row, _, what = min(found)
         raise bad(path, f"line {row + 3}: {what}")
@@ -403,9 +469,11 @@ def _repeats(values: np.ndarray) -> np.ndarray:
     return np.sort(order[1:][same])
 
 
-def _seen_before(numbers: np.ndarray, rows: np.ndarray, wanted: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each ``wanted`` number (asked at row ``at``): whether ``numbers`` (held at ``rows``) holds it at an
-    earlier row."""
+def _seen_before(
+    numbers: np.ndarray, rows: np.ndarray, wanted: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    """For each ``wanted`` number (asked at row ``at``): whether ``numbers`` (held at ``rows``)
+    holds it at an earlier row."""
     if not len(numbers):
         return np.zeros(len(wanted), dtype=bool)
     unique, first = np.unique(numbers, return_index=True)
@@ -418,16 +486,44 @@ def _seen_before(numbers: np.ndarray, rows: np.ndarray, wanted: np.ndarray, at: 
 
 def table_of(rows: Sequence[TraceRow]) -> np.ndarray:
     """A trace's rows (as :class:`~bcgprof.report.traces.TraceRow`) as a table."""
-    phase, pool, action = ({w: i for i, w in enumerate(words)} for words in (PHASES, POOLS, ACTIONS))
-    table = np.array([(r.bucket, phase[r.phase], pool[r.pool], action[r.action],
-                       -1 if r.id is None else r.id, r.size, r.stream, -1 if r.segment is None else r.segment,
-                       -1 if r.offset is None else r.offset, -1 if r.address is None else r.address)
-                      for r in rows], dtype=np.int64)
+    phase, pool, action = (
+        {w: i for i, w in enumerate(words)} for words in (PHASES, POOLS, ACTIONS)
+    )
+    table = np.array(
+        [
+            (
+                r.bucket,
+                phase[r.phase],
+                pool[r.pool],
+                action[r.action],
+                -1 if r.id is None else r.id,
+                r.size,
+                r.stream,
+                -1 if r.segment is None else r.segment,
+                -1 if r.offset is None else r.offset,
+                -1 if r.address is None else r.address,
+            )
+            for r in rows
+        ],
+        dtype=np.int64,
+    )
     return table.reshape(-1, len(COLUMNS))
 
 
 def rows_of(table: np.ndarray) -> list[TraceRow]:
     """The table's rows as :class:`~bcgprof.report.traces.TraceRow` (an empty cell as None)."""
-    return [TraceRow(b, PHASES[p], POOLS[q], ACTIONS[a], None if i < 0 else i, s, st, None if g < 0 else g,
-                     None if o < 0 else o, None if d < 0 else d)
-            for b, p, q, a, i, s, st, g, o, d in table.tolist()]
+    return [
+        TraceRow(
+            b,
+            PHASES[p],
+            POOLS[q],
+            ACTIONS[a],
+            None if i < 0 else i,
+            s,
+            st,
+            None if g < 0 else g,
+            None if o < 0 else o,
+            None if d < 0 else d,
+        )
+        for b, p, q, a, i, s, st, g, o, d in table.tolist()
+    ]

@@ -1,11 +1,12 @@
-"""A report's traces read once (bcgprof.analysis.trace_set) and what is kept of them between commands
-(bcgprof.analysis.trace_cache), on a small synthetic traced profile (tests/traced_profile.py; no GPU).
+"""A report's traces read once (bcgprof.analysis.trace_set) and what is kept of them between
+commands (bcgprof.analysis.trace_cache), on a small synthetic traced profile
+(tests/traced_profile.py; no GPU).
 
 The trace set must hold every bucket's events exactly as a row-by-row reading groups them; the cache
-must give the same answers as working them out (a hit skips reading and checking the trace, a changed
-trace misses, a damaged entry is ignored, an unwritable cache is skipped); a list is checked whole,
-and its work bounded, before any replay (a layer prediction from the committed reports opens no trace it
-does not need: tests/regression/test_trace_set.py).
+must give the same answers as working them out (a hit skips reading and checking the trace, a
+changed trace misses, a damaged entry is ignored, an unwritable cache is skipped); a list is checked
+whole, and its work bounded, before any replay (a layer prediction from the committed reports opens
+no trace it does not need: tests/regression/test_trace_set.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis import replay, replay_sources, trace_cache, trace_set
-from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, prediction_json
+from bcgprof.analysis import bucket_ops, replay, replay_sources, trace_cache, trace_set
+from bcgprof.analysis.predict import (
+    PredictionError,
+    bucket_profile,
+    predict_buckets,
+    prediction_json,
+)
 from bcgprof.analysis.replay_fold import ALLOC, FREE
 from bcgprof.report import read_report
 from bcgprof.report.traces import read_trace, trace_name, write_trace
@@ -41,7 +47,8 @@ def profile(tmp_path_factory):
 
 @pytest.fixture
 def work(monkeypatch) -> dict:
-    """Counts what a command works out: traces parsed, and checks replayed against the measured pools."""
+    """Counts what a command works out: traces parsed, and checks replayed against the measured
+    pools."""
     counted = {"parsed": 0, "checked": 0}
     parse, check = trace_set.parse, replay.Replayer.replay
 
@@ -60,7 +67,8 @@ def work(monkeypatch) -> dict:
 
 
 def _grouped(trace) -> dict[int, list]:
-    """Each bucket's events, grouped row by row as the replay's rules say (the reference for the trace set)."""
+    """Each bucket's events, grouped row by row as the replay's rules say (the reference for the
+    trace set)."""
     owner, events, numbers = {}, {b: [] for b in trace.buckets}, {}
     for r in trace.rows:
         if r.pool != "graph" or r.action not in ("alloc", "free_completed"):
@@ -71,7 +79,9 @@ def _grouped(trace) -> dict[int, list]:
         elif r.id in owner:  # a free recorded after its owner's capture ended is its owner's
             late = owner[r.id] != r.bucket and r.phase == "warmup"
             events[owner[r.id] if late else r.bucket].append(("f", r.id))
-    for r in sorted((r for r in trace.rows if r.action == "alloc" and r.pool == "graph"), key=lambda r: r.id):
+    for r in sorted(
+        (r for r in trace.rows if r.action == "alloc" and r.pool == "graph"), key=lambda r: r.id
+    ):
         numbers[r.id] = len(numbers) + 1
     return {b: [(e[0], numbers[e[1]], *e[2:]) for e in evs] for b, evs in events.items()}
 
@@ -89,13 +99,18 @@ def test_a_mode_trace_holds_each_buckets_events_as_the_rows_group_them(profile):
         for bucket, events in expected.items():
             ops = loaded.bucket_ops(bucket, 0).ops
             assert _ops(ops) == [e[:4] for e in events], (mode, bucket)
-            assert all(op[5] - op[4] == e[4] for op, e in zip(ops, events) if op[0] == ALLOC)  # offsets
+            assert all(
+                op[5] - op[4] == e[4] for op, e in zip(ops, events) if op[0] == ALLOC
+            )  # offsets
 
 
 def test_a_cache_hit_gives_the_cold_answer_without_reading_or_checking_again(profile, cache, work):
     cold = prediction_json(predict_buckets(profile, LIST))
     assert work == {"parsed": len(MODES), "checked": len(MODES)}
-    assert sorted(p.parent.name for p in cache.rglob("*") if p.is_file()) == ["entries"] * 4 + ["facts"] * 4
+    assert (
+        sorted(p.parent.name for p in cache.rglob("*") if p.is_file())
+        == ["entries"] * 4 + ["facts"] * 4
+    )
     warm = prediction_json(predict_buckets(profile, LIST))
     assert warm == cold
     assert work == {"parsed": len(MODES), "checked": len(MODES)}  # nothing read or checked again
@@ -106,8 +121,14 @@ def test_a_changed_trace_misses_the_cache(tmp_path, profile, work):
     copy = tmp_path / "changed"
     shutil.copytree(profile.path, copy)
     trace = read_trace(copy / trace_name("shared"))
-    at = next(i for i, r in enumerate(trace.rows) if r.pool == "graph" and r.action == "alloc" and r.size > 1 << 20)
-    trace.rows[at] = trace.rows[at]._replace(size=trace.rows[at].size * 4)  # damaged: an allocation grew
+    at = next(
+        i
+        for i, r in enumerate(trace.rows)
+        if r.pool == "graph" and r.action == "alloc" and r.size > 1 << 20
+    )
+    trace.rows[at] = trace.rows[at]._replace(
+        size=trace.rows[at].size * 4
+    )  # damaged: an allocation grew
     write_trace(copy, trace)
     with pytest.raises(PredictionError, match="does not replay to the report's own pool"):
         predict_buckets(read_report(copy), LIST, ["shared"])
@@ -119,10 +140,19 @@ def test_a_damaged_cache_entry_is_ignored(profile, cache, work, damage):
     cold = prediction_json(predict_buckets(profile, LIST))
     for entry in [p for p in cache.rglob("*") if p.is_file()]:
         data = entry.read_bytes()
-        entry.write_bytes({"flip": data[:-20] + bytes([data[-20] ^ 0xFF]) + data[-19:], "cut": data[:len(data) // 2],
-                           "empty": b"", "garbage": b"{" * 1000}[damage])
+        entry.write_bytes(
+            {
+                "flip": data[:-20] + bytes([data[-20] ^ 0xFF]) + data[-19:],
+                "cut": data[: len(data) // 2],
+                "empty": b"",
+                "garbage": b"{" * 1000,
+            }[damage]
+        )
     assert prediction_json(predict_buckets(profile, LIST)) == cold
-    assert work == {"parsed": 2 * len(MODES), "checked": 2 * len(MODES)}  # worked out again, all of it
+    assert work == {
+        "parsed": 2 * len(MODES),
+        "checked": 2 * len(MODES),
+    }  # worked out again, all of it
 
 
 def test_a_fact_kept_for_other_inputs_is_not_taken(profile, cache, work):
@@ -160,11 +190,14 @@ def test_a_relative_xdg_cache_home_is_not_used(monkeypatch, tmp_path):
 
 
 def test_a_list_is_checked_whole_before_any_replay(tmp_path, monkeypatch):
-    """A bucket that cannot be drawn from its neighbours, last in a long list, is refused before any bucket of any
-    mode is replayed; so is a list whose buckets not profiled hold more events than one prediction replays."""
+    """A bucket that cannot be drawn from its neighbours, last in a long list, is refused before any
+    bucket of any mode is replayed; so is a list whose buckets not profiled hold more events than
+    one prediction replays."""
     from traced_profile import forward
 
-    def uneven(tokens):  # the smallest bucket's capture allocates once more: nothing can be drawn from it
+    def uneven(
+        tokens,
+    ):  # the smallest bucket's capture allocates once more: nothing can be drawn from it
         return forward(tokens) + ([("a", "extra", 4096), ("f", "extra")] if tokens == 64 else [])
 
     report = write_profile(tmp_path / "p", modes=("per-bucket", "shared"), requests=uneven)
@@ -172,20 +205,31 @@ def test_a_list_is_checked_whole_before_any_replay(tmp_path, monkeypatch):
     assert p.replayer.has("per-bucket") and p.replayer.has("shared")  # read and checked
     steps = []
     monkeypatch.setattr(replay.Replayer, "_step", lambda self, *a: steps.append(a))
-    wanted = list(range(100, 4096, 7))  # hundreds of buckets; 121, 114, ... (replayed last) cannot be drawn
-    with pytest.raises(PredictionError, match="bucket 121 cannot be interpolated: the captures of 64 and 128"):
+    wanted = list(
+        range(100, 4096, 7)
+    )  # hundreds of buckets; 121, 114, ... (replayed last) cannot be drawn
+    with pytest.raises(
+        PredictionError, match="bucket 121 cannot be interpolated: the captures of 64 and 128"
+    ):
         predict_buckets(report, wanted, profile=p)
     assert steps == []
     monkeypatch.setattr(replay_sources, "MAX_DRAWN_EVENTS", 1000)
-    with pytest.raises(PredictionError, match=r"not profiled hold [\d,]+ allocator events .* more than the 1,000"):
+    with pytest.raises(
+        PredictionError, match=r"not profiled hold [\d,]+ allocator events .* more than the 1,000"
+    ):
         predict_buckets(report, list(range(1100, 4097, 50)), profile=p)
     assert steps == []
     monkeypatch.undo()
-    assert predict_buckets(report, list(range(1100, 4097, 50)), profile=p).mode("shared").pool_bytes > 0
+    assert (
+        predict_buckets(report, list(range(1100, 4097, 50)), profile=p).mode("shared").pool_bytes
+        > 0
+    )
 
 
-def test_events_are_made_into_tuples_only_when_asked_and_dropped_beyond_the_budget(profile, monkeypatch):
-    monkeypatch.setattr(trace_set, "MADE_EVENTS", 200)
+def test_events_are_made_into_tuples_only_when_asked_and_dropped_beyond_the_budget(
+    profile, monkeypatch
+):
+    monkeypatch.setattr(bucket_ops, "MADE_EVENTS", 200)
     loaded = trace_set.load(profile.path / trace_name("per-bucket"))
     ops = [loaded.bucket_ops(b, 0) for b in BUCKETS]
     assert all(o._ops is None for o in ops) and sum(o.size for o in ops) > 400
@@ -196,14 +240,18 @@ def test_events_are_made_into_tuples_only_when_asked_and_dropped_beyond_the_budg
     assert all(op[0] in (ALLOC, FREE) for o in made for op in o)
 
 
-def test_the_check_of_a_traces_own_list_skips_repeated_layers_and_counts_every_misplaced_allocation(tmp_path):
-    """Recorded addresses moved in a deep stack's trace (most of its events lie in repeated layers, which the check
-    skips): the folded check counts exactly the allocations a full replay finds misplaced."""
+def test_the_check_of_a_traces_own_list_skips_repeated_layers_and_counts_every_misplaced_allocation(
+    tmp_path,
+):
+    """Recorded addresses moved in a deep stack's trace (most of its events lie in repeated layers,
+    which the check skips): the folded check counts exactly the allocations a full replay finds
+    misplaced."""
     import random
 
-    import traced_profile
     from bcgprof.analysis.replay import Replayer
     from bcgprof.analysis.trace_set import TraceSet, mode_trace_of
+
+    import traced_profile
 
     def deep(tokens):
         layers, traced_profile.LAYERS = traced_profile.LAYERS, 12
@@ -218,7 +266,9 @@ def test_the_check_of_a_traces_own_list_skips_repeated_layers_and_counts_every_m
         trace = read_trace(report.path / trace_name("per-bucket"))
         allocs = [i for i, r in enumerate(trace.rows) if r.action == "alloc" and r.pool == "graph"]
         for i in rng.sample(allocs, moved):
-            trace.rows[i] = trace.rows[i]._replace(offset=trace.rows[i].offset + 512 * rng.randrange(1, 4))
+            trace.rows[i] = trace.rows[i]._replace(
+                offset=trace.rows[i].offset + 512 * rng.randrange(1, 4)
+            )
         loaded = mode_trace_of(trace)
         folded, full = (Replayer(TraceSet({"per-bucket": loaded})) for _ in range(2))
         assert folded.has("per-bucket") and full.has("per-bucket")
@@ -226,4 +276,28 @@ def test_the_check_of_a_traces_own_list_skips_repeated_layers_and_counts_every_m
             ops.fold = None
         quick, slow = folded.check("per-bucket"), full.check("per-bucket")
         assert (quick.pool_bytes, quick.mismatches) == (slow.pool_bytes, slow.mismatches)
-        assert quick.mismatches == moved and folded.events_replayed < slow.mismatches + full.events_replayed / 3
+        assert (
+            quick.mismatches == moved
+            and folded.events_replayed < slow.mismatches + full.events_replayed / 3
+        )
+
+
+@pytest.mark.parametrize("kept", [None, [], [[]], "garbage", [[[1, 2, 3]]], [[[[1], True, 0, 0]]]])
+def test_an_advice_takes_its_setup_from_the_cache_only_when_it_reads_back_whole(
+    profile, kept, monkeypatch
+):
+    """advise keeps the replays that do not depend on the budget; a later one takes them, and the
+    same advice comes out; a kept entry of another shape is ignored."""
+    from bcgprof.analysis.advise import advice_json, advise
+
+    budget = predict_buckets(profile, [max(BUCKETS)], ["per-bucket"]).mode(
+        "per-bucket"
+    ).high_bytes + (64 << 20)
+    first = advice_json(advise(profile, budget, mode="per-bucket"))
+    p = bucket_profile(profile)
+    setup = [sorted(BUCKETS), [max(BUCKETS)], *([b, max(BUCKETS)] for b in sorted(BUCKETS)[:-1])]
+    assert p.replayer.recall_replays("per-bucket", setup)  # kept by the first
+    assert advice_json(advise(profile, budget, mode="per-bucket")) == first
+    monkeypatch.setattr(trace_cache, "recall", lambda *a, **k: kept)
+    assert not bucket_profile(profile).replayer.recall_replays("per-bucket", setup)
+    assert advice_json(advise(profile, budget, mode="per-bucket")) == first

@@ -1,0 +1,244 @@
+"""One bucket's allocator events as a replay reads them: :class:`BucketOps`.
+
+Mechanism. A profiled bucket's events live in its trace's columns (:data:`OPS`, one row an event,
+:class:`~bcgprof.analysis.trace_set.ModeTrace`); they become the replay's tuples, ``(ALLOC,
+requested, stream, key, segment address hint, recorded address)`` or ``(FREE, key)``, only when a
+replay asks: the whole bucket (:attr:`BucketOps.ops`), or range by range (:meth:`BucketOps.lazy`: a
+folded replay makes only the events it runs). The index of frees and the repeating region are found
+from the columns too. An interpolated bucket's events are made by a function instead
+(:mod:`bcgprof.analysis.replay_interpolate`).
+
+Invariant: the tuples are those of the columns, whenever they are made; at most :data:`MADE_EVENTS`
+events of all buckets are held as tuples at once (the least recently used are dropped and made again
+when asked), which bounds their memory whatever the traces. Cost: O(events) to make a bucket's
+tuples, O(events made) for a range. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Optional, Protocol
+
+import numpy as np
+
+from bcgprof.analysis.replay_fold import ALLOC, FREE, find_period, find_period_arrays, free_index
+
+OPS = ("kind", "size", "stream", "ident", "hint", "recorded")  # a trace's event columns, in order
+KIND, SIZE_, STREAM_, IDENT, HINT, RECORDED = range(len(OPS))
+
+
+class EventColumns(Protocol):
+    """What a bucket's events are read from: each bucket's rows of :data:`OPS`, and its repeating
+    region once found."""
+
+    @property
+    def folds(self) -> dict: ...
+
+    def columns(self, bucket: int) -> np.ndarray: ...
+
+
+class BucketOps:
+    """One bucket's graph-pool events in one trace: ``(ALLOC, requested, stream, key, segment
+    address hint, recorded address)`` or ``(FREE, key)``, in order. ``ops``: given, or made when
+    first asked (from the trace's ``columns``, or by ``make``) and dropped again when more than
+    :data:`MADE_EVENTS` events of all buckets are held as tuples; :meth:`lazy` makes them range by
+    range instead (a folded replay skips most). ``cross``: keys of earlier buckets' blocks its
+    capture frees; ``unknown``: graph-pool frees of blocks allocated before recording began;
+    ``frees``: key -> index of the op that frees it; ``fold``: a repeating region
+    (:func:`bcgprof.analysis.replay_fold.find_period`); ``between``: for an interpolated bucket, the
+    profiled buckets below and above it; ``size``: how many events."""
+
+    __slots__ = (
+        "_columns",
+        "_fold",
+        "_frees",
+        "_make",
+        "_ops",
+        "between",
+        "bucket",
+        "complete",
+        "count",
+        "cross",
+        "source",
+        "unknown",
+    )
+
+    def __init__(
+        self,
+        bucket: int,
+        source: str,
+        ops: Optional[list] = None,
+        cross: Optional[list] = None,
+        unknown: int = 0,
+        complete: bool = True,
+        between: Optional[tuple[int, int]] = None,
+        make: Optional[Callable[[], list]] = None,
+        count: Optional[int] = None,
+        columns: Optional[tuple[EventColumns, int, int]] = None,
+    ):
+        """``columns``: (trace, bucket, key base) the events are read from."""
+        self.bucket, self.source, self.between = bucket, source, between
+        self.cross = list(cross or [])
+        self.unknown, self.complete = unknown, complete
+        self._ops, self._make, self._columns = ops, make, columns
+        self.count = count if ops is None else len(ops)
+        self._frees: Optional[dict] = None
+        self._fold: object = _UNSET
+
+    @property
+    def size(self) -> int:
+        """How many events (without making them)."""
+        return self.count if self.count is not None else len(self.ops)
+
+    @property
+    def ops(self) -> list:
+        if self._ops is None:
+            made = self._columns is not None or self._make is not None
+            self._ops = (
+                _tuples(*self._columns) if self._columns else self._make() if self._make else []
+            )
+            self.count = len(self._ops)
+            if made:
+                _held(self)
+        elif self in _MADE:
+            _MADE.move_to_end(self)
+        return self._ops
+
+    @ops.setter
+    def ops(self, value: list) -> None:
+        self._ops, self._make, self._columns, self._frees, self._fold = (
+            value,
+            None,
+            None,
+            None,
+            _UNSET,
+        )
+        self.count = len(value)
+
+    def lazy(self) -> Sequence:
+        """The events as a sequence whose slices and items are made into tuples when read (the list
+        itself when it is held)."""
+        if self._ops is None and self._columns is not None:
+            return _Slices(*self._columns, self.size)
+        return self.ops
+
+    @property
+    def frees(self) -> dict:
+        if self._frees is None:
+            self._frees = (
+                _free_index(*self._columns)
+                if self._ops is None and self._columns
+                else free_index(self.ops)
+            )
+        return self._frees
+
+    @property
+    def fold(self) -> Optional[tuple[int, int, int]]:
+        if self._fold is _UNSET:
+            self._fold = (
+                fold_of(*self._columns) if self._columns else find_period(self.ops, self.frees)
+            )
+        return self._fold  # type: ignore[return-value]
+
+    @fold.setter
+    def fold(self, value: Optional[tuple[int, int, int]]) -> None:
+        self._fold = value
+
+    @property
+    def from_trace(self) -> bool:
+        """Whether the events are read from a trace's columns (with their recorded addresses)."""
+        return self._columns is not None
+
+    def mismatches(self, period: list, begin: int, end: int) -> int:
+        """How many allocations among events ``[begin, end)`` were recorded elsewhere than where
+        ``period`` (the addresses the events just before ``begin`` got, -1 for a free) repeating
+        over them puts them."""
+        assert self._columns is not None
+        trace, bucket, _ = self._columns
+        c = trace.columns(bucket)[begin:end]
+        expected = np.resize(np.asarray(period, dtype=np.int64), end - begin)
+        return int(np.count_nonzero((c[:, KIND] == ALLOC) & (c[:, RECORDED] != expected)))
+
+    def release(self) -> None:
+        """Drop the tuples (made again when asked)."""
+        if self._columns is not None or self._make is not None:
+            self._ops = self._frees = None
+            _MADE.pop(self, None)
+
+
+class _Slices(Sequence):
+    """A bucket's events read from its trace's columns, made into tuples slice by slice."""
+
+    def __init__(self, trace: EventColumns, bucket: int, base: int, size: int):
+        self.trace, self.bucket, self.base, self.size = trace, bucket, base, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, at):
+        if isinstance(at, slice):
+            start, stop, step = at.indices(self.size)
+            assert step == 1
+            return _tuples(self.trace, self.bucket, self.base, start, stop)
+        at = at + self.size if at < 0 else at
+        if not 0 <= at < self.size:
+            raise IndexError(at)
+        return _tuples(self.trace, self.bucket, self.base, at, at + 1)[0]
+
+
+_UNSET = object()
+# events held as tuples at once, over every bucket of every trace (about 150 bytes each)
+MADE_EVENTS = 1_000_000
+_MADE: OrderedDict = (
+    OrderedDict()
+)  # BucketOps holding made tuples -> their events, least recently used first
+
+
+def _held(ops: BucketOps) -> None:
+    """Count ``ops``'s new tuples; drop the least recently used others' beyond :data:`MADE_EVENTS`.
+    """
+    _MADE[ops] = ops.count or 0
+    total = sum(_MADE.values())
+    while total > MADE_EVENTS and len(_MADE) > 1:
+        old, n = _MADE.popitem(last=False)
+        if old is ops:
+            _MADE[old] = n
+            continue
+        old._ops = old._frees = None
+        total -= n
+
+
+def fold_of(trace: EventColumns, bucket: int, base: int = 0) -> Optional[tuple[int, int, int]]:
+    """The bucket's repeating region (keys only name events, so it does not depend on ``base``)."""
+    if bucket not in trace.folds:
+        c = trace.columns(bucket)
+        trace.folds[bucket] = find_period_arrays(
+            c[:, KIND], c[:, SIZE_], c[:, STREAM_], c[:, IDENT] | base
+        )
+    return trace.folds[bucket]
+
+
+def _tuples(
+    trace: EventColumns, bucket: int, base: int, start: int = 0, stop: Optional[int] = None
+) -> list:
+    c = trace.columns(bucket)[start:stop]
+    keys = (c[:, IDENT] | base).tolist()
+    return [
+        (ALLOC, s, st, k, h, r) if t == ALLOC else (FREE, k)
+        for t, s, st, k, h, r in zip(
+            c[:, KIND].tolist(),
+            c[:, SIZE_].tolist(),
+            c[:, STREAM_].tolist(),
+            keys,
+            c[:, HINT].tolist(),
+            c[:, RECORDED].tolist(),
+        )
+    ]
+
+
+def _free_index(trace: EventColumns, bucket: int, base: int) -> dict:
+    """:func:`bcgprof.analysis.replay_fold.free_index` from the columns (without the tuples)."""
+    c = trace.columns(bucket)
+    at = np.flatnonzero(c[:, KIND] == FREE)
+    return dict(zip((c[at, IDENT] | base).tolist(), at.tolist()))
