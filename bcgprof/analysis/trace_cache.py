@@ -120,12 +120,15 @@ def _write(path: Path, data: bytes, keep: int) -> None:
 
 
 def _read(path: Path) -> Optional[bytes]:
+    """The entry's bytes (None when there is none or it cannot be read), marked as recently used
+    where the directory lets it."""
     try:
         data = path.read_bytes()
-        os.utime(path)  # recently used
-        return data
     except OSError:
         return None
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return data
 
 
 # ---------------------------------------------------------------- entries
