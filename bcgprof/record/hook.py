@@ -2,13 +2,13 @@
 
 Loaded by the bootstrap (:mod:`bcgprof.record.site`) when torch's CUDA-graph module or a module an
 adapter names has finished importing. ``torch.cuda.CUDAGraph.capture_begin``, ``capture_end`` and
-``instantiate`` are patched at class level (torch 2.11 to 2.13 offer no capture hooks; every graph made
-from Python, ``torch.cuda.graph``, ``make_graphed_callables``, cudagraph trees and engines' own
+``instantiate`` are patched at class level (torch 2.11 to 2.13 offer no capture hooks; every graph
+made from Python, ``torch.cuda.graph``, ``make_graphed_callables``, cudagraph trees and engines' own
 segment loops, goes through them). A *bucket* is one call of an adapter's bucket function (the
 outermost, when they nest), or else one graph. Around it the hook reads the allocator
 (``torch.cuda.memory_stats``, the graph pools' segments from ``torch.cuda.memory_snapshot``) and the
-device (NVML, or ``cudaMemGetInfo``), samples NVML on a thread while the bucket runs, and appends one
-line (:mod:`bcgprof.record.rows`).
+device (NVML, or ``cudaMemGetInfo``), samples NVML on a thread while the bucket runs, and appends
+one line (:mod:`bcgprof.record.rows`).
 
 Invariant: the program runs as it would without the hook. No reading synchronises the device, calls
 ``empty_cache``, resets peak statistics or allocates device memory; every hook error is caught and
@@ -32,7 +32,8 @@ from typing import Any, Optional
 from bcgprof.record import adapters as table
 from bcgprof.record.rows import BUCKET, PHASE, PROCESS, LineWriter
 
-HOOK_PATH = "class-patch"  # how graphs are seen: torch.cuda.CUDAGraph's methods patched at class level
+# how graphs are seen: torch.cuda.CUDAGraph's methods patched at class level
+HOOK_PATH = "class-patch"
 _RECORDER: Optional[Recorder] = None
 _WRAPPED = "__bcgprof_recorded__"
 
@@ -56,17 +57,25 @@ def loaded(module: Any) -> None:
 
 
 def _targets(module: Any, name: str) -> list[tuple[Any, str]]:
-    """(owner, attribute) pairs that ``name`` names in ``module``: Class.method, or a function and every
-    method of that name a class of the module defines itself."""
+    """(owner, attribute) pairs that ``name`` names in ``module``: Class.method, or a function and
+    every method of that name a class of the module defines itself."""
     if "." in name:
         cls_name, _, method = name.rpartition(".")
         owner = module
         for step in cls_name.split("."):
             owner = getattr(owner, step, None)
-        return [(owner, method)] if owner is not None and inspect.isfunction(vars(owner).get(method)) else []
+        return (
+            [(owner, method)]
+            if owner is not None and inspect.isfunction(vars(owner).get(method))
+            else []
+        )
     found = [(module, name)] if inspect.isfunction(vars(module).get(name)) else []
     for value in list(vars(module).values()):
-        if inspect.isclass(value) and value.__module__ == module.__name__ and inspect.isfunction(vars(value).get(name)):
+        if (
+            inspect.isclass(value)
+            and value.__module__ == module.__name__
+            and inspect.isfunction(vars(value).get(name))
+        ):
             found.append((value, name))
     return found
 
@@ -97,8 +106,15 @@ def _wrap(owner: Any, name: str, adapter: table.Adapter, rec: Recorder) -> None:
 class _Bucket:
     """One bucket in progress."""
 
-    def __init__(self, group: str, size: Optional[int], before: Optional[dict[str, Any]], sampler: Any,
-                 per_graph: bool, hook_s: float):
+    def __init__(
+        self,
+        group: str,
+        size: Optional[int],
+        before: Optional[dict[str, Any]],
+        sampler: Any,
+        per_graph: bool,
+        hook_s: float,
+    ):
         self.group = group
         self.size = size
         self.before = before
@@ -113,7 +129,8 @@ class _Bucket:
 
 
 class Recorder:
-    """A process's recording state: its adapters, the graph pools its captures used, the open buckets."""
+    """A process's recording state: its adapters, the graph pools its captures used, the open
+    buckets."""
 
     def __init__(self, spool: str, adapters: list[table.Adapter], sample_ms: float):
         self.lines = LineWriter(Path(spool))
@@ -127,15 +144,22 @@ class Recorder:
         self._warned: set[str] = set()
         self._described = False
         self._nvml_started = False
-        # what a bucket's readings come from: the device (NVML and the allocator), or a stand-in in CPU tests
+        # what a bucket's readings come from: the device (NVML and the allocator), or a stand-in in
+        # CPU tests
         self.read: Callable[[], Optional[dict[str, Any]]] = self._device_reading
 
     @classmethod
     def from_environment(cls) -> Recorder:
         env = os.environ
         adapters = [] if env.get("BCGPROF_RECORD_ADAPTERS") == "off" else list(table.ADAPTERS)
-        adapters += [table.parse_bucket_option(s) for s in env.get("BCGPROF_RECORD_BUCKETS", "").split("\n") if s]
-        return cls(env["BCGPROF_RECORD_DIR"], adapters, float(env.get("BCGPROF_RECORD_SAMPLE_MS", "5")))
+        adapters += [
+            table.parse_bucket_option(s)
+            for s in env.get("BCGPROF_RECORD_BUCKETS", "").split("\n")
+            if s
+        ]
+        return cls(
+            env["BCGPROF_RECORD_DIR"], adapters, float(env.get("BCGPROF_RECORD_SAMPLE_MS", "5"))
+        )
 
     # ------------------------------------------------------------ the state of this thread
 
@@ -154,12 +178,20 @@ class Recorder:
     def _warn(self, where: str, e: BaseException) -> None:
         if where not in self._warned:
             self._warned.add(where)
-            sys.stderr.write(f"bcgprof record: {where} failed, the program goes on: {type(e).__name__}: {e}\n")
+            sys.stderr.write(
+                f"bcgprof record: {where} failed, the program goes on: {type(e).__name__}: {e}\n"
+            )
 
     # ------------------------------------------------------------ adapters' calls
 
-    def enter(self, adapter: table.Adapter, cls: Optional[type], signature: inspect.Signature, args: tuple,
-              kwargs: dict) -> Any:
+    def enter(
+        self,
+        adapter: table.Adapter,
+        cls: Optional[type],
+        signature: inspect.Signature,
+        args: tuple,
+        kwargs: dict,
+    ) -> Any:
         self._start_nvml()
         try:
             if adapter.role == table.PHASE:
@@ -173,7 +205,8 @@ class Recorder:
             if adapter.role == table.SCOPE:
                 self._stack().append(group)
                 return ("scope", group)
-            if self._open_bucket() is not None:  # nested bucket functions: the outermost makes the row
+            # nested bucket functions: the outermost makes the row
+            if self._open_bucket() is not None:
                 return None
             group = self._scope_group() or group
             return self._begin(group, table.size_of(adapter.size, arguments))
@@ -218,8 +251,11 @@ class Recorder:
         def inst(graph: Any) -> Any:
             return instantiate(graph)
 
-        for name, fn, real in (("capture_begin", capture_begin, begin), ("capture_end", capture_end, end),
-                               ("instantiate", inst, instantiate)):
+        for name, fn, real in (
+            ("capture_begin", capture_begin, begin),
+            ("capture_end", capture_end, end),
+            ("instantiate", inst, instantiate),
+        ):
             functools.update_wrapper(fn, real)
             setattr(cls, name, fn)
         setattr(cls, _WRAPPED, True)
@@ -229,7 +265,9 @@ class Recorder:
         try:
             bucket = self._open_bucket()
             if bucket is None:  # no bucket function around it: the graph is its own bucket
-                bucket = self._begin(self._scope_group() or table.RecordGroup.GRAPHS, None, per_graph=True)
+                bucket = self._begin(
+                    self._scope_group() or table.RecordGroup.GRAPHS, None, per_graph=True
+                )
             if bucket.first_capture is None:
                 bucket.first_capture = time.perf_counter()
             import torch
@@ -260,9 +298,10 @@ class Recorder:
     # ------------------------------------------------------------ readings and lines
 
     def _start_nvml(self) -> None:
-        """NVML's start (tens of ms) on a thread of its own, as soon as the process shows it captures (an
-        engine's capture phase begins, a bucket function or a graph's capture): it overlaps the program's
-        own set-up where a phase function comes first, and a process that never captures never pays it."""
+        """NVML's start (tens of ms) on a thread of its own, as soon as the process shows it
+        captures (an engine's capture phase begins, a bucket function or a graph's capture): it
+        overlaps the program's own set-up where a phase function comes first, and a process that
+        never captures never pays it."""
         if not self._nvml_started:
             self._nvml_started = True
             threading.Thread(target=_start_nvml, name="bcgprof-record-nvml", daemon=True).start()
@@ -281,15 +320,30 @@ class Recorder:
 
         self._described = True
         memory = self._memory
-        device = {} if memory is None else {"gpu": memory.gpu_name(), "driver": memory.driver(),
-                                            "memory_source": memory.source}
+        device = (
+            {}
+            if memory is None
+            else {
+                "gpu": memory.gpu_name(),
+                "driver": memory.driver(),
+                "memory_source": memory.source,
+            }
+        )
         versions = {}
         for engine in ("sglang", "vllm"):
             module = sys.modules.get(engine)
             if module is not None:
                 versions[engine] = str(getattr(module, "__version__", ""))
-        self.lines.write(PROCESS, rank=_rank(), argv=list(sys.argv)[:64], torch=torch.__version__,
-                         cuda=str(torch.version.cuda or ""), hook_path=HOOK_PATH, engines=versions, **device)
+        self.lines.write(
+            PROCESS,
+            rank=_rank(),
+            argv=list(sys.argv)[:64],
+            torch=torch.__version__,
+            cuda=str(torch.version.cuda or ""),
+            hook_path=HOOK_PATH,
+            engines=versions,
+            **device,
+        )
 
     def _device_reading(self) -> Optional[dict[str, Any]]:
         import torch
@@ -306,16 +360,24 @@ class Recorder:
                 continue
             entry = pools.setdefault(f"{pool[0]},{pool[1]}", [0, 0])
             entry[0] += int(seg["total_size"])
-            entry[1] += sum(int(b["size"]) for b in seg.get("blocks", ()) if b["state"] != "inactive")
-        return {"allocated": int(stats.get("allocated_bytes.all.current", 0)),
-                "reserved": int(stats.get("reserved_bytes.all.current", 0)),
-                "used": memory.used(), "process": memory.process_used(), "free": memory.free(),
-                "pools": pools, "time": time.time()}
+            entry[1] += sum(
+                int(b["size"]) for b in seg.get("blocks", ()) if b["state"] != "inactive"
+            )
+        return {
+            "allocated": int(stats.get("allocated_bytes.all.current", 0)),
+            "reserved": int(stats.get("reserved_bytes.all.current", 0)),
+            "used": memory.used(),
+            "process": memory.process_used(),
+            "free": memory.free(),
+            "pools": pools,
+            "time": time.time(),
+        }
 
     def _begin(self, group: str, size: Optional[int], per_graph: bool = False) -> _Bucket:
         started = time.perf_counter()
         before = self.read()
-        if before is not None and not self._described:  # who this process is, once, with its first reading
+        # who this process is, once, with its first reading
+        if before is not None and not self._described:
             self._process_line()
         sampler = None
         if before is not None and self._memory is not None and self.sample_ms > 0:
@@ -344,19 +406,34 @@ class Recorder:
         if error is not None:
             oom = "OutOfMemoryError" in type(error).__name__ or "out of memory" in str(error)
             status = "oom" if oom else "error"
-            detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+            detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[
+                :300
+            ]
         first = bucket.first_capture if bucket.first_capture is not None else ended
         self.lines.write(
-            BUCKET, group=bucket.group, size=bucket.size, rank=_rank(), status=status, detail=detail,
-            graphs=bucket.graphs, nodes=bucket.nodes if bucket.graphs else None, streams=len(bucket.streams),
-            before=bucket.before, after=after, graph_pools=sorted(",".join(map(str, p)) for p in self.pools),
-            device_peak=peak, warmup_ms=(first - bucket.started) * 1e3, capture_ms=(ended - first) * 1e3,
-            ordinal=self.graph_count, hook_ms=hook_ms)
+            BUCKET,
+            group=bucket.group,
+            size=bucket.size,
+            rank=_rank(),
+            status=status,
+            detail=detail,
+            graphs=bucket.graphs,
+            nodes=bucket.nodes if bucket.graphs else None,
+            streams=len(bucket.streams),
+            before=bucket.before,
+            after=after,
+            graph_pools=sorted(",".join(map(str, p)) for p in self.pools),
+            device_peak=peak,
+            warmup_ms=(first - bucket.started) * 1e3,
+            capture_ms=(ended - first) * 1e3,
+            ordinal=self.graph_count,
+            hook_ms=hook_ms,
+        )
 
 
 def _start_nvml() -> None:
-    """``nvmlInit``: it creates no CUDA context and takes no device memory. Where NVML is missing, the
-    readings fall back as they would."""
+    """``nvmlInit``: it creates no CUDA context and takes no device memory. Where NVML is missing,
+    the readings fall back as they would."""
     try:
         import pynvml
 

@@ -16,13 +16,30 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-GIB = 2 ** 30
+GIB = 2**30
 _PATTERNS = (
-    ("sglang", re.compile(r"Capture (?:(?P<target>target|draft) )?(?P<phase>[a-z_-]+ )?cuda graph end\..*?"
-                          r"mem usage=(?P<x>[0-9.]+) GB", re.IGNORECASE), "mem usage"),
-    ("vllm", re.compile(r"Graph capturing finished in (?P<t>[0-9.]+) secs?, took (?P<x>[0-9.]+) GiB"), "took"),
-    ("vllm", re.compile(r"CUDA graph pool memory: (?P<x>[0-9.]+) GiB \(actual\), (?P<y>[0-9.]+) GiB \(estimated\)"),
-     "pool memory"),
+    (
+        "sglang",
+        re.compile(
+            r"Capture (?:(?P<target>target|draft) )?(?P<phase>[a-z_-]+ )?cuda graph end\..*?"
+            r"mem usage=(?P<x>[0-9.]+) GB",
+            re.IGNORECASE,
+        ),
+        "mem usage",
+    ),
+    (
+        "vllm",
+        re.compile(r"Graph capturing finished in (?P<t>[0-9.]+) secs?, took (?P<x>[0-9.]+) GiB"),
+        "took",
+    ),
+    (
+        "vllm",
+        re.compile(
+            r"CUDA graph pool memory: (?P<x>[0-9.]+) GiB \(actual\), (?P<y>[0-9.]+) GiB "
+            r"\(estimated\)"
+        ),
+        "pool memory",
+    ),
 )
 MAX_KEPT = 64  # engine lines kept in run.json
 
@@ -35,8 +52,12 @@ def engine_figure(line: str) -> Optional[dict[str, Any]]:
         m = pattern.search(line)
         if m is None:
             continue
-        found: dict[str, Any] = {"engine": engine, "what": what, "bytes": round(float(m["x"]) * GIB),
-                                 "line": line.strip()[:300]}
+        found: dict[str, Any] = {
+            "engine": engine,
+            "what": what,
+            "bytes": round(float(m["x"]) * GIB),
+            "line": line.strip()[:300],
+        }
         groups = m.groupdict()
         if groups.get("phase"):
             found["phase"] = groups["phase"].strip().lower()

@@ -3,8 +3,8 @@
 Each ``bucket`` line holds one bucket's readings before and after; a row's figures are their
 differences, so the report's own checks hold as for a capture: non-torch is device used less torch
 reserved, memory outside the pool is torch reserved less the pool's growth, and the pool's live and
-free bytes plus those two sum to device used. The pool is every graph pool the process's captures had
-used by the bucket's end, read before and after over that same set. Calls of one bucket function
+free bytes plus those two sum to device used. The pool is every graph pool the process's captures
+had used by the bucket's end, read before and after over that same set. Calls of one bucket function
 with one size in one process (a runner that captures a size in several calls) make one row.
 
 Ranks come from torch.distributed, or the launcher's RANK; a process without either takes the next
@@ -37,19 +37,25 @@ class Merged:
     rows: list[BucketRecord] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)  # in order of first appearance
     sequences: dict[str, list[int]] = field(default_factory=dict)
-    processes: list[dict[str, Any]] = field(default_factory=list)  # one per process that read memory
+    # one per process that read memory
+    processes: list[dict[str, Any]] = field(default_factory=list)
     phases_open: int = 0  # capture phases begun and not ended, over all processes
     phases_ended: int = 0
     tp: int = 1
     complete: bool = True  # every rank has every bucket of every group it captured
     notes: list[str] = field(default_factory=list)
-    hook_ms: list[float] = field(default_factory=list)  # what each bucket's readings cost its program
+    # what each bucket's readings cost its program
+    hook_ms: list[float] = field(default_factory=list)
 
     def hook_cost(self) -> dict[str, Any]:
         """The readings' time in the program, over its buckets."""
         ms = sorted(self.hook_ms)
-        return {"buckets": len(ms), "total_ms": round(sum(ms), 3),
-                "median_ms": round(ms[len(ms) // 2], 3) if ms else None, "max_ms": round(ms[-1], 3) if ms else None}
+        return {
+            "buckets": len(ms),
+            "total_ms": round(sum(ms), 3),
+            "median_ms": round(ms[len(ms) // 2], 3) if ms else None,
+            "max_ms": round(ms[-1], 3) if ms else None,
+        }
 
     @property
     def buckets(self) -> list[int]:
@@ -80,23 +86,40 @@ def _figures(line: dict[str, Any]) -> dict[str, Any]:
         process = int(after["process"]) - int(before["process"])
     peak = line.get("device_peak")
     return {
-        "segments": int(line.get("graphs") or 0), "graph_nodes": line.get("nodes"),
-        "pool_bytes": pool_after, "pool_delta_bytes": pool_delta,
-        "torch_allocated_delta_bytes": delta("allocated"), "torch_reserved_delta_bytes": reserved,
-        "device_used_delta_bytes": used, "non_torch_delta_bytes": used - reserved,
+        "segments": int(line.get("graphs") or 0),
+        "graph_nodes": line.get("nodes"),
+        "pool_bytes": pool_after,
+        "pool_delta_bytes": pool_delta,
+        "torch_allocated_delta_bytes": delta("allocated"),
+        "torch_reserved_delta_bytes": reserved,
+        "device_used_delta_bytes": used,
+        "non_torch_delta_bytes": used - reserved,
         "process_used_delta_bytes": process,
-        "device_peak_delta_bytes": None if peak is None or not before else int(peak) - int(before.get("used", 0)),
+        "device_peak_delta_bytes": None
+        if peak is None or not before
+        else int(peak) - int(before.get("used", 0)),
         "free_bytes": after.get("free"),
         "warmup_ms": max(0.0, float(line.get("warmup_ms") or 0.0)),
         "capture_ms": max(0.0, float(line.get("capture_ms") or 0.0)),
-        "pool_live_delta_bytes": live_delta, "pool_free_delta_bytes": pool_delta - live_delta,
+        "pool_live_delta_bytes": live_delta,
+        "pool_free_delta_bytes": pool_delta - live_delta,
         "outside_pool_delta_bytes": reserved - pool_delta,
     }
 
 
-_SUMMED = ("segments", "pool_delta_bytes", "torch_allocated_delta_bytes", "torch_reserved_delta_bytes",
-           "device_used_delta_bytes", "non_torch_delta_bytes", "warmup_ms", "capture_ms",
-           "pool_live_delta_bytes", "pool_free_delta_bytes", "outside_pool_delta_bytes")
+_SUMMED = (
+    "segments",
+    "pool_delta_bytes",
+    "torch_allocated_delta_bytes",
+    "torch_reserved_delta_bytes",
+    "device_used_delta_bytes",
+    "non_torch_delta_bytes",
+    "warmup_ms",
+    "capture_ms",
+    "pool_live_delta_bytes",
+    "pool_free_delta_bytes",
+    "outside_pool_delta_bytes",
+)
 
 
 def _combine(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +129,9 @@ def _combine(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         out[key] = old[key] + new[key]
     for key in ("graph_nodes", "process_used_delta_bytes"):
         out[key] = None if old[key] is None or new[key] is None else old[key] + new[key]
-    peaks = [p for p in (old["device_peak_delta_bytes"], new["device_peak_delta_bytes"]) if p is not None]
+    peaks = [
+        p for p in (old["device_peak_delta_bytes"], new["device_peak_delta_bytes"]) if p is not None
+    ]
     out["device_peak_delta_bytes"] = max(peaks) if peaks else None
     return out
 
@@ -136,7 +161,8 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 rank_of[pid] = line["rank"]
             rank_of.setdefault(pid, None)
             size = line.get("size")
-            if not isinstance(size, int) or size < 1:  # one row per graph: its place among the group's graphs
+            # one row per graph: its place among the group's graphs
+            if not isinstance(size, int) or size < 1:
                 ordinals[(pid, group)] = ordinals.get((pid, group), 0) + 1
                 size = ordinals[(pid, group)]
             key = (pid, group, size)
@@ -156,38 +182,61 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
         if size not in seq:
             seq.append(size)
     if len(out.buckets) > MAX_RECORDED_BUCKETS:
-        raise MergeError(f"the program captured {len(out.buckets)} distinct bucket sizes, more than the "
-                         f"{MAX_RECORDED_BUCKETS} a report holds")
+        raise MergeError(
+            f"the program captured {len(out.buckets)} distinct bucket sizes, more than the "
+            f"{MAX_RECORDED_BUCKETS} a report holds"
+        )
     place = {g: i for i, g in enumerate(out.groups)}
     seen_pairs: dict[tuple[str, int], set[int]] = {}
-    for key in sorted(buckets, key=lambda k: (place[k[1]], ranks[k[0]], out.sequences[k[1]].index(k[2]))):
+    for key in sorted(
+        buckets, key=lambda k: (place[k[1]], ranks[k[0]], out.sequences[k[1]].index(k[2]))
+    ):
         pid, group, size = key
         state, detail = status[key]
-        record = BucketRecord(mode=group, bucket=size, order=out.sequences[group].index(size), status=state,
-                              rank=ranks[pid], pid=pid, detail=detail, retained_output_bytes=0,
-                              peak_transient_bytes=0, **buckets[key])
+        record = BucketRecord(
+            mode=group,
+            bucket=size,
+            order=out.sequences[group].index(size),
+            status=state,
+            rank=ranks[pid],
+            pid=pid,
+            detail=detail,
+            retained_output_bytes=0,
+            peak_transient_bytes=0,
+            **buckets[key],
+        )
         out.rows.append(record)
         seen_pairs.setdefault((group, ranks[pid]), set()).add(size)
     out.tp = max(ranks.values(), default=0) + 1
     for (group, rank), sizes in seen_pairs.items():
         if sizes != set(out.sequences[group]):
             out.complete = False
-            out.notes.append(f"rank {rank} captured {len(sizes)} of {group}'s {len(out.sequences[group])} buckets")
+            out.notes.append(
+                f"rank {rank} captured {len(sizes)} of {group}'s {len(out.sequences[group])} "
+                "buckets"
+            )
     _drop_gaps(out)
     return out
 
 
 def _assign_ranks(rank_of: dict[int, Optional[int]], out: Merged) -> dict[int, int]:
-    """Each process's rank; a process without one, or one another process already has, takes the next free."""
+    """Each process's rank; a process without one, or one another process already has, takes the
+    next free."""
     ranks: dict[int, int] = {}
     taken: set[int] = set()
     for pid, rank in sorted(rank_of.items(), key=lambda kv: (kv[1] is None, kv[1] or 0, kv[0])):
         if rank is None or rank in taken or not 0 <= rank < MAX_TP:
             free = next((r for r in range(MAX_TP) if r not in taken), None)
             if free is None:
-                raise MergeError(f"more than {MAX_TP} processes captured graphs; a report holds at most {MAX_TP} ranks")
+                raise MergeError(
+                    f"more than {MAX_TP} processes captured graphs; a report holds at most "
+                    f"{MAX_TP} ranks"
+                )
             if rank is not None:
-                out.notes.append(f"process {pid} said rank {rank}, which another process has: recorded as rank {free}")
+                out.notes.append(
+                    f"process {pid} said rank {rank}, which another process has: recorded as rank "
+                    f"{free}"
+                )
             rank = free
         ranks[pid] = rank
         taken.add(rank)
@@ -195,8 +244,8 @@ def _assign_ranks(rank_of: dict[int, Optional[int]], out: Merged) -> dict[int, i
 
 
 def _drop_gaps(out: Merged) -> None:
-    """A rank whose rows skip a bucket of its group's order keeps the rows before the gap only (a report's
-    rows of a mode are the first buckets of its order), and the report says so."""
+    """A rank whose rows skip a bucket of its group's order keeps the rows before the gap only (a
+    report's rows of a mode are the first buckets of its order), and the report says so."""
     kept: list[BucketRecord] = []
     by_pair: dict[tuple[str, int], set[int]] = {}
     for r in out.rows:
@@ -206,6 +255,8 @@ def _drop_gaps(out: Merged) -> None:
         if all(o in orders for o in range(r.order)):
             kept.append(r)
         else:
-            out.notes.append(f"{r.mode} rank {r.rank} bucket {r.bucket} left out: the rank did not capture a "
-                             "bucket before it in the group's order")
+            out.notes.append(
+                f"{r.mode} rank {r.rank} bucket {r.bucket} left out: the rank did not capture a "
+                "bucket before it in the group's order"
+            )
     out.rows = kept

@@ -2,9 +2,9 @@
 
 Each process of a recorded program appends to ``<report>/.record/<pid>.jsonl``, one line per event:
 ``process`` (who it is, once, at its first reading), ``bucket`` (one bucket's readings before and
-after, written when the bucket ends) and ``phase`` (an engine's capture phase began or ended). A line
-is written with one ``write`` of a whole line and flushed, so a reader sees whole lines or nothing of
-the last; a torn last line (a killed process) is skipped. Standard library only.
+after, written when the bucket ends) and ``phase`` (an engine's capture phase began or ended). A
+line is written with one ``write`` of a whole line and flushed, so a reader sees whole lines or
+nothing of the last; a torn last line (a killed process) is skipped. Standard library only.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ class LineWriter:
         pid = os.getpid()
         if pid != self._pid:  # first line, or a forked child that inherited the parent's descriptor
             self.spool.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.spool / f"{pid}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = os.open(
+                self.spool / f"{pid}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+            )
             self._pid = pid
         line = json.dumps({"kind": kind, "pid": pid, **fields}, allow_nan=False, default=str) + "\n"
         os.write(self._fd, line.encode())
@@ -58,5 +60,9 @@ def read_lines(spool: Path) -> Iterator[dict[str, Any]]:
                 item = json.loads(raw)
             except ValueError:
                 continue
-            if isinstance(item, dict) and isinstance(item.get("kind"), str) and isinstance(item.get("pid"), int):
+            if (
+                isinstance(item, dict)
+                and isinstance(item.get("kind"), str)
+                and isinstance(item.get("pid"), int)
+            ):
                 yield item

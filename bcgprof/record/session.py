@@ -2,16 +2,16 @@
 
 The program runs in a session of its own (its process group), with ``PYTHONPATH`` led by a folder
 holding bcgprof's bootstrap (``sitecustomize``) and a link to this bcgprof, so every Python process
-it starts loads the hook. Its stdout and stderr pass through bcgprof line by line (they are pipes for
-the program, as under ``| tee``) and are scanned for the engines' capture-memory lines
+it starts loads the hook. Its stdout and stderr pass through bcgprof line by line (they are pipes
+for the program, as under ``| tee``) and are scanned for the engines' capture-memory lines
 (:mod:`bcgprof.record.logs`); ``scan_logs=False`` leaves them on the terminal untouched.
 
 Every ``POLL_S`` the lines the processes appended are merged (:mod:`bcgprof.record.merge`) and, when
-they changed, the report's files are rewritten atomically (:class:`~bcgprof.report.ReportWriter`): the
-folder is a valid report while the program runs, after Ctrl-C and after a crash. With
+they changed, the report's files are rewritten atomically (:class:`~bcgprof.report.ReportWriter`):
+the folder is a valid report while the program runs, after Ctrl-C and after a crash. With
 ``stop_after_capture`` the program is stopped (SIGINT, then SIGTERM, then SIGKILL to its process
-group) once an engine's capture phase has ended in every process that began one, or, for a program no
-adapter knows, once ``idle_s`` pass without a new bucket after the first.
+group) once an engine's capture phase has ended in every process that began one, or, for a program
+no adapter knows, once ``idle_s`` pass without a new bucket after the first.
 """
 
 from __future__ import annotations
@@ -73,21 +73,28 @@ class RecordResult:
 def check_options(options: RecordOptions) -> list[table.Adapter]:
     """Everything that can be refused before the program starts."""
     if not options.command:
-        raise BcgprofError("no command to record; give it after --, e.g. bcgprof record -- python my_script.py")
+        raise BcgprofError(
+            "no command to record; give it after --, e.g. bcgprof record -- python my_script.py"
+        )
     user = [table.parse_bucket_option(spec) for spec in options.buckets]
     out = options.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise BcgprofError(f"--out {out} exists and is not an empty folder; give a new folder for the report")
+        raise BcgprofError(
+            f"--out {out} exists and is not an empty folder; give a new folder for the report"
+        )
     if not 0 < options.idle_s <= 86400:
         raise BcgprofError(f"--idle {options.idle_s:g}: give seconds between 0 and 86400")
     if not 0 <= options.sample_interval_ms <= 10_000:
-        raise BcgprofError(f"--sample-interval-ms {options.sample_interval_ms:g}: give 0 (off) to 10000")
+        raise BcgprofError(
+            f"--sample-interval-ms {options.sample_interval_ms:g}: give 0 (off) to 10000"
+        )
     return user
 
 
 def _label(options: RecordOptions) -> tuple[str, str]:
-    """The model name run.json gives, and a config hash that tells recordings of one program apart from
-    others (a preset or config.json given as --model gives capture's own hash, so compare pairs them)."""
+    """The model name run.json gives, and a config hash that tells recordings of one program apart
+    from others (a preset or config.json given as --model gives capture's own hash, so compare pairs
+    them)."""
     if options.model:
         try:
             from bcgprof.spec import resolve_model
@@ -111,9 +118,13 @@ def _site(spool: Path) -> Path:
     return site
 
 
-def _environment(options: RecordOptions, user: list[table.Adapter], spool: Path, site: Path) -> dict[str, str]:
+def _environment(
+    options: RecordOptions, user: list[table.Adapter], spool: Path, site: Path
+) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env["BCGPROF_RECORD_DIR"] = str(spool)
     adapters = (list(table.ADAPTERS) if options.adapters else []) + user
     env["BCGPROF_RECORD_WATCH"] = ",".join(sorted({a.module for a in adapters}))
@@ -124,7 +135,8 @@ def _environment(options: RecordOptions, user: list[table.Adapter], spool: Path,
 
 
 class _Tee(threading.Thread):
-    """Copies one of the program's streams to ours, a line at a time, keeping the engines' figures."""
+    """Copies one of the program's streams to ours, a line at a time, keeping the engines'
+    figures."""
 
     def __init__(self, source: IO[bytes], sink: IO[bytes], found: list[dict[str, Any]]):
         super().__init__(daemon=True)
@@ -141,23 +153,33 @@ class _Tee(threading.Thread):
                     self.found.append(figure)
 
 
-def _run_info(options: RecordOptions, merged: Merged, engine_lines: list[dict[str, Any]], status: str,
-              started: str, message: str = "") -> RunInfo:
+def _run_info(
+    options: RecordOptions,
+    merged: Merged,
+    engine_lines: list[dict[str, Any]],
+    status: str,
+    started: str,
+    message: str = "",
+) -> RunInfo:
     model, config_hash = _label(options)
     first = merged.processes[0] if merged.processes else {}
     engines: dict[str, str] = {}
     for p in merged.processes:
         engines.update(p.get("engines") or {})
     groups = merged.groups
-    phase = Phase.DECODE if groups and all(g == RecordGroup.DECODE for g in groups) else Phase.PREFILL
+    phase = (
+        Phase.DECODE if groups and all(g == RecordGroup.DECODE for g in groups) else Phase.PREFILL
+    )
     extra = {
         "sequences": merged.sequences,
         "recorded": {
             "command": options.command[:64],
             "hook_path": first.get("hook_path", ""),
             "engines": engines,
-            "processes": [{"pid": p["pid"], "rank": p.get("rank"), "argv": (p.get("argv") or [])[:16]}
-                          for p in merged.processes[:64]],
+            "processes": [
+                {"pid": p["pid"], "rank": p.get("rank"), "argv": (p.get("argv") or [])[:16]}
+                for p in merged.processes[:64]
+            ],
             "adapters": "on" if options.adapters else "off",
             "buckets": options.buckets,
             "engine_log": engine_lines[:MAX_KEPT],
@@ -165,13 +187,28 @@ def _run_info(options: RecordOptions, merged: Merged, engine_lines: list[dict[st
             "hook_cost": merged.hook_cost(),
         },
     }
-    return RunInfo(bcgprof_version=__version__, command=" ".join(options.command)[:2000], model=model,
-                   model_source="record", config_hash=config_hash, phase=phase, buckets=merged.buckets,
-                   modes=list(groups), gpu_name=first.get("gpu", ""), driver=first.get("driver", ""),
-                   torch_version=first.get("torch", ""), cuda_version=first.get("cuda", ""),
-                   memory_source=first.get("memory_source", ""), tp=merged.tp, started_at=started,
-                   ended_at=_now() if status != RunStatus.RUNNING else "", status=status, message=message,
-                   extra=extra, source=Source.RECORD)
+    return RunInfo(
+        bcgprof_version=__version__,
+        command=" ".join(options.command)[:2000],
+        model=model,
+        model_source="record",
+        config_hash=config_hash,
+        phase=phase,
+        buckets=merged.buckets,
+        modes=list(groups),
+        gpu_name=first.get("gpu", ""),
+        driver=first.get("driver", ""),
+        torch_version=first.get("torch", ""),
+        cuda_version=first.get("cuda", ""),
+        memory_source=first.get("memory_source", ""),
+        tp=merged.tp,
+        started_at=started,
+        ended_at=_now() if status != RunStatus.RUNNING else "",
+        status=status,
+        message=message,
+        extra=extra,
+        source=Source.RECORD,
+    )
 
 
 def _now() -> str:
@@ -179,8 +216,13 @@ def _now() -> str:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGINT to the program's process group, then SIGTERM, then SIGKILL, each after a grace period."""
-    for sig, grace in ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]), (signal.SIGKILL, 5.0)):
+    """SIGINT to the program's process group, then SIGTERM, then SIGKILL, each after a grace
+    period."""
+    for sig, grace in (
+        (signal.SIGINT, STOP_GRACE_S[0]),
+        (signal.SIGTERM, STOP_GRACE_S[1]),
+        (signal.SIGKILL, 5.0),
+    ):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
         try:
@@ -190,8 +232,11 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def record(options: RecordOptions, progress: Optional[Callable[[str], None]] = None) -> RecordResult:
-    """Run ``options.command`` under the hook and write its report to ``options.out`` (see the module)."""
+def record(
+    options: RecordOptions, progress: Optional[Callable[[str], None]] = None
+) -> RecordResult:
+    """Run ``options.command`` under the hook and write its report to ``options.out`` (see the
+    module)."""
     user = check_options(options)
     out = options.out
     spool = spool_of(out)
@@ -202,16 +247,24 @@ def record(options: RecordOptions, progress: Optional[Callable[[str], None]] = N
     ReportWriter(out, _run_info(options, merged, engine_lines, RunStatus.RUNNING, started), [])
     pipe = subprocess.PIPE if options.scan_logs else None
     try:
-        proc = subprocess.Popen(options.command, env=_environment(options, user, spool, site), stdout=pipe,
-                                stderr=pipe, start_new_session=True)
+        proc = subprocess.Popen(
+            options.command,
+            env=_environment(options, user, spool, site),
+            stdout=pipe,
+            stderr=pipe,
+            start_new_session=True,
+        )
     except OSError as e:
         shutil.rmtree(site, ignore_errors=True)
-        raise BcgprofError(f"cannot start {options.command[0]!r}: {e.strerror or e}; check the command after --") \
-            from None
+        raise BcgprofError(
+            f"cannot start {options.command[0]!r}: {e.strerror or e}; check the command after --"
+        ) from None
     tees = []
     if options.scan_logs:
-        tees = [_Tee(proc.stdout, sys.stdout.buffer, engine_lines),  # type: ignore[arg-type]
-                _Tee(proc.stderr, sys.stderr.buffer, engine_lines)]  # type: ignore[arg-type]
+        tees = [
+            _Tee(proc.stdout, sys.stdout.buffer, engine_lines),  # type: ignore[arg-type]
+            _Tee(proc.stderr, sys.stderr.buffer, engine_lines),  # type: ignore[arg-type]
+        ]
         for t in tees:
             t.start()
     stopped = interrupted = False
@@ -221,8 +274,13 @@ def record(options: RecordOptions, progress: Optional[Callable[[str], None]] = N
         while proc.poll() is None:
             time.sleep(POLL_S)
             merged = merge(read_lines(spool))
-            now_state = (len(merged.rows), merged.phases_open, merged.phases_ended, len(engine_lines),
-                         len(merged.processes))
+            now_state = (
+                len(merged.rows),
+                merged.phases_open,
+                merged.phases_ended,
+                len(engine_lines),
+                len(merged.processes),
+            )
             if now_state != state:
                 state = now_state
                 _write(out, options, merged, engine_lines, RunStatus.RUNNING, started)
@@ -254,7 +312,11 @@ def record(options: RecordOptions, progress: Optional[Callable[[str], None]] = N
         status, message = RunStatus.INTERRUPTED, "interrupted (Ctrl-C): the rows recorded so far"
     elif stopped or code == 0:
         status = RunStatus.COMPLETE if merged.complete and merged.rows else RunStatus.PARTIAL
-        message = "" if status == RunStatus.COMPLETE else "; ".join(merged.notes[:3]) or "no graph was captured"
+        message = (
+            ""
+            if status == RunStatus.COMPLETE
+            else "; ".join(merged.notes[:3]) or "no graph was captured"
+        )
     else:
         status = RunStatus.PARTIAL if merged.rows else RunStatus.FAILED
         message = f"the program exited with code {code}"
@@ -270,7 +332,14 @@ def _capture_over(merged: Merged, last_change: float, idle_s: float) -> bool:
     return bool(merged.rows) and time.monotonic() - last_change >= idle_s
 
 
-def _write(out: Path, options: RecordOptions, merged: Merged, engine_lines: list[dict[str, Any]], status: str,
-           started: str, message: str = "") -> None:
+def _write(
+    out: Path,
+    options: RecordOptions,
+    merged: Merged,
+    engine_lines: list[dict[str, Any]],
+    status: str,
+    started: str,
+    message: str = "",
+) -> None:
     run = _run_info(options, merged, engine_lines, status, started, message)
     ReportWriter(out, run, [dataclasses.replace(r) for r in merged.rows])

@@ -1,5 +1,5 @@
-"""bcgprof record's bootstrap, loaded by Python's ``site`` at the start of every process of a recorded
-program (``bcgprof record`` puts this folder first on PYTHONPATH).
+"""bcgprof record's bootstrap, loaded by Python's ``site`` at the start of every process of a
+recorded program (``bcgprof record`` puts this folder first on PYTHONPATH).
 
 It imports only the standard library. It first runs the ``sitecustomize`` this one hides, if any;
 then, with ``BCGPROF_RECORD_DIR`` set, it adds an import finder that waits for torch's CUDA-graph
@@ -52,7 +52,9 @@ class _AfterImport:
 
                 hook.loaded(module)
             except Exception as e:  # the program goes on unrecorded, never broken
-                sys.stderr.write(f"bcgprof record: hook failed in {fullname}: {type(e).__name__}: {e}\n")
+                sys.stderr.write(
+                    f"bcgprof record: hook failed in {fullname}: {type(e).__name__}: {e}\n"
+                )
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -62,5 +64,7 @@ try:
     _chain()
 finally:
     if os.environ.get("BCGPROF_RECORD_DIR"):
-        _watch = ["torch.cuda.graphs"] + [w for w in os.environ.get("BCGPROF_RECORD_WATCH", "").split(",") if w]
+        _watch = ["torch.cuda.graphs"] + [
+            w for w in os.environ.get("BCGPROF_RECORD_WATCH", "").split(",") if w
+        ]
         sys.meta_path.insert(0, _AfterImport(_watch))
