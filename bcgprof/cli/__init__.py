@@ -29,9 +29,14 @@ from bcgprof.cli.root import app as _app
 COMMAND_MODULES = {
     "capture": "capture",
     "record": "record",
-    "show": "reports", "compare": "reports", "plot": "reports",
+    "show": "reports",
+    "compare": "reports",
+    "plot": "reports",
     "gate": "gate",
-    "estimate": "whatif", "explain": "whatif", "predict": "whatif", "advise": "whatif",
+    "estimate": "whatif",
+    "explain": "whatif",
+    "predict": "whatif",
+    "advise": "whatif",
     "audit": "audit",
 }
 
@@ -45,7 +50,9 @@ def load_all_commands() -> Any:
     """The application with every command registered, in the help's order."""
     _load(list(dict.fromkeys(COMMAND_MODULES.values())))
     order = {name: i for i, name in enumerate(COMMAND_MODULES)}
-    _app.registered_commands.sort(key=lambda c: order.get(str(c.name or getattr(c.callback, "__name__", "")), len(order)))
+    _app.registered_commands.sort(
+        key=lambda c: order.get(str(c.name or getattr(c.callback, "__name__", "")), len(order))
+    )
     return _app
 
 

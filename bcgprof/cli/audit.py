@@ -24,7 +24,8 @@ def audit(
     mode: Optional[str] = typer.Option(
         None,
         "--mode",
-        help="Audit this mode of the report only (a capture's per-bucket, shared, shared-largest or "
+        help="Audit this mode of the report only (a capture's per-bucket, shared, shared-largest "
+        "or "
         "floor; a recording's group). Default: every one it holds.",
         show_default=False,
     ),

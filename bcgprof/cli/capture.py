@@ -42,8 +42,8 @@ from bcgprof.vocab import (
 
 if TYPE_CHECKING:
     from bcgprof.spec import ModelSpec
-# The model spec and the bucket caps are imported where a capture is checked, so that registering this
-# command costs the read commands nothing.
+# The model spec and the bucket caps are imported where a capture is checked, so that registering
+# this command costs the read commands nothing.
 
 D = CaptureOptions()  # every option's default, defined once there
 
@@ -52,14 +52,17 @@ def _parse_modes(text: str) -> list[str]:
     modes = [m.strip() for m in text.split(",")]
     for m in modes:
         if m not in MODES:
-            raise BcgprofError(f"--modes {text!r}: unknown mode {m!r}; use a comma list of {', '.join(MODES)}")
+            raise BcgprofError(
+                f"--modes {text!r}: unknown mode {m!r}; use a comma list of {', '.join(MODES)}"
+            )
     if len(set(modes)) != len(modes):
         raise BcgprofError(f"--modes {text!r} names a mode twice; list each once")
     return modes
 
 
 def _check_out(out: Optional[Path]) -> None:
-    """``capture --out``: a new or empty directory somewhere writable; never a file or an existing report."""
+    """``capture --out``: a new or empty directory somewhere writable; never a file or an
+    existing report."""
     if out is None:
         return
     from bcgprof.outputs import holds_report
@@ -77,103 +80,194 @@ def _check_out(out: Optional[Path]) -> None:
         raise CaptureError(f"--out {out} cannot be created: {parent} is not writable")
 
 
-@app.command(cls=renamed(choices={"--weights": RENAMED[Weights], "--warmup-repeat": RENAMED[WarmupRepeat],
-                                  "--break-repeat": RENAMED[BreakRepeat]}))
+@app.command(
+    cls=renamed(
+        choices={
+            "--weights": RENAMED[Weights],
+            "--warmup-repeat": RENAMED[WarmupRepeat],
+            "--break-repeat": RENAMED[BreakRepeat],
+        }
+    )
+)
 @command
 def capture(
-    model: str = typer.Option(D.model, "--model", "-m",
-                              help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
-    weights: Weights = typer.Option(Weights(D.weights), help="dummy: random weights of the right shapes (no download); "
-                                                        "one-layer: dummy weights, one layer's set used by "
-                                                        "every layer, so that any depth fits the GPU (the capture "
-                                                        "figures are those of distinct weights; only the "
-                                                        "parameter bytes shrink); safetensors: load the "
-                                                        "checkpoint directory's weights."),
-    experts: Experts = typer.Option(Experts(D.experts), "--experts", help="bf16: MoE expert weights in the model's "
-                                    "dtype (MXFP4 checkpoints dequantised); packed: gpt-oss's MXFP4 experts kept as "
-                                    "the checkpoint stores them (uint8 blocks and scales), decoded inside the fused "
-                                    "MoE's GEMMs, so no bf16 copy of them exists."),
-    moe: Moe = typer.Option(Moe(D.moe), "--moe", help="The MoE's workspace, as which engine "
-                            "kernel allocates it. fused-bf16: SGLang's Triton fused_experts (a "
-                            "[T*k, 2I] and a [T*k, I] cache, the output written over the input); "
-                            "sglang-mxfp4: SGLang's MXFP4 MoE for gpt-oss on Hopper "
-                            "(triton_kernels' matmul_ogs: the SwiGLU fused into the first GEMM, a "
-                            "[T*k, I] and a [T*k, H] tensor, a new output), gpt-oss only. Recorded "
-                            "in run.json."),
-    num_layers: Optional[str] = typer.Option(None, "--num-layers", help="Decoder layers to build, or a comma list "
-                                             "(2,4): one report per count, in <out>/layers-N. Default: all of the "
-                                             "model's layers."),
-    phase: Phase = typer.Option(Phase(D.phase), help="prefill: buckets are token counts; decode: batch sizes, "
-                                                    "one new token per sequence over a KV cache."),
+    model: str = typer.Option(
+        D.model,
+        "--model",
+        "-m",
+        help="Model preset name, path to a config.json, or a checkpoint directory holding one.",
+    ),
+    weights: Weights = typer.Option(
+        Weights(D.weights),
+        help="dummy: random weights of the right shapes (no download); "
+        "one-layer: dummy weights, one layer's set used by "
+        "every layer, so that any depth fits the GPU (the capture "
+        "figures are those of distinct weights; only the "
+        "parameter bytes shrink); safetensors: load the "
+        "checkpoint directory's weights.",
+    ),
+    experts: Experts = typer.Option(
+        Experts(D.experts),
+        "--experts",
+        help="bf16: MoE expert weights in the model's "
+        "dtype (MXFP4 checkpoints dequantised); packed: gpt-oss's MXFP4 experts kept as "
+        "the checkpoint stores them (uint8 blocks and scales), decoded inside the fused "
+        "MoE's GEMMs, so no bf16 copy of them exists.",
+    ),
+    moe: Moe = typer.Option(
+        Moe(D.moe),
+        "--moe",
+        help="The MoE's workspace, as which engine "
+        "kernel allocates it. fused-bf16: SGLang's Triton fused_experts (a "
+        "[T*k, 2I] and a [T*k, I] cache, the output written over the input); "
+        "sglang-mxfp4: SGLang's MXFP4 MoE for gpt-oss on Hopper "
+        "(triton_kernels' matmul_ogs: the SwiGLU fused into the first GEMM, a "
+        "[T*k, I] and a [T*k, H] tensor, a new output), gpt-oss only. Recorded "
+        "in run.json.",
+    ),
+    num_layers: Optional[str] = typer.Option(
+        None,
+        "--num-layers",
+        help="Decoder layers to build, or a comma list "
+        "(2,4): one report per count, in <out>/layers-N. Default: all of the "
+        "model's layers.",
+    ),
+    phase: Phase = typer.Option(
+        Phase(D.phase),
+        help="prefill: buckets are token counts; decode: batch sizes, "
+        "one new token per sequence over a KV cache.",
+    ),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
-    max_tokens: int = typer.Option(D.max_tokens, help="Cap, in tokens, of the sglang-prefill preset "
-                                               "(SGLang's chunked prefill size); 1 to 1048576."),
-    max_bs: int = typer.Option(D.max_bs, help="Cap, in sequences, of the sglang-decode preset, and the sequences decode's "
-                                         "KV cache is sized for; 1 to 1048576."),
-    context_len: int = typer.Option(D.context_len, "--context-len", help="Decode: tokens of KV cache per sequence, allocated "
-                                    "once before any capture and never charged to a bucket; 1 to 1048576."),
-    modes: str = typer.Option(",".join(D.modes), help="Comma list of modes to run, each in a fresh process: per-bucket "
-                                                     "(each bucket keeps its own output), shared (one max-size output "
-                                                     "buffer outside the pool), shared-largest (the largest bucket's "
-                                                     "own output, in the pool, is the shared buffer), floor (the "
-                                                     "largest bucket alone)."),
-    warmup: int = typer.Option(D.warmup, min=0, help="Eager warm-up runs per bucket before its capture."),
-    warmup_output: WarmupOutput = typer.Option(WarmupOutput(D.warmup_output), "--warmup-output", rich_help_panel=TUNING,
-                                               help="held: each warm-up run's output stays alive while the next run "
-                                                    "executes (the committed reports); freed: it is dropped first, as "
-                                                    "SGLang's warm-up discards each run's result. Changes the peak "
-                                                    "figures (peak transient, device peak) and what the warm-up "
-                                                    "leaves cached."),
-    warmup_repeat: WarmupRepeat = typer.Option(WarmupRepeat(D.warmup_repeat), "--warmup-repeat", rich_help_panel=TUNING,
-                                               help="How a bucket's warm-up runs after the first are made. eager: "
-                                                    "full forwards; requests: the first run's allocator requests "
-                                                    "(sizes, order, streams) are made again without launching a "
-                                                    "kernel, which leaves the allocator, and so every memory figure, "
-                                                    "as an eager run would, in less time. A run the history cannot "
-                                                    "repeat exactly runs eagerly, as do tensor-parallel ranks."),
-    break_repeat: BreakRepeat = typer.Option(BreakRepeat(D.break_repeat), "--break-repeat", rich_help_panel=TUNING,
-                                             help="How the graph breaks (the attention) of a bucket's warm-up and "
-                                                  "capture run after the first call of the same shapes. eager: "
-                                                  "every call runs; requests: later calls make the first one's "
-                                                  "allocator requests again without launching a kernel (every "
-                                                  "layer of a kind calls it alike), which leaves every memory "
-                                                  "figure as it was, in less time. Graph replays and the replay "
-                                                  "check always run it; --snapshot and tensor-parallel runs "
-                                                  "run every call."),
+    max_tokens: int = typer.Option(
+        D.max_tokens,
+        help="Cap, in tokens, of the sglang-prefill preset "
+        "(SGLang's chunked prefill size); 1 to 1048576.",
+    ),
+    max_bs: int = typer.Option(
+        D.max_bs,
+        help="Cap, in sequences, of the sglang-decode preset, and the sequences decode's "
+        "KV cache is sized for; 1 to 1048576.",
+    ),
+    context_len: int = typer.Option(
+        D.context_len,
+        "--context-len",
+        help="Decode: tokens of KV cache per sequence, allocated "
+        "once before any capture and never charged to a bucket; 1 to 1048576.",
+    ),
+    modes: str = typer.Option(
+        ",".join(D.modes),
+        help="Comma list of modes to run, each in a fresh process: per-bucket "
+        "(each bucket keeps its own output), shared (one max-size output "
+        "buffer outside the pool), shared-largest (the largest bucket's "
+        "own output, in the pool, is the shared buffer), floor (the "
+        "largest bucket alone).",
+    ),
+    warmup: int = typer.Option(
+        D.warmup, min=0, help="Eager warm-up runs per bucket before its capture."
+    ),
+    warmup_output: WarmupOutput = typer.Option(
+        WarmupOutput(D.warmup_output),
+        "--warmup-output",
+        rich_help_panel=TUNING,
+        help="held: each warm-up run's output stays alive while the next run "
+        "executes (the committed reports); freed: it is dropped first, as "
+        "SGLang's warm-up discards each run's result. Changes the peak "
+        "figures (peak transient, device peak) and what the warm-up "
+        "leaves cached.",
+    ),
+    warmup_repeat: WarmupRepeat = typer.Option(
+        WarmupRepeat(D.warmup_repeat),
+        "--warmup-repeat",
+        rich_help_panel=TUNING,
+        help="How a bucket's warm-up runs after the first are made. eager: "
+        "full forwards; requests: the first run's allocator requests "
+        "(sizes, order, streams) are made again without launching a "
+        "kernel, which leaves the allocator, and so every memory figure, "
+        "as an eager run would, in less time. A run the history cannot "
+        "repeat exactly runs eagerly, as do tensor-parallel ranks.",
+    ),
+    break_repeat: BreakRepeat = typer.Option(
+        BreakRepeat(D.break_repeat),
+        "--break-repeat",
+        rich_help_panel=TUNING,
+        help="How the graph breaks (the attention) of a bucket's warm-up and "
+        "capture run after the first call of the same shapes. eager: "
+        "every call runs; requests: later calls make the first one's "
+        "allocator requests again without launching a kernel (every "
+        "layer of a kind calls it alike), which leaves every memory "
+        "figure as it was, in less time. Graph replays and the replay "
+        "check always run it; --snapshot and tensor-parallel runs "
+        "run every call.",
+    ),
     device: str = typer.Option(D.device, help="CUDA device, cuda:K."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report directory to create. "
-                                                                 "Default: reports/<model>-<timestamp>."),
-    verify: Verify = typer.Option(Verify(D.verify), help="Replay buckets with fresh inputs and compare "
-                                                                "with an eager forward: the smallest and largest, "
-                                                                "all, or none."),
-    in_process: bool = typer.Option(D.in_process, "--in-process", rich_help_panel=TUNING, help="Run all modes in this process (debugging; "
-                                                                "modes then share allocator state); recorded in "
-                                                                "run.json."),
-    sample_interval_ms: float = typer.Option(D.sample_interval_ms, rich_help_panel=TUNING, help="NVML peak-sampler interval, in milliseconds "
-                                                            "(0.1 to 60000)."),
-    tp: int = typer.Option(D.tp, min=1, help="Tensor-parallel ranks (GPUs), one process each; 1 to 8."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Report directory to create. Default: reports/<model>-<timestamp>.",
+    ),
+    verify: Verify = typer.Option(
+        Verify(D.verify),
+        help="Replay buckets with fresh inputs and compare "
+        "with an eager forward: the smallest and largest, "
+        "all, or none.",
+    ),
+    in_process: bool = typer.Option(
+        D.in_process,
+        "--in-process",
+        rich_help_panel=TUNING,
+        help="Run all modes in this process (debugging; "
+        "modes then share allocator state); recorded in "
+        "run.json.",
+    ),
+    sample_interval_ms: float = typer.Option(
+        D.sample_interval_ms,
+        rich_help_panel=TUNING,
+        help="NVML peak-sampler interval, in milliseconds (0.1 to 60000).",
+    ),
+    tp: int = typer.Option(
+        D.tp, min=1, help="Tensor-parallel ranks (GPUs), one process each; 1 to 8."
+    ),
     seed: int = typer.Option(D.seed, help="Random seed for dummy weights and inputs."),
-    graph: GraphKind = typer.Option(GraphKind(D.graph), "--graph", help="breakable: each bucket's graph is split "
-                                    "into segments around attention, which runs eagerly; full: one CUDA graph per "
-                                    "bucket with attention captured inside it."),
-    order: Order = typer.Option(Order(D.order), "--order", help="Capture order of the buckets: largest-first "
-                                "(smaller buckets reuse pool memory the larger ones freed) or smallest-first."),
-    snapshot: bool = typer.Option(D.snapshot, "--snapshot", help="Record the allocator's history in each mode and write "
-                                  "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz)."),
-    address_layout: AddressLayout = typer.Option(AddressLayout(D.address_layout), "--address-layout", rich_help_panel=TUNING,
-                                                 help="fixed: each mode process runs with Linux's address "
-                                                      "randomisation off, so its device memory lands at the same "
-                                                      "addresses every run and the allocator, which picks between "
-                                                      "equal free blocks by address, does the same (some models' "
-                                                      "pools otherwise differ from run to run); random: as an "
-                                                      "engine's process runs. Recorded per mode in run.json."),
+    graph: GraphKind = typer.Option(
+        GraphKind(D.graph),
+        "--graph",
+        help="breakable: each bucket's graph is split "
+        "into segments around attention, which runs eagerly; full: one CUDA graph per "
+        "bucket with attention captured inside it.",
+    ),
+    order: Order = typer.Option(
+        Order(D.order),
+        "--order",
+        help="Capture order of the buckets: largest-first "
+        "(smaller buckets reuse pool memory the larger ones freed) or smallest-first.",
+    ),
+    snapshot: bool = typer.Option(
+        D.snapshot,
+        "--snapshot",
+        help="Record the allocator's history in each mode and write "
+        "<mode>.snapshot.pickle into the report (open it at https://pytorch.org/memory_viz).",
+    ),
+    address_layout: AddressLayout = typer.Option(
+        AddressLayout(D.address_layout),
+        "--address-layout",
+        rich_help_panel=TUNING,
+        help="fixed: each mode process runs with Linux's address "
+        "randomisation off, so its device memory lands at the same "
+        "addresses every run and the allocator, which picks between "
+        "equal free blocks by address, does the same (some models' "
+        "pools otherwise differ from run to run); random: as an "
+        "engine's process runs. Recorded per mode in run.json.",
+    ),
     executables: Executables = typer.Option(
-        Executables(D.executables), "--executables",
+        Executables(D.executables),
+        "--executables",
         help="per-segment: each graph segment is instantiated as its own executable; "
-             "per-signature: segments whose graphs differ only in addresses (same kernels, "
-             "launch shapes and topology) share one executable, updated to a segment's graph "
-             "before its launch (SGLang's SGLANG_ENABLE_CUDA_GRAPH_DEDUP). Needs the CUDA Python "
-             "bindings. Recorded in run.json."),
+        "per-signature: segments whose graphs differ only in addresses (same kernels, "
+        "launch shapes and topology) share one executable, updated to a segment's graph "
+        "before its launch (SGLang's SGLANG_ENABLE_CUDA_GRAPH_DEDUP). Needs the CUDA Python "
+        "bindings. Recorded in run.json.",
+    ),
 ) -> None:
     """Capture a model in each mode and write a report (needs a CUDA GPU).
 
@@ -186,18 +280,25 @@ def capture(
     # Every input check first, so a typo fails before a GPU is touched.
     mode_list = _parse_modes(modes)
     if Mode.SHARED_LARGEST in mode_list and order is not Order.LARGEST_FIRST:
-        raise CaptureError("--modes shared-largest keeps the largest bucket's own output as the shared buffer, so "
-                           "the largest bucket must be captured first: use --order largest-first, or leave "
-                           "shared-largest out of --modes")
+        raise CaptureError(
+            "--modes shared-largest keeps the largest bucket's own output as the shared buffer, so "
+            "the largest bucket must be captured first: use --order largest-first, or leave "
+            "shared-largest out of --modes"
+        )
     if not re.fullmatch(r"cuda(:[0-9]{1,4})?", device):
         raise BcgprofError(f"--device {device!r} is not a CUDA device; write cuda:0, cuda:1, ...")
     if not (math.isfinite(sample_interval_ms) and 0.1 <= sample_interval_ms <= 60_000):
-        raise BcgprofError(f"--sample-interval-ms {sample_interval_ms} is out of range; use 0.1 to 60000")
+        raise BcgprofError(
+            f"--sample-interval-ms {sample_interval_ms} is out of range; use 0.1 to 60000"
+        )
     from bcgprof.report.limits import MAX_TP
 
-    if tp > MAX_TP:  # before torch: a report holds ranks 0 to MAX_TP - 1, whatever GPUs this machine has
-        raise CaptureError(f"--tp {tp} is over {MAX_TP}, the most ranks a report holds; use 1 to {MAX_TP}")
-    if not -2 ** 63 <= seed < 2 ** 64:
+    # before torch: a report holds ranks 0 to MAX_TP - 1, whatever GPUs this machine has
+    if tp > MAX_TP:
+        raise CaptureError(
+            f"--tp {tp} is over {MAX_TP}, the most ranks a report holds; use 1 to {MAX_TP}"
+        )
+    if not -(2**63) <= seed < 2**64:
         raise BcgprofError("--seed is out of range; use an integer that fits in 64 bits")
     bucket_list(buckets, phase.value, max_tokens, max_bs)
     if context_len < 1:
@@ -206,7 +307,9 @@ def capture(
     from bcgprof.spec import resolve_model
 
     if context_len > MAX_BUCKET_SIZE:
-        raise BcgprofError(f"--context-len {context_len} is over the cap of {MAX_BUCKET_SIZE} tokens")
+        raise BcgprofError(
+            f"--context-len {context_len} is over the cap of {MAX_BUCKET_SIZE} tokens"
+        )
     spec = resolve_model(model)
     if experts is Experts.PACKED:
         _check_packed_experts(spec, tp)
@@ -220,13 +323,33 @@ def capture(
         _check_driver_bindings()
 
     opts = CaptureOptions(
-        model=model, weights=weights.value, experts=experts.value, num_layers=layer_counts[0], phase=phase.value, buckets=buckets,
-        max_tokens=max_tokens, max_bs=max_bs, context_len=context_len, modes=mode_list, warmup=warmup,
-        warmup_output=warmup_output.value, warmup_repeat=warmup_repeat.value,
-        break_repeat=break_repeat.value, device=device, out=out,
-        verify=verify.value, in_process=in_process, sample_interval_ms=sample_interval_ms, tp=tp, seed=seed,
-        graph=graph.value, order=order.value, snapshot=snapshot, address_layout=address_layout.value,
-        command=shlex.join(["bcgprof", *sys.argv[1:]]), executables=executables.value,
+        model=model,
+        weights=weights.value,
+        experts=experts.value,
+        num_layers=layer_counts[0],
+        phase=phase.value,
+        buckets=buckets,
+        max_tokens=max_tokens,
+        max_bs=max_bs,
+        context_len=context_len,
+        modes=mode_list,
+        warmup=warmup,
+        warmup_output=warmup_output.value,
+        warmup_repeat=warmup_repeat.value,
+        break_repeat=break_repeat.value,
+        device=device,
+        out=out,
+        verify=verify.value,
+        in_process=in_process,
+        sample_interval_ms=sample_interval_ms,
+        tp=tp,
+        seed=seed,
+        graph=graph.value,
+        order=order.value,
+        snapshot=snapshot,
+        address_layout=address_layout.value,
+        command=shlex.join(["bcgprof", *sys.argv[1:]]),
+        executables=executables.value,
         moe=moe.value,
     )
     if len(layer_counts) == 1:
@@ -236,8 +359,11 @@ def capture(
     from bcgprof.report.schema import layer_report_name
 
     parent = Path(out) if out is not None else default_out(spec.name)
-    runs = [dataclasses.replace(opts, num_layers=n, out=parent / layer_report_name(n))
-            for n in layer_counts if n is not None]  # a list of several counts holds numbers only
+    runs = [
+        dataclasses.replace(opts, num_layers=n, out=parent / layer_report_name(n))
+        for n in layer_counts
+        if n is not None
+    ]  # a list of several counts holds numbers only
     codes = []
     handoff = None  # the next depth's first mode, started while this depth's last mode works
     try:
@@ -260,8 +386,10 @@ def _layer_counts(text: Optional[str], depth: int) -> list[Optional[int]]:
     for entry in text.split(","):
         entry = entry.strip()
         if not (entry.isascii() and entry.isdigit()) or not 1 <= int(entry) <= depth:
-            raise BcgprofError(f"--num-layers {text!r}: {entry!r} is not a layer count from 1 to {depth} (the "
-                               "model's depth); write one count or a comma list such as 2,4")
+            raise BcgprofError(
+                f"--num-layers {text!r}: {entry!r} is not a layer count from 1 to {depth} (the "
+                "model's depth); write one count or a comma list such as 2,4"
+            )
         if int(entry) in counts:
             raise BcgprofError(f"--num-layers {text!r} names {entry} twice; list each count once")
         counts.append(int(entry))
@@ -288,22 +416,31 @@ def _run_capture(opts, *, then=None, prestarted=None) -> tuple[int, Any]:
             outcome.handoff.cancel()
         raise
     if outcome.exit_code:
-        note(f"capture {outcome.status} ({outcome.message or 'interrupted'}); the finished rows are in {outcome.out}")
+        note(
+            f"capture {outcome.status} ({outcome.message or 'interrupted'}); the finished rows "
+            f"are in {outcome.out}"
+        )
     return outcome.exit_code, outcome.handoff
 
 
 def _check_packed_experts(spec: ModelSpec, tp: int) -> None:
-    """--experts packed: a family whose checkpoints hold MXFP4 experts, whose sizes split into whole groups."""
+    """--experts packed: a family whose checkpoints hold MXFP4 experts, whose sizes split into
+    whole groups."""
     from bcgprof.options import PACKED_EXPERT_FAMILIES
 
     if spec.family not in PACKED_EXPERT_FAMILIES:
-        raise CaptureError(f"--experts packed: {spec.name} ({spec.family}) has no MXFP4 experts to keep packed; "
-                           f"only {', '.join(PACKED_EXPERT_FAMILIES)} models do. Use --experts bf16")
+        raise CaptureError(
+            f"--experts packed: {spec.name} ({spec.family}) has no MXFP4 experts to keep packed; "
+            f"only {', '.join(PACKED_EXPERT_FAMILIES)} models do. Use --experts bf16"
+        )
     hidden, inter = spec.config.get("hidden_size"), spec.config.get("intermediate_size")
     if isinstance(hidden, int) and isinstance(inter, int) and (hidden % 32 or inter % (32 * tp)):
-        raise CaptureError(f"--experts packed: {spec.name}'s hidden size {hidden} and expert intermediate size "
-                           f"{inter} / --tp {tp} must be multiples of the 32-value MXFP4 group; use --experts bf16 "
-                           "or another --tp")
+        raise CaptureError(
+            f"--experts packed: {spec.name}'s hidden size {hidden} and expert intermediate size "
+            f"{inter} / --tp {tp} must be multiples of the 32-value MXFP4 group; use --experts "
+            "bf16 "
+            "or another --tp"
+        )
 
 
 def _check_driver_bindings() -> None:
@@ -316,9 +453,11 @@ def _check_driver_bindings() -> None:
     except (ImportError, ValueError):  # no ``cuda`` package at all
         found = False
     if not found:
-        raise CaptureError("--executables per-signature needs the CUDA Python bindings "
-                           "(cuda.bindings), which are not installed; pip install cuda-python, "
-                           "or use --executables per-segment")
+        raise CaptureError(
+            "--executables per-signature needs the CUDA Python bindings "
+            "(cuda.bindings), which are not installed; pip install cuda-python, "
+            "or use --executables per-segment"
+        )
 
 
 def _check_sglang_mxfp4(spec: ModelSpec) -> None:
@@ -326,17 +465,23 @@ def _check_sglang_mxfp4(spec: ModelSpec) -> None:
     from bcgprof.options import SGLANG_MXFP4_FAMILIES
 
     if spec.family not in SGLANG_MXFP4_FAMILIES:
-        raise CaptureError(f"--moe sglang-mxfp4: {spec.name} ({spec.family}) is not a model SGLang "
-                           "runs through its MXFP4 MoE; only "
-                           f"{', '.join(SGLANG_MXFP4_FAMILIES)} models are. Use --moe fused-bf16")
+        raise CaptureError(
+            f"--moe sglang-mxfp4: {spec.name} ({spec.family}) is not a model SGLang "
+            "runs through its MXFP4 MoE; only "
+            f"{', '.join(SGLANG_MXFP4_FAMILIES)} models are. Use --moe fused-bf16"
+        )
 
 
 def _check_checkpoint(spec: ModelSpec) -> None:
     """--weights safetensors: a checkpoint directory that holds safetensors files, not a preset."""
     if spec.checkpoint_dir is None:
-        raise CaptureError(f"--weights safetensors needs a checkpoint: {spec.name} is a "
-                           f"{'preset' if spec.source == 'preset' else 'config.json alone'} with no weights; pass "
-                           "--model CHECKPOINT_DIR (holding config.json and *.safetensors) or use --weights dummy")
+        raise CaptureError(
+            f"--weights safetensors needs a checkpoint: {spec.name} is a "
+            f"{'preset' if spec.source == 'preset' else 'config.json alone'} with no weights; pass "
+            "--model CHECKPOINT_DIR (holding config.json and *.safetensors) or use --weights dummy"
+        )
     if not any(spec.checkpoint_dir.glob("*.safetensors")):
-        raise CaptureError(f"--weights safetensors: {spec.checkpoint_dir} holds no *.safetensors files; download "
-                           "the checkpoint's weights there or use --weights dummy")
+        raise CaptureError(
+            f"--weights safetensors: {spec.checkpoint_dir} holds no *.safetensors files; download "
+            "the checkpoint's weights there or use --weights dummy"
+        )

@@ -31,12 +31,15 @@ class StdoutError(BcgprofError):
 
 
 class GuardedStdout(io.TextIOBase):
-    """sys.stdout as a file for rich: write errors become :class:`OutputClosed` or :class:`StdoutError`."""
+    """sys.stdout as a file for rich: write errors become :class:`OutputClosed` or
+    :class:`StdoutError`."""
 
     def _target(self):
         if sys.stdout is None:
-            raise StdoutError("standard output is closed; run the command with stdout open (a terminal, a file "
-                              "or a pipe)")
+            raise StdoutError(
+                "standard output is closed; run the command with stdout open (a terminal, a file "
+                "or a pipe)"
+            )
         return sys.stdout
 
     def _guard(self, action) -> Any:
@@ -47,8 +50,10 @@ class GuardedStdout(io.TextIOBase):
         except OSError as e:
             if e.errno == errno.EPIPE:
                 raise OutputClosed() from e
-            raise StdoutError(f"cannot write to standard output: {e.strerror or e}; free the device or "
-                              "redirect stdout elsewhere") from e
+            raise StdoutError(
+                f"cannot write to standard output: {e.strerror or e}; free the device or "
+                "redirect stdout elsewhere"
+            ) from e
         except ValueError as e:  # "I/O operation on closed file"
             raise StdoutError(f"cannot write to standard output: {e}; keep stdout open") from e
 
@@ -76,7 +81,8 @@ class GuardedStdout(io.TextIOBase):
 
 
 def quiet_stdout() -> None:
-    """Send what is left of stdout to /dev/null, so that nothing fails at interpreter exit either."""
+    """Send what is left of stdout to /dev/null, so that nothing fails at interpreter exit
+    either."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
@@ -124,8 +130,13 @@ def stdout_console():
             quiet_stdout()
             raise OutputClosed()
 
-    return _Console(file=cast(IO[str], GuardedStdout()), highlight=False, emoji=False, width=_console_width(),
-                    soft_wrap=False)
+    return _Console(
+        file=cast(IO[str], GuardedStdout()),
+        highlight=False,
+        emoji=False,
+        width=_console_width(),
+        soft_wrap=False,
+    )
 
 
 def stderr_console():

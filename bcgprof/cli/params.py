@@ -30,11 +30,14 @@ TUNING = "Tuning options"  # how a capture measures, rather than what it measure
 
 
 class Command(typer.core.TyperCommand):
-    """A Typer command whose help lists each panel's options under its own heading, and which reads the
-    old names in :attr:`old_options` and :attr:`old_choices` as the current ones (see :func:`renamed`)."""
+    """A Typer command whose help lists each panel's options under its own heading, and which reads
+    the old names in :attr:`old_options` and :attr:`old_choices` as the current ones (see
+    :func:`renamed`)."""
 
     old_options: Mapping[str, str] = {}  # old option name -> its name now
-    old_choices: Mapping[str, Mapping[str, str]] = {}  # option name now -> {old choice -> its word now}
+    old_choices: Mapping[
+        str, Mapping[str, str]
+    ] = {}  # option name now -> {old choice -> its word now}
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, respell(args, self.old_options, self.old_choices))
@@ -49,7 +52,9 @@ class Command(typer.core.TyperCommand):
             if param.param_type_name == "argument":
                 arguments.append(record)
             else:
-                panels.setdefault(getattr(param, "rich_help_panel", None) or OPTIONS, []).append(record)
+                panels.setdefault(getattr(param, "rich_help_panel", None) or OPTIONS, []).append(
+                    record
+                )
         if arguments:
             with formatter.section("Arguments"):
                 formatter.write_dl(arguments)
@@ -59,10 +64,15 @@ class Command(typer.core.TyperCommand):
                     formatter.write_dl(records)
 
 
-def renamed(options: Mapping[str, str] = {}, choices: Mapping[str, Mapping[str, str]] = {}) -> type[Command]:
-    """A :class:`Command` class that reads ``options`` (old name -> name now) and ``choices`` (option
-    -> {old word -> word now}) by their old names, with a warning, for the one release they are kept."""
-    return type("RenamedCommand", (Command,), {"old_options": dict(options), "old_choices": dict(choices)})
+def renamed(
+    options: Mapping[str, str] = {}, choices: Mapping[str, Mapping[str, str]] = {}
+) -> type[Command]:
+    """A :class:`Command` class that reads ``options`` (old name -> name now) and ``choices``
+    (option -> {old word -> word now}) by their old names, with a warning, for the one release they
+    are kept."""
+    return type(
+        "RenamedCommand", (Command,), {"old_options": dict(options), "old_choices": dict(choices)}
+    )
 
 
 def deprecated(old: str, new: str) -> None:
@@ -70,15 +80,18 @@ def deprecated(old: str, new: str) -> None:
     note(f"warning: {old} is deprecated and will be removed in the next release; use {new}")
 
 
-def respell(args: list[str], options: Mapping[str, str], choices: Mapping[str, Mapping[str, str]]) -> list[str]:
-    """``args`` with old option names and old choices in their current spelling (see the module docstring)."""
+def respell(
+    args: list[str], options: Mapping[str, str], choices: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """``args`` with old option names and old choices in their current spelling (see the module
+    docstring)."""
     out: list[str] = []
     i = 0
     while i < len(args):
         arg = args[i]
         i += 1
         if arg == "--":
-            out.extend(args[i - 1:])
+            out.extend(args[i - 1 :])
             break
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if name in options:

@@ -11,38 +11,70 @@ from bcgprof.cli.output import flush_stdout, note, stdout_console
 from bcgprof.cli.params import TUNING, Command
 from bcgprof.cli.root import app, command
 
-ADAPTERS_HELP = ("Group captures into buckets by the engine adapters' table (SGLang, vLLM, torch.compile; "
-                 "see docs/record.md). --no-adapters: only --bucket functions, else one row per graph.")
+ADAPTERS_HELP = (
+    "Group captures into buckets by the engine adapters' table (SGLang, vLLM, torch.compile; "
+    "see docs/record.md). --no-adapters: only --bucket functions, else one row per graph."
+)
 
 
 @app.command(cls=Command, context_settings={"allow_interspersed_args": False})
 @command
 def record(
-    program: list[str] = typer.Argument(..., metavar="-- COMMAND [ARGS]...", show_default=False,
-                                        help="The program to run, after --: python my_script.py, python -m "
-                                             "sglang.launch_server ..., vllm serve ..., torchrun ..."),
-    out: Path = typer.Option(Path("reports/recorded"), "--out", "-o",
-                             help="Report folder to write (new or empty); valid while the program runs."),
-    bucket: Optional[list[str]] = typer.Option(None, "--bucket", metavar="MODULE:QUALNAME:ARG",
-                                               help="A function that captures one bucket, and the argument "
-                                                    "holding its size (arg.attr, or arg[0] for the first "
-                                                    "tensor's leading dimension); repeatable."),
+    program: list[str] = typer.Argument(
+        ...,
+        metavar="-- COMMAND [ARGS]...",
+        show_default=False,
+        help="The program to run, after --: python my_script.py, python -m "
+        "sglang.launch_server ..., vllm serve ..., torchrun ...",
+    ),
+    out: Path = typer.Option(
+        Path("reports/recorded"),
+        "--out",
+        "-o",
+        help="Report folder to write (new or empty); valid while the program runs.",
+    ),
+    bucket: Optional[list[str]] = typer.Option(
+        None,
+        "--bucket",
+        metavar="MODULE:QUALNAME:ARG",
+        help="A function that captures one bucket, and the argument "
+        "holding its size (arg.attr, or arg[0] for the first "
+        "tensor's leading dimension); repeatable.",
+    ),
     adapters: bool = typer.Option(True, "--adapters/--no-adapters", help=ADAPTERS_HELP),
-    stop_after_capture: bool = typer.Option(False, "--stop-after-capture",
-                                            help="Stop the program (SIGINT, SIGTERM, SIGKILL) once its capture "
-                                                 "phase is over: an adapter's phase function returned in every "
-                                                 "process, or --idle seconds passed without a new bucket."),
-    idle: float = typer.Option(10.0, "--idle", help="Seconds without a new bucket after which "
-                                                    "--stop-after-capture stops a program no adapter knows."),
-    model: str = typer.Option("", "--model", help="Name the recorded model: a preset or config.json (then "
-                                                  "compare pairs the recording with a capture of it), or "
-                                                  "any label. Default: the command's name."),
-    scan_logs: bool = typer.Option(True, "--scan-logs/--no-scan-logs",
-                                   help="Pass the program's output through bcgprof (as pipes) and keep the "
-                                        "engines' capture-memory lines; --no-scan-logs leaves the terminal."),
-    sample_interval_ms: float = typer.Option(5.0, "--sample-interval-ms", rich_help_panel=TUNING,
-                                             help="NVML sampling interval for each bucket's device peak, in "
-                                                  "ms; 0 turns the sampler off."),
+    stop_after_capture: bool = typer.Option(
+        False,
+        "--stop-after-capture",
+        help="Stop the program (SIGINT, SIGTERM, SIGKILL) once its capture "
+        "phase is over: an adapter's phase function returned in every "
+        "process, or --idle seconds passed without a new bucket.",
+    ),
+    idle: float = typer.Option(
+        10.0,
+        "--idle",
+        help="Seconds without a new bucket after which "
+        "--stop-after-capture stops a program no adapter knows.",
+    ),
+    model: str = typer.Option(
+        "",
+        "--model",
+        help="Name the recorded model: a preset or config.json (then "
+        "compare pairs the recording with a capture of it), or "
+        "any label. Default: the command's name.",
+    ),
+    scan_logs: bool = typer.Option(
+        True,
+        "--scan-logs/--no-scan-logs",
+        help="Pass the program's output through bcgprof (as pipes) and keep the "
+        "engines' capture-memory lines; --no-scan-logs leaves the terminal.",
+    ),
+    sample_interval_ms: float = typer.Option(
+        5.0,
+        "--sample-interval-ms",
+        rich_help_panel=TUNING,
+        help="NVML sampling interval for each bucket's device peak, in "
+        "ms; 0 turns the sampler off.",
+    ),
 ) -> None:
     """Profile another program's CUDA-graph capture, per bucket (needs a GPU).
 
@@ -57,21 +89,37 @@ def record(
     from bcgprof.render import show_report
     from bcgprof.report import read_report
 
-    options = RecordOptions(command=list(program), out=out, buckets=list(bucket or []), adapters=adapters,
-                            stop_after_capture=stop_after_capture, idle_s=idle,
-                            sample_interval_ms=sample_interval_ms, model=model, scan_logs=scan_logs)
+    options = RecordOptions(
+        command=list(program),
+        out=out,
+        buckets=list(bucket or []),
+        adapters=adapters,
+        stop_after_capture=stop_after_capture,
+        idle_s=idle,
+        sample_interval_ms=sample_interval_ms,
+        model=model,
+        scan_logs=scan_logs,
+    )
     result = run_record(options, progress=lambda text: note(f"bcgprof record: {text}"))
-    note(f"bcgprof record: report {result.report} ({result.status}, {len(result.merged.rows)} bucket rows)")
+    note(
+        f"bcgprof record: report {result.report} ({result.status}, {len(result.merged.rows)} "
+        "bucket rows)"
+    )
     cost = result.merged.hook_cost()
     if cost["buckets"]:
-        note(f"bcgprof record: the hook's readings took {cost['total_ms']:.1f} ms of the program's time over "
-             f"{cost['buckets']} bucket(s), {cost['median_ms']:.2f} ms a bucket (median)")
+        note(
+            f"bcgprof record: the hook's readings took {cost['total_ms']:.1f} ms of the program's "
+            "time over "
+            f"{cost['buckets']} bucket(s), {cost['median_ms']:.2f} ms a bucket (median)"
+        )
     if result.merged.rows:
         show_report(read_report(result.report), stdout_console(), "table", "summary")
     for figure in result.engine_lines:
         phase = f" {figure['phase']}" if figure.get("phase") else ""
-        note(f"bcgprof record: {figure['engine']}{phase} logged {figure['what']} "
-             f"{figure['bytes'] / 2 ** 30:.2f} GiB")
+        note(
+            f"bcgprof record: {figure['engine']}{phase} logged {figure['what']} "
+            f"{figure['bytes'] / 2**30:.2f} GiB"
+        )
     flush_stdout()
     if result.exit_code:
         raise typer.Exit(result.exit_code if 0 < result.exit_code < 256 else 1)

@@ -43,13 +43,18 @@ def compare(
     old: Path = typer.Argument(..., help="The older report directory.", show_default=False),
     new: Path = typer.Argument(..., help="The newer report directory.", show_default=False),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
-    section: Section = typer.Option(Section.ALL, help="all, summary (per-mode totals) or buckets (bucket "
-                                                      "deltas)."),
+    section: Section = typer.Option(
+        Section.ALL, help="all, summary (per-mode totals) or buckets (bucket deltas)."
+    ),
     wide: bool = typer.Option(False, "--wide", "-w", help=WIDE_HELP),
-    pair: Optional[list[str]] = typer.Option(None, "--pair", metavar="OLD=NEW",
-                                             help="Compare the old report's mode OLD with the new one's NEW (a "
-                                                  "recording's group with a capture's mode: --pair "
-                                                  "prefill=per-bucket); repeatable."),
+    pair: Optional[list[str]] = typer.Option(
+        None,
+        "--pair",
+        metavar="OLD=NEW",
+        help="Compare the old report's mode OLD with the new one's NEW (a "
+        "recording's group with a capture's mode: --pair "
+        "prefill=per-bucket); repeatable.",
+    ),
 ) -> None:
     """Compare two reports side by side (no GPU needed).
 
@@ -63,8 +68,13 @@ def compare(
     with cyclic_gc_paused():  # 100,000 rows a report, no cycles: twice as fast
         old_report, new_report = read_report(old), read_report(new)
         old_report = paired_modes(old_report, new_report, list(pair or []))
-        show_comparison(compare_reports(old_report, new_report), stdout_console(), format.value, section.value,
-                        wide=wide)
+        show_comparison(
+            compare_reports(old_report, new_report),
+            stdout_console(),
+            format.value,
+            section.value,
+            wide=wide,
+        )
     flush_stdout()
 
 
@@ -72,9 +82,15 @@ def compare(
 @command
 def plot(
     report: Path = typer.Argument(..., help=REPORT_HELP, show_default=False),
-    out: Path = typer.Option(..., "--out", "-o", help="Image file to write: .png, .svg, .pdf or .jpg; a name "
-                             "without a suffix gets .png. Written atomically; never into a report directory, "
-                             "also not through a symbolic link.", show_default=False),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        "-o",
+        help="Image file to write: .png, .svg, .pdf or .jpg; a name "
+        "without a suffix gets .png. Written atomically; never into a report directory, "
+        "also not through a symbolic link.",
+        show_default=False,
+    ),
     rank: int = typer.Option(0, min=0, help="Tensor-parallel rank to plot."),
     dpi: int = typer.Option(120, help="Resolution of raster images, in dots per inch (30 to 600)."),
 ) -> None:

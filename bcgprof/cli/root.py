@@ -29,7 +29,8 @@ from bcgprof.text import printable
 
 
 def _click_class(name: str) -> type[Exception]:
-    """A click exception class by name, from typer's own classes (typer may vendor click: never import it)."""
+    """A click exception class by name, from typer's own classes (typer may vendor click: never
+    import it)."""
     for cls in typer.BadParameter.__mro__:
         if cls.__name__ == name:
             return cls
@@ -49,7 +50,8 @@ def debugging() -> bool:
 
 
 def _quiet_rank() -> bool:
-    """A torchrun rank other than 0: its errors are rank 0's too, so it keeps them to its exit code."""
+    """A torchrun rank other than 0: its errors are rank 0's too, so it keeps them to its exit
+    code."""
     return os.environ.get("WORLD_SIZE") is not None and os.environ.get("RANK", "0") not in ("", "0")
 
 
@@ -99,13 +101,25 @@ class OneLineErrors(typer.core.TyperGroup):
     """Typer's group, with usage errors as one ``error:`` line and exit 2 instead of a boxed panel,
     and numbers in ASCII digits only (:func:`plain_numbers`)."""
 
-    def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
-             complete_var: Optional[str] = None, standalone_mode: bool = True, windows_expand_args: bool = True,
-             **extra: Any) -> Any:
+    def main(
+        self,
+        args: Optional[Sequence[str]] = None,
+        prog_name: Optional[str] = None,
+        complete_var: Optional[str] = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
         plain_numbers(self)
         try:
-            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
-                                windows_expand_args=windows_expand_args, **extra)
+            code = super().main(
+                args=args,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
         except USAGE_ERROR as e:
             ctx = getattr(e, "ctx", None)
             where = ctx.command_path if ctx is not None else (prog_name or "bcgprof")
@@ -129,10 +143,12 @@ class OneLineErrors(typer.core.TyperGroup):
 app = typer.Typer(
     name="bcgprof",
     cls=OneLineErrors,
-    help="Profile the GPU memory of breakable CUDA-graph capture across size buckets (capture) or of any "
-         "program's capture (record), read the "
-         "reports it writes (show, compare, plot, gate, explain, predict, advise, audit), and estimate output "
-         "buffers from a model config alone (estimate).",
+    help="Profile the GPU memory of breakable CUDA-graph capture across size buckets (capture) or "
+    "of any "
+    "program's capture (record), read the "
+    "reports it writes (show, compare, plot, gate, explain, predict, advise, audit), and estimate "
+    "output "
+    "buffers from a model config alone (estimate).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -171,7 +187,11 @@ def command(fn: F) -> F:
             if debugging():
                 traceback.print_exc()
                 raise typer.Exit(EXIT_USAGE) from None
-            fail(f"internal error: {one_line(e)}; re-run with --debug for the traceback and report it", EXIT_USAGE)
+            fail(
+                f"internal error: {one_line(e)}; re-run with --debug for the traceback and report "
+                "it",
+                EXIT_USAGE,
+            )
 
     return wrapper  # type: ignore[return-value]
 
@@ -184,15 +204,25 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
-                                 help="Print the bcgprof version and exit."),
-    debug: bool = typer.Option(False, "--debug", help="Print the traceback of an internal error (as does "
-                                                      "BCGPROF_DEBUG=1); without it, every error is one line."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        callback=_version,
+        is_eager=True,
+        help="Print the bcgprof version and exit.",
+    ),
+    debug: bool = typer.Option(
+        False,
+        "--debug",
+        help="Print the traceback of an internal error (as does "
+        "BCGPROF_DEBUG=1); without it, every error is one line.",
+    ),
 ) -> None:
     """Profile the GPU memory of breakable CUDA-graph capture across size buckets.
 
-    `capture` and `record` need a CUDA GPU; every other command reads reports and needs neither a GPU
-    nor PyTorch's model code. Results go to stdout; progress, notes and errors to stderr.
+    `capture` and `record` need a CUDA GPU; every other command reads reports and needs neither a
+    GPU nor PyTorch's model code. Results go to stdout; progress, notes and errors to stderr.
     Exit codes: 0 ok, 1 a regression (gate) or a failed mode (capture), 2 unusable input or
     an internal error, 130 interrupted.
     """
