@@ -14,7 +14,8 @@ dataclass fields are the columns; every reader and writer goes through this pack
 * :mod:`~bcgprof.report.read`: :func:`read_report`, all of the above;
 * :mod:`~bcgprof.report.write`: atomic files and :class:`ReportWriter`;
 * :mod:`~bcgprof.report.summaries`: :func:`summarize`, summary.csv from the bucket rows;
-* :mod:`~bcgprof.report.frames`: the tables as typed pandas DataFrames, :func:`read_frames` (pandas loaded only
+* :mod:`~bcgprof.report.frames`: the tables as typed pandas DataFrames, :func:`read_frames` (pandas
+loaded only
   there).
 
 Nothing here imports torch, numpy, pandas (outside :mod:`~bcgprof.report.frames`' functions)
@@ -59,11 +60,22 @@ from bcgprof.report.summaries import summarize
 
 if TYPE_CHECKING:
     from bcgprof.report.frames import ReportTables, read_frames, read_report_tables, report_frames
-    from bcgprof.report.write import ReportWriter, atomic_write_bytes, atomic_write_text, run_info_to_json
+    from bcgprof.report.write import (
+        ReportWriter,
+        atomic_write_bytes,
+        atomic_write_text,
+        run_info_to_json,
+    )
 
 _LAZY = {
-    "ReportTables": "frames", "read_frames": "frames", "read_report_tables": "frames", "report_frames": "frames",
-    "ReportWriter": "write", "atomic_write_bytes": "write", "atomic_write_text": "write", "run_info_to_json": "write",
+    "ReportTables": "frames",
+    "read_frames": "frames",
+    "read_report_tables": "frames",
+    "report_frames": "frames",
+    "ReportWriter": "write",
+    "atomic_write_bytes": "write",
+    "atomic_write_text": "write",
+    "run_info_to_json": "write",
 }
 
 

@@ -30,9 +30,9 @@ from bcgprof.text import CONTROL, printable
 FIX = "restore the file or re-run the capture that wrote it"
 
 
-
 def clean_text(text: str) -> str:
-    """``text`` without control characters, at most :data:`MAX_TEXT_CHARS` long (an ellipsis marks a cut).
+    """``text`` without control characters, at most :data:`MAX_TEXT_CHARS` long (an ellipsis marks a
+    cut).
 
     Tabs and newlines become spaces, other control characters U+FFFD (see
     :func:`bcgprof.text.printable`, the sanitiser for any text read from a file).
@@ -57,19 +57,22 @@ def clean_json(value: Any) -> Any:
 
 
 def shorten(raw: str, limit: int = 40) -> str:
-    """``raw`` quoted for a message (``repr``: control characters escaped), cut to ``limit`` characters."""
+    """``raw`` quoted for a message (``repr``: control characters escaped), cut to ``limit``
+    characters."""
     text = repr(raw[: 4 * limit])
-    return text if len(text) <= limit else f"{text[:limit - 4]}...' ({len(raw)} characters)"
+    return text if len(text) <= limit else f"{text[: limit - 4]}...' ({len(raw)} characters)"
 
 
 def json_shown(value: Any, limit: int = 40) -> str:
-    """A JSON value for a message (non-ASCII and control characters escaped), cut to ``limit`` characters."""
+    """A JSON value for a message (non-ASCII and control characters escaped), cut to ``limit``
+    characters."""
     text = json.dumps(value)
-    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
 def encode_value(value: Any) -> str:
-    """A field's CSV text: empty for None, ``repr`` for floats (exact round trip), text cleaned, else ``str``."""
+    """A field's CSV text: empty for None, ``repr`` for floats (exact round trip), text cleaned,
+    else ``str``."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -80,8 +83,10 @@ def encode_value(value: Any) -> str:
 
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?inf(?:inity)?|[+-]?nan",
-                         re.IGNORECASE)
+_FLOAT_TEXT = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?inf(?:inity)?|[+-]?nan",
+    re.IGNORECASE,
+)
 
 
 def format_number(x: Any) -> str:
@@ -92,8 +97,11 @@ def decode_field(raw: str, rule: Rule, where: str) -> Any:
     """One CSV field -> its value, or a ReportError naming ``where`` (file, row and column)."""
     if rule.kind is str:
         if rule.choices and raw not in rule.choices:
-            raise ReportError(f"{where}: unknown value {shorten(raw)}; expected one of {', '.join(rule.choices)}; "
-                              f"{FIX}")
+            raise ReportError(
+                f"{where}: unknown value {shorten(raw)}; expected one of "
+                f"{', '.join(rule.choices)}; "
+                f"{FIX}"
+            )
         return clean_text(raw)
     if raw == "":
         if rule.optional:
@@ -117,8 +125,11 @@ def decode_field(raw: str, rule: Rule, where: str) -> Any:
     if (rule.lo is not None and value < rule.lo) or (rule.hi is not None and value > rule.hi):
         if rule.lo is not None and rule.lo >= 0 and value < 0:
             raise ReportError(f"{where}: {raw} is negative, which this column cannot be; {FIX}")
-        span = (f"{format_number(rule.lo)} to {format_number(rule.hi)}" if rule.hi is not None
-                else f"at least {format_number(rule.lo)}")
+        span = (
+            f"{format_number(rule.lo)} to {format_number(rule.hi)}"
+            if rule.hi is not None
+            else f"at least {format_number(rule.lo)}"
+        )
         raise ReportError(f"{where}: {shorten(raw)} is out of range (expected {span}); {FIX}")
     return value
 
@@ -130,7 +141,9 @@ _FLOAT = r"[+-]?(?:[0-9]{1,28}\.?[0-9]{0,28}|\.[0-9]{1,28})(?:[eE][+-]?[0-9]{1,3
 _COLUMN = {
     (int, False): re.compile(f"{_INT}(?:,{_INT})*"),
     (float, False): re.compile(f"{_FLOAT}(?:,{_FLOAT})*"),
-    (float, True): re.compile(f"(?:{_FLOAT}|inf)(?:,(?:{_FLOAT}|inf))*"),  # inf: a replay that gave NaN
+    (float, True): re.compile(
+        f"(?:{_FLOAT}|inf)(?:,(?:{_FLOAT}|inf))*"
+    ),  # inf: a replay that gave NaN
 }
 
 
@@ -145,14 +158,15 @@ def _bounded(rule: Rule) -> bool:
 def _json_ints(joined: str, n: int) -> Optional[list]:
     """The ``n`` comma-separated fields of ``joined`` as integers, when each is a JSON integer (an
     optional minus and digits without leading zeros: a subset of what :data:`_INT` and ``int`` read,
-    to the same values), parsed by the json module's C scanner; None when any is not (the caller then
-    reads them with the regular expression and ``int``). Text holding no JSON whitespace whose
+    to the same values), parsed by the json module's C scanner; None when any is not (the caller
+    then reads them with the regular expression and ``int``). Text holding no JSON whitespace whose
     parse is a flat list of ``n`` ints is exactly ``n`` integer tokens separated by commas."""
     if any(c in joined for c in _JSON_SPACE):
         return None
     try:
         values = json.loads(f"[{joined}]")
-    except (ValueError, RecursionError):  # a sign, a leading zero, deep brackets: what JSON does not read
+    except (ValueError, RecursionError):
+        # a sign, a leading zero, deep brackets: what JSON does not read
         return None
     if len(values) != n or not _INT_TYPE.issuperset(map(type, values)):
         return None
@@ -173,11 +187,14 @@ def decode_column(raw: Sequence[str], rule: Rule) -> Optional[list]:
         if max(map(len, raw)) <= MAX_TEXT_CHARS and not CONTROL.search("".join(raw)):
             return list(raw)
         return [clean_text(s) for s in raw]
-    filled = list(filter(None, raw)) if rule.optional else raw  # an empty field of a required column fails below
+    # an empty field of a required column fails below
+    filled = list(filter(None, raw)) if rule.optional else raw
     if not filled:
         return [None] * len(raw)
     joined = ",".join(filled)
-    present: Optional[list] = _json_ints(joined, len(filled)) if rule.kind is int and _bounded(rule) else None
+    present: Optional[list] = (
+        _json_ints(joined, len(filled)) if rule.kind is int and _bounded(rule) else None
+    )
     if present is None:
         if not _COLUMN[(rule.kind, rule.inf)].fullmatch(joined):
             return None
@@ -193,7 +210,9 @@ def decode_column(raw: Sequence[str], rule: Rule) -> Optional[list]:
     return [next(values) if s else None for s in raw]
 
 
-def records_to_csv(records: Iterable[Any], cls: Any, columns: Optional[Sequence[str]] = None) -> str:
+def records_to_csv(
+    records: Iterable[Any], cls: Any, columns: Optional[Sequence[str]] = None
+) -> str:
     """CSV text of ``records``: every field of ``cls`` as a column, or only ``columns``.
 
     Each field as :func:`encode_value` writes it; the csv module's own conversion gives the same
@@ -207,7 +226,9 @@ def records_to_csv(records: Iterable[Any], cls: Any, columns: Optional[Sequence[
     if not names:
         writer.writerows([] for _ in records)
         return buf.getvalue()
-    texts = [i for i, f in enumerate(f for f in fields(cls) if f.name in names) if f.type in (str, "str")]
+    texts = [
+        i for i, f in enumerate(f for f in fields(cls) if f.name in names) if f.type in (str, "str")
+    ]
     get = attrgetter(*names)
     rows: Iterable[Any] = map(get, records) if len(names) > 1 else ((get(r),) for r in records)
     if texts and not _clean_already(records, [names[i] for i in texts]):

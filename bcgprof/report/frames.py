@@ -47,13 +47,17 @@ def column_dtypes(cls: Any) -> dict[str, str]:
 
 
 def records_frame(records: list, cls: Any) -> pd.DataFrame:
-    """A DataFrame of ``records`` (of dataclass ``cls``), one column per field, typed by :func:`column_dtypes`."""
+    """A DataFrame of ``records`` (of dataclass ``cls``), one column per field, typed by
+    :func:`column_dtypes`."""
     import pandas as pd
 
     names = [f.name for f in fields(cls)]
     dtypes = column_dtypes(cls)
     # a column at a time, typed as it is built: a list holding None never passes through float64
-    columns = {name: pd.Series([getattr(r, name) for r in records], dtype=dtypes[name], name=name) for name in names}
+    columns = {
+        name: pd.Series([getattr(r, name) for r in records], dtype=dtypes[name], name=name)
+        for name in names
+    }
     return pd.DataFrame(columns, columns=names)
 
 
@@ -77,9 +81,15 @@ class ReportTables:
 
 def tables(report: Report) -> ReportTables:
     """:class:`ReportTables` of a report already read."""
-    return ReportTables(report.path, report.run, records_frame(report.buckets, BucketRecord),
-                        records_frame(report.summary, SummaryRecord), records_frame(report.sites, SiteRecord),
-                        report.summary_source, report)
+    return ReportTables(
+        report.path,
+        report.run,
+        records_frame(report.buckets, BucketRecord),
+        records_frame(report.summary, SummaryRecord),
+        records_frame(report.sites, SiteRecord),
+        report.summary_source,
+        report,
+    )
 
 
 def read_frames(path: Union[str, Path]) -> ReportTables:
@@ -97,13 +107,18 @@ def read_frames(path: Union[str, Path]) -> ReportTables:
 
 def read_report_tables(path: Union[str, Path]) -> ReportTables:
     """:func:`read_frames` under its old name, with a warning, for one release."""
-    warnings.warn("bcgprof.report.read_report_tables is deprecated and will be removed in the next release; use "
-                  "bcgprof.read_frames", FutureWarning, stacklevel=2)
+    warnings.warn(
+        "bcgprof.report.read_report_tables is deprecated and will be removed in the next release; "
+        "use "
+        "bcgprof.read_frames",
+        FutureWarning,
+        stacklevel=2,
+    )
     return read_frames(path)
 
 
 def report_frames(report: Report) -> dict:
-    """``{"buckets": DataFrame, "summary": DataFrame}`` of a report read already (see :func:`tables`)."""
+    """``{"buckets": DataFrame, "summary": DataFrame}`` of a report read already (see
+    :func:`tables`)."""
     t = tables(report)
     return {"buckets": t.buckets, "summary": t.summary}
-

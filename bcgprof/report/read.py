@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from bcgprof.options import MODES
-from bcgprof.report.consistency import check_bucket_rows, check_bucket_sums, check_site_rows, check_summary_rows
+from bcgprof.report.consistency import (
+    check_bucket_rows,
+    check_bucket_sums,
+    check_site_rows,
+    check_summary_rows,
+)
 from bcgprof.report.files import is_present, read_small_text, report_directory
 from bcgprof.report.limits import (
     MAX_BUCKETS_BYTES,
@@ -46,16 +51,22 @@ from bcgprof.report.summaries import summarize
 from bcgprof.report.table import read_table
 from bcgprof.vocab import RunStatus
 
-_CAPS: dict[Any, int] = {BucketRecord: MAX_BUCKETS_BYTES, SummaryRecord: MAX_SUMMARY_BYTES, SiteRecord: MAX_SITES_BYTES}
+_CAPS: dict[Any, int] = {
+    BucketRecord: MAX_BUCKETS_BYTES,
+    SummaryRecord: MAX_SUMMARY_BYTES,
+    SiteRecord: MAX_SITES_BYTES,
+}
 
 
 def read_report_text(path: Path) -> str:
-    """A small report file's text (run.json): UTF-8 (a byte-order mark dropped), no NUL byte, within its cap."""
+    """A small report file's text (run.json): UTF-8 (a byte-order mark dropped), no NUL byte,
+    within its cap."""
     return read_small_text(Path(path), MAX_RUN_BYTES)
 
 
 def read_csv_records(path: Path, cls: Any) -> list:
-    """The records of a CSV written from ``cls``, every column it knows checked (not against run.json).
+    """The records of a CSV written from ``cls``, every column it knows checked (not against
+    run.json).
 
     Extra columns are ignored; a missing contract column, a value of the wrong type or out of
     range, or a malformed file is a :class:`ReportError` naming file, row and column.
@@ -64,11 +75,15 @@ def read_csv_records(path: Path, cls: Any) -> list:
 
 
 def _bucket_rows_cap(run: RunInfo) -> tuple[int, str]:
-    """At most every mode on every rank and bucket of run.json: a bound known before the file is read
-    (which modes run.json lists is checked row by row)."""
+    """At most every mode on every rank and bucket of run.json: a bound known before the file is
+    read (which modes run.json lists is checked row by row)."""
     modes = max(len(run.modes), len(MODES))  # a capture's four modes, or a recording's groups
     n = modes * run.tp * len(run.buckets)
-    return n, f"{modes} modes x run.json's {run.tp} rank(s) x {len(run.buckets)} bucket(s) allow ({n} rows)"
+    return (
+        n,
+        f"{modes} modes x run.json's {run.tp} rank(s) x {len(run.buckets)} bucket(s) allow ({n} "
+        "rows)",
+    )
 
 
 @contextlib.contextmanager
@@ -106,8 +121,14 @@ def _read_checked(path: Path) -> Report:
     buckets = read_table(path / BUCKETS_FILE, BucketRecord, MAX_BUCKETS_BYTES, rows_cap, rows_hint)
     check_bucket_rows(buckets.path, run, buckets.records, buckets.lines)
     check_bucket_sums(buckets.path, buckets.records, buckets.lines)
-    summary = read_table(path / SUMMARY_FILE, SummaryRecord, MAX_SUMMARY_BYTES, MAX_SUMMARY_ROWS,
-                         f"the {MAX_SUMMARY_ROWS} a summary can hold ({MAX_MODES} modes x ({MAX_TP} ranks + max + sum))")
+    summary = read_table(
+        path / SUMMARY_FILE,
+        SummaryRecord,
+        MAX_SUMMARY_BYTES,
+        MAX_SUMMARY_ROWS,
+        f"the {MAX_SUMMARY_ROWS} a summary can hold ({MAX_MODES} modes x ({MAX_TP} ranks + max + "
+        "sum))",
+    )
     computed = summarize(buckets.records)
     check_summary_rows(summary.path, run, summary.records, summary.lines, summary.header, computed)
     source = SUMMARY_FROM_FILE if run.status == RunStatus.COMPLETE else SUMMARY_RECOMPUTED
@@ -116,6 +137,10 @@ def _read_checked(path: Path) -> Report:
         table = read_table(path / SITES_FILE, SiteRecord, MAX_SITES_BYTES)
         check_site_rows(table.path, run, table.records, table.lines, buckets.records)
         sites = table.records
-    columns = {"buckets": buckets.known_columns(BucketRecord), "summary": summary.known_columns(SummaryRecord)}
-    return Report(path, run, buckets.records, computed, summary_source=source, sites=sites, columns=columns)
-
+    columns = {
+        "buckets": buckets.known_columns(BucketRecord),
+        "summary": summary.known_columns(SummaryRecord),
+    }
+    return Report(
+        path, run, buckets.records, computed, summary_source=source, sites=sites, columns=columns
+    )

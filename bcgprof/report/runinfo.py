@@ -41,8 +41,17 @@ from bcgprof.vocab import Source, Weights, current
 RUN_REQUIRED = ("schema_version", "model", "phase", "buckets", "modes", "tp", "status")
 # bcgprof.spec.config_hash writes 16 hexadecimal digits; any short token without spaces is taken
 CONFIG_HASH = re.compile(r"[0-9A-Za-z._-]{1,64}")
-_CHOICES = {"phase": PHASES, "status": RUN_STATUSES, "graph": GRAPH_KINDS, "order": ORDERS, "weights": WEIGHTS,
-            "experts": EXPERTS, "source": SOURCES, "executables": EXECUTABLES, "moe": MOE_BACKENDS}
+_CHOICES = {
+    "phase": PHASES,
+    "status": RUN_STATUSES,
+    "graph": GRAPH_KINDS,
+    "order": ORDERS,
+    "weights": WEIGHTS,
+    "experts": EXPERTS,
+    "source": SOURCES,
+    "executables": EXECUTABLES,
+    "moe": MOE_BACKENDS,
+}
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 
@@ -57,7 +66,9 @@ def check_depth(path: Path, text: str, limit: int = MAX_JSON_DEPTH) -> None:
     for m in _BRACKETS.finditer(_STRINGS.sub('""', text)):
         depth += 1 if m.group() in "[{" else -1
         if depth > limit:
-            raise ReportError(f"{path} is corrupt: nested more than {limit} deep (run.json is 3 deep); {FIX}")
+            raise ReportError(
+                f"{path} is corrupt: nested more than {limit} deep (run.json is 3 deep); {FIX}"
+            )
 
 
 def _is_int(v: Any) -> bool:
@@ -71,7 +82,9 @@ def check_run(path: Path, data: dict) -> RunInfo:
         raise ReportError(f"{path} is corrupt: missing field(s) {', '.join(missing)}; {FIX}")
 
     def bad(name: str, what: str) -> ReportError:
-        return ReportError(f"{path}: field {name} must be {what}, got {json_shown(data[name])}; {FIX}")
+        return ReportError(
+            f"{path}: field {name} must be {what}, got {json_shown(data[name])}; {FIX}"
+        )
 
     values: dict[str, Any] = {}
     for f in fields(RunInfo):
@@ -82,14 +95,18 @@ def check_run(path: Path, data: dict) -> RunInfo:
         if name == "schema_version":
             pass  # checked by read_run_info
         elif name == "buckets":
-            if not isinstance(value, list) or not all(_is_int(b) and 1 <= b <= MAX_BUCKET_SIZE for b in value):
+            if not isinstance(value, list) or not all(
+                _is_int(b) and 1 <= b <= MAX_BUCKET_SIZE for b in value
+            ):
                 raise bad(name, f"a list of bucket sizes (integers from 1 to {MAX_BUCKET_SIZE})")
             if len(value) > MAX_BUCKETS:
                 raise bad(name, f"a list of at most {MAX_BUCKETS} buckets")
             if len(set(value)) != len(value):
                 raise bad(name, "a list of distinct bucket sizes")
         elif name == "modes":
-            if not isinstance(value, list) or not all(isinstance(m, str) and m in REPORT_MODES for m in value):
+            if not isinstance(value, list) or not all(
+                isinstance(m, str) and m in REPORT_MODES for m in value
+            ):
                 raise bad(name, f"a list of modes ({', '.join(REPORT_MODES)})")
             if len(set(value)) != len(value):
                 raise bad(name, "a list of distinct modes")
@@ -97,7 +114,7 @@ def check_run(path: Path, data: dict) -> RunInfo:
             if not _is_int(value) or not 1 <= value <= MAX_TP:
                 raise bad(name, f"a positive integer (tensor-parallel ranks, at most {MAX_TP})")
         elif name in ("layers", "hidden_size"):
-            if not _is_int(value) or not 0 <= value < 2 ** 31:
+            if not _is_int(value) or not 0 <= value < 2**31:
                 raise bad(name, "a non-negative integer")
         elif name in _CHOICES:
             if name == "weights" and isinstance(value, str):
@@ -120,8 +137,11 @@ def check_run(path: Path, data: dict) -> RunInfo:
         raise bad("model", "the name of the model captured (not empty)")
     if not CONFIG_HASH.fullmatch(values.get("config_hash", "")):
         data.setdefault("config_hash", "")
-        raise bad("config_hash", "the model config's hash (16 hexadecimal digits, as `bcgprof capture` records it; "
-                  "compare and gate tell models apart by it)")
+        raise bad(
+            "config_hash",
+            "the model config's hash (16 hexadecimal digits, as `bcgprof capture` records it; "
+            "compare and gate tell models apart by it)",
+        )
     values["schema_version"] = data["schema_version"]
     if values.get("source") == Source.RECORD:
         _check_recorded_sequences(path, values)
@@ -129,18 +149,26 @@ def check_run(path: Path, data: dict) -> RunInfo:
 
 
 def _check_recorded_sequences(path: Path, values: dict[str, Any]) -> None:
-    """A recording's capture order, ``extra.sequences``: each mode's buckets in the order its program
-    captured them (the order column's meaning), distinct buckets of the run's list."""
+    """A recording's capture order, ``extra.sequences``: each mode's buckets in the order its
+    program captured them (the order column's meaning), distinct buckets of the run's list."""
     sequences = values.get("extra", {}).get("sequences")
     listed = set(values.get("buckets", ()))
     modes = values.get("modes", ())
     if not isinstance(sequences, dict) or set(sequences) != set(modes):
-        raise ReportError(f"{path}: a recorded report's extra.sequences must give every mode of its modes "
-                          f"({', '.join(modes) or 'none'}) its buckets in capture order; {FIX}")
+        raise ReportError(
+            f"{path}: a recorded report's extra.sequences must give every mode of its modes "
+            f"({', '.join(modes) or 'none'}) its buckets in capture order; {FIX}"
+        )
     for mode, seq in sequences.items():
-        if not isinstance(seq, list) or not all(_is_int(b) and b in listed for b in seq) or len(set(seq)) != len(seq):
-            raise ReportError(f"{path}: extra.sequences of {mode} must be distinct buckets of run.json's bucket "
-                              f"list; {FIX}")
+        if (
+            not isinstance(seq, list)
+            or not all(_is_int(b) and b in listed for b in seq)
+            or len(set(seq)) != len(seq)
+        ):
+            raise ReportError(
+                f"{path}: extra.sequences of {mode} must be distinct buckets of run.json's bucket "
+                f"list; {FIX}"
+            )
 
 
 def parse_run_json(path: Path, text: str) -> RunInfo:
@@ -155,10 +183,12 @@ def parse_run_json(path: Path, text: str) -> RunInfo:
     if not isinstance(data, dict):
         raise ReportError(f"{path} is corrupt: not a JSON object; {FIX}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION or not isinstance(version, int) or isinstance(version, bool):  # not 1.0 or true
+    # not 1.0 or true
+    if version != SCHEMA_VERSION or not isinstance(version, int) or isinstance(version, bool):
         shown = json_shown(version) if version is not None else "none"
         raise ReportError(
-            f"{path} has report schema version {shown}; this bcgprof reads version {SCHEMA_VERSION}: "
+            f"{path} has report schema version {shown}; this bcgprof reads version "
+            f"{SCHEMA_VERSION}: "
             "read it with the bcgprof that wrote it"
         )
     return check_run(path, data)

@@ -34,17 +34,20 @@ RUN_FILE = "run.json"
 BUCKETS_FILE = "buckets.csv"
 SUMMARY_FILE = "summary.csv"
 SITES_FILE = "sites.csv"
-LAYER_REPORT_PREFIX = "layers-"  # `capture --num-layers 2,4` writes one report per count: <out>/layers-2, <out>/layers-4
+# `capture --num-layers 2,4` writes one report per count: <out>/layers-2, <out>/layers-4
+LAYER_REPORT_PREFIX = "layers-"
 
 
 def layer_report_name(layers: int) -> str:
-    """The directory name of the report captured at ``layers`` layers, under a `--num-layers` capture's --out."""
+    """The directory name of the report captured at ``layers`` layers, under a `--num-layers`
+    capture's --out."""
     return f"{LAYER_REPORT_PREFIX}{layers}"
 
 
 def layer_count_of(name: str) -> Optional[int]:
-    """The layer count a directory name written by :func:`layer_report_name` stands for; None for any other name."""
-    digits = name[len(LAYER_REPORT_PREFIX):] if name.startswith(LAYER_REPORT_PREFIX) else ""
+    """The layer count a directory name written by :func:`layer_report_name` stands for; None for
+    any other name."""
+    digits = name[len(LAYER_REPORT_PREFIX) :] if name.startswith(LAYER_REPORT_PREFIX) else ""
     return int(digits) if len(digits) <= 6 and digits.isascii() and digits.isdigit() else None
 
 
@@ -65,22 +68,27 @@ class BucketRecord:
     torch_reserved_delta_bytes: int = 0
     device_used_delta_bytes: int = 0  # NVML (or mem_get_info, see run.json)
     non_torch_delta_bytes: int = 0  # device-used delta minus torch-reserved delta
-    peak_transient_bytes: int = 0  # highest allocation during warm-up+capture above the level before
+    # highest allocation during warm-up+capture above the level before
+    peak_transient_bytes: int = 0
     warmup_ms: float = 0.0
     capture_ms: float = 0.0
     replay_max_abs_diff: Optional[float] = None  # None when not checked
     rank: int = 0
     process_used_delta_bytes: Optional[int] = None  # NVML per-process figure, when available
-    device_peak_delta_bytes: Optional[int] = None  # sampler's device-used peak above the level before
+    # sampler's device-used peak above the level before
+    device_peak_delta_bytes: Optional[int] = None
     free_bytes: Optional[int] = None  # device free memory after the bucket (or at the failure)
     detail: str = ""  # why a bucket is oom/error
     # The ledger (empty in reports written before it): pool_live + pool_free + outside_pool
     # + non_torch == device_used_delta, exactly. Pool figures are read from the block states.
-    pool_live_delta_bytes: Optional[int] = None  # growth of allocated bytes inside the pool's segments
+    # growth of allocated bytes inside the pool's segments
+    pool_live_delta_bytes: Optional[int] = None
     pool_free_delta_bytes: Optional[int] = None  # growth of unused bytes the pool's segments hold
     outside_pool_delta_bytes: Optional[int] = None  # torch-reserved growth outside the pool
-    pool_output_bytes: Optional[int] = None  # the part of retained_output_bytes that lies in the pool
-    pid: Optional[int] = None  # the process that captured the bucket (bcgprof record); empty from capture
+    # the part of retained_output_bytes that lies in the pool
+    pool_output_bytes: Optional[int] = None
+    # the process that captured the bucket (bcgprof record); empty from capture
+    pid: Optional[int] = None
     # Graph executables this bucket's capture instantiated (per-segment: one per segment;
     # per-signature: one per signature no earlier segment of the mode had), and the distinct
     # signatures of its segments (per-signature only). Empty in reports written before them, in
@@ -91,7 +99,8 @@ class BucketRecord:
 
 @dataclass
 class SummaryRecord:
-    """Per-mode totals, derived from the bucket rows by :func:`~bcgprof.report.summaries.summarize`."""
+    """Per-mode totals, derived from the bucket rows by
+    :func:`~bcgprof.report.summaries.summarize`."""
 
     mode: str
     buckets: int
@@ -115,7 +124,12 @@ class SummaryRecord:
     pool_output_bytes: Optional[int] = None
 
 
-LEDGER_FIELDS = ("pool_live_delta_bytes", "pool_free_delta_bytes", "outside_pool_delta_bytes", "pool_output_bytes")
+LEDGER_FIELDS = (
+    "pool_live_delta_bytes",
+    "pool_free_delta_bytes",
+    "outside_pool_delta_bytes",
+    "pool_output_bytes",
+)
 
 
 @dataclass
@@ -162,7 +176,8 @@ class RunInfo:
     status: str = RunStatus.RUNNING  # running | complete | partial | failed | interrupted
     message: str = ""
     extra: dict = field(default_factory=dict)
-    graph: str = GraphKind.BREAKABLE  # breakable | full (reports written before this field: breakable)
+    # breakable | full (reports written before this field: breakable)
+    graph: str = GraphKind.BREAKABLE
     order: str = Order.LARGEST_FIRST  # largest-first | smallest-first
     experts: str = Experts.BF16  # bf16 | packed (reports written before this field: bf16)
     source: str = Source.CAPTURE  # capture | record (reports written before this field: capture)
@@ -171,7 +186,8 @@ class RunInfo:
 
     @property
     def warmup_outputs_freed(self) -> bool:
-        """Whether each eager warm-up run's output was freed before the next (reports that do not say held it)."""
+        """Whether each eager warm-up run's output was freed before the next (reports that do not
+        say held it)."""
         return self.extra.get("warmup_output", WarmupOutput.HELD) == WarmupOutput.FREED
 
 
@@ -190,7 +206,8 @@ class Report:
     # Where ``summary`` comes from: summary.csv (a complete report, checked against buckets.csv),
     # or recomputed from buckets.csv (a report that did not complete).
     summary_source: str = SUMMARY_FROM_FILE
-    sites: list[SiteRecord] = field(default_factory=list)  # sites.csv; empty when the report has none
+    # sites.csv; empty when the report has none
+    sites: list[SiteRecord] = field(default_factory=list)
     # the known columns each file holds (a report written before a column was appended lacks it)
     columns: dict = field(default_factory=dict)
 
@@ -207,15 +224,38 @@ class Report:
 # The columns every schema-1 report has had since the first release; the ones after them were
 # appended later, and a report without them reads them as "not recorded" (rank 0, empty).
 BUCKET_REQUIRED = (
-    "mode", "bucket", "order", "status", "segments", "graph_nodes", "pool_bytes", "pool_delta_bytes",
-    "retained_output_bytes", "torch_allocated_delta_bytes", "torch_reserved_delta_bytes",
-    "device_used_delta_bytes", "non_torch_delta_bytes", "peak_transient_bytes", "warmup_ms", "capture_ms",
+    "mode",
+    "bucket",
+    "order",
+    "status",
+    "segments",
+    "graph_nodes",
+    "pool_bytes",
+    "pool_delta_bytes",
+    "retained_output_bytes",
+    "torch_allocated_delta_bytes",
+    "torch_reserved_delta_bytes",
+    "device_used_delta_bytes",
+    "non_torch_delta_bytes",
+    "peak_transient_bytes",
+    "warmup_ms",
+    "capture_ms",
     "replay_max_abs_diff",
 )
 SUMMARY_REQUIRED = (
-    "mode", "buckets", "segments", "pool_bytes", "torch_reserved_bytes", "device_used_bytes", "non_torch_bytes",
-    "retained_output_bytes", "peak_transient_bytes", "capture_s", "saved_vs_per_bucket_bytes",
-    "saved_vs_per_bucket_pct", "ratio_to_floor",
+    "mode",
+    "buckets",
+    "segments",
+    "pool_bytes",
+    "torch_reserved_bytes",
+    "device_used_bytes",
+    "non_torch_bytes",
+    "retained_output_bytes",
+    "peak_transient_bytes",
+    "capture_s",
+    "saved_vs_per_bucket_bytes",
+    "saved_vs_per_bucket_pct",
+    "ratio_to_floor",
 )
 SITE_REQUIRED = ("mode", "rank", "bucket", "kind", "site", "bytes")
 SITE_KINDS = ("site", "slack")
@@ -261,14 +301,15 @@ BUCKET_RULES: dict[str, Rule] = {
     "free_bytes": byte_rule(optional=True),
     "detail": Rule(str),
     **{name: byte_rule(optional=True, signed=True) for name in LEDGER_FIELDS},
-    "pid": Rule(int, optional=True, lo=0, hi=2 ** 31 - 1),
+    "pid": Rule(int, optional=True, lo=0, hi=2**31 - 1),
     "executables": Rule(int, optional=True, lo=0, hi=INT64 - 1),
     "signatures": Rule(int, optional=True, lo=0, hi=INT64 - 1),
 }
 
 
 def total_rule(optional: bool = False, signed: bool = False) -> Rule:
-    """A sum of bucket figures over a mode (and, in a ``sum`` row, over its ranks): any 64-bit integer."""
+    """A sum of bucket figures over a mode (and, in a ``sum`` row, over its ranks): any 64-bit
+    integer."""
     return Rule(int, optional, -(INT64 - 1) if signed else 0, INT64 - 1)
 
 
@@ -302,7 +343,13 @@ SITE_RULES: dict[str, Rule] = {
 }
 
 # record type -> (its column rules, the columns a file of it must have)
-RULES: dict[type, dict[str, Rule]] = {BucketRecord: BUCKET_RULES, SummaryRecord: SUMMARY_RULES,
-                                      SiteRecord: SITE_RULES}
-REQUIRED: dict[type, tuple[str, ...]] = {BucketRecord: BUCKET_REQUIRED, SummaryRecord: SUMMARY_REQUIRED,
-                                         SiteRecord: SITE_REQUIRED}
+RULES: dict[type, dict[str, Rule]] = {
+    BucketRecord: BUCKET_RULES,
+    SummaryRecord: SUMMARY_RULES,
+    SiteRecord: SITE_RULES,
+}
+REQUIRED: dict[type, tuple[str, ...]] = {
+    BucketRecord: BUCKET_REQUIRED,
+    SummaryRecord: SUMMARY_REQUIRED,
+    SiteRecord: SITE_REQUIRED,
+}

@@ -42,7 +42,9 @@ class Table:
         return [c for c in self.header if c in RULES[cls]]
 
 
-def read_table(path: Path, cls: Any, cap: int, max_rows: Optional[int] = None, rows_hint: str = "") -> Table:
+def read_table(
+    path: Path, cls: Any, cap: int, max_rows: Optional[int] = None, rows_hint: str = ""
+) -> Table:
     """Read ``path``, a CSV of ``cls`` records, of at most ``cap`` bytes and ``max_rows`` rows.
 
     ``rows_hint`` says where ``max_rows`` comes from, for the message when it is passed.
@@ -61,37 +63,51 @@ def read_table(path: Path, cls: Any, cap: int, max_rows: Optional[int] = None, r
         lines: list[int] = []
         for chunk, chunk_lines in _chunks(path, reader):
             width = len(header)
-            bad = next((k for k, row in enumerate(chunk) if len(row) != width), None) \
-                if set(map(len, chunk)) != {width} else None
+            bad = (
+                next((k for k, row in enumerate(chunk) if len(row) != width), None)
+                if set(map(len, chunk)) != {width}
+                else None
+            )
             if bad is not None:
-                _decode_chunk(path, cls, index, chunk[:bad], chunk_lines[:bad])  # an earlier bad value first
-                raise ReportError(f"{path}:{chunk_lines[bad]} is corrupt: {len(chunk[bad])} values for {width} "
-                                  f"columns; {FIX}")
+                # an earlier bad value first
+                _decode_chunk(path, cls, index, chunk[:bad], chunk_lines[:bad])
+                raise ReportError(
+                    f"{path}:{chunk_lines[bad]} is corrupt: {len(chunk[bad])} values for {width} "
+                    f"columns; {FIX}"
+                )
             if max_rows is not None and len(records) + len(chunk) > max_rows:
                 allowed = max_rows - len(records)
-                _decode_chunk(path, cls, index, chunk[:allowed], chunk_lines[:allowed])  # an earlier bad value first
+                # an earlier bad value first
+                _decode_chunk(path, cls, index, chunk[:allowed], chunk_lines[:allowed])
                 line = chunk_lines[allowed]
-                raise ReportError(f"{path}: row {line} is one row more than {rows_hint or max_rows}; {FIX}")
+                raise ReportError(
+                    f"{path}: row {line} is one row more than {rows_hint or max_rows}; {FIX}"
+                )
             records.extend(_decode_chunk(path, cls, index, chunk, chunk_lines))
             lines.extend(chunk_lines)
     return Table(path, header, records, lines)
 
 
-_NOT_PLAIN = ('"', "\r")  # a quoted field (which may hold commas and line breaks), a carriage return
+_NOT_PLAIN = (
+    '"',
+    "\r",
+)  # a quoted field (which may hold commas and line breaks), a carriage return
 _COMMAS = methodcaller("count", ",")
 
 
 def _read_plain(path: Path, cls: Any, cap: int, max_rows: Optional[int]) -> Optional[Table]:
-    """The table of a file as bcgprof writes it, read without the csv module: None at the first thing
-    that is not as bcgprof writes it (a quote, a carriage return, a blank line, a row of another width,
-    a bad field, a row too many, a duplicate or missing column, anything :func:`line_blocks` refuses), so
-    that the csv path reads the file again and says what is wrong. For such a file the csv module
-    gives the same rows: each line split at its commas."""
+    """The table of a file as bcgprof writes it, read without the csv module: None at the first
+    thing that is not as bcgprof writes it (a quote, a carriage return, a blank line, a row of
+    another width, a bad field, a row too many, a duplicate or missing column, anything
+    :func:`line_blocks` refuses), so that the csv path reads the file again and says what is wrong.
+    For such a file the csv module gives the same rows: each line split at its commas."""
     try:
         with open_report_file(path, cap) as f:
             header: Optional[list[str]] = None
             width = 0
-            decoders: list[tuple[Optional[int], Any, Any]] = []  # per field: (its column, its rule, its default)
+            decoders: list[
+                tuple[Optional[int], Any, Any]
+            ] = []  # per field: (its column, its rule, its default)
             records: list = []
             lines: list[int] = []
             line = 2  # the file's line of the next row
@@ -112,7 +128,10 @@ def _read_plain(path: Path, cls: Any, cap: int, max_rows: Optional[int]) -> Opti
                     width = len(header)
                     index = {name: i for i, name in enumerate(header) if name in RULES[cls]}
                     defaults = _defaults(cls)
-                    decoders = [(index.get(f.name), RULES[cls][f.name], defaults.get(f.name)) for f in fields(cls)]
+                    decoders = [
+                        (index.get(f.name), RULES[cls][f.name], defaults.get(f.name))
+                        for f in fields(cls)
+                    ]
                 if not rows:
                     continue
                 if "" in rows or set(map(_COMMAS, rows)) != {width - 1}:
@@ -149,7 +168,9 @@ def _header(path: Path, reader: Any) -> list[str]:
     seen: set[str] = set()
     for name in header:
         if name in seen and name:
-            raise ReportError(f"{path} is corrupt: column {name[:60]!r} appears twice in the header; {FIX}")
+            raise ReportError(
+                f"{path} is corrupt: column {name[:60]!r} appears twice in the header; {FIX}"
+            )
         seen.add(name)
     return header
 
@@ -163,10 +184,15 @@ def _chunks(path: Path, reader: Any) -> Iterator[tuple[list[list[str]], list[int
         except csv.Error as e:
             line = reader.line_num
             if "unexpected end of data" in str(e):
-                raise ReportError(f"{path}:{line} is corrupt: a quoted field is never closed; {FIX}") from None
+                raise ReportError(
+                    f"{path}:{line} is corrupt: a quoted field is never closed; {FIX}"
+                ) from None
             if "new-line character seen in unquoted field" in str(e):
-                raise ReportError(f"{path}:{line} is corrupt: a carriage return inside a field that is not quoted; "
-                                  f"{FIX}") from None
+                raise ReportError(
+                    f"{path}:{line} is corrupt: a carriage return inside a field that is not "
+                    "quoted; "
+                    f"{FIX}"
+                ) from None
             raise ReportError(f"{path}:{line} is corrupt: {e}; {FIX}") from None
         if not chunk:
             return
@@ -180,7 +206,9 @@ def _chunks(path: Path, reader: Any) -> Iterator[tuple[list[list[str]], list[int
         yield chunk, lines
 
 
-def _recount(path: Path, reader: Any, chunk: list[list[str]], start: int) -> tuple[list[list[str]], list[int]]:
+def _recount(
+    path: Path, reader: Any, chunk: list[list[str]], start: int
+) -> tuple[list[list[str]], list[int]]:
     """Lines of rows some of which span several lines: the last line of each is found from the
     number of line breaks its quoted fields hold."""
     rows, lines = [], []
@@ -207,7 +235,9 @@ def _defaults(cls: Any) -> dict[str, Any]:
     return out
 
 
-def _decode_chunk(path: Path, cls: Any, index: dict[str, int], rows: list[list[str]], lines: list[int]) -> list:
+def _decode_chunk(
+    path: Path, cls: Any, index: dict[str, int], rows: list[list[str]], lines: list[int]
+) -> list:
     if not rows:
         return []
     rules = RULES[cls]
@@ -226,12 +256,17 @@ def _decode_chunk(path: Path, cls: Any, index: dict[str, int], rows: list[list[s
     return [cls(*values) for values in zip(*columns, strict=True)]
 
 
-def _decode_rows(path: Path, cls: Any, index: dict[str, int], rows: list[list[str]], lines: list[int]) -> list:
-    """Field by field, so the first bad one is named; the same values as the column decoding otherwise."""
+def _decode_rows(
+    path: Path, cls: Any, index: dict[str, int], rows: list[list[str]], lines: list[int]
+) -> list:
+    """Field by field, so the first bad one is named; the same values as the column decoding
+    otherwise."""
     rules = RULES[cls]
     out = []
     for line, row in zip(lines, rows, strict=True):
-        values = {name: decode_field(row[i], rules[name], f"{path}: row {line}, column {name}")
-                  for name, i in index.items()}
+        values = {
+            name: decode_field(row[i], rules[name], f"{path}: row {line}, column {name}")
+            for name, i in index.items()
+        }
         out.append(cls(**values))
     return out

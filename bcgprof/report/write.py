@@ -52,12 +52,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def run_info_to_json(run: RunInfo) -> str:
-    """run.json's text: strings cleaned as the reader cleans them (so a reopened report keeps them)."""
+    """run.json's text: strings cleaned as the reader cleans them (so a reopened report keeps
+    them)."""
     return json.dumps(clean_json(dataclasses.asdict(run)), indent=2, allow_nan=False) + "\n"
 
 
 class ReportWriter:
-    """Keeps a report directory valid after every row: each write replaces whole files atomically."""
+    """Keeps a report directory valid after every row: each write replaces whole files
+    atomically."""
 
     def __init__(self, path: str | Path, run: RunInfo, records: list[BucketRecord] | None = None):
         self.path = Path(path)
@@ -87,7 +89,8 @@ class ReportWriter:
         self._flush()
 
     def flush(self) -> None:
-        """Rewrite the files from ``records`` and ``run`` (after changing a record in place, e.g. a replay check)."""
+        """Rewrite the files from ``records`` and ``run`` (after changing a record in place, e.g.
+        a replay check)."""
         self._flush()
 
     def add_sites(self, records: Iterable[SiteRecord]) -> None:
@@ -101,5 +104,7 @@ class ReportWriter:
 
     def _flush(self) -> None:
         atomic_write_text(self.path / BUCKETS_FILE, records_to_csv(self.records, BucketRecord))
-        atomic_write_text(self.path / SUMMARY_FILE, records_to_csv(summarize(self.records), SummaryRecord))
+        atomic_write_text(
+            self.path / SUMMARY_FILE, records_to_csv(summarize(self.records), SummaryRecord)
+        )
         atomic_write_text(self.path / RUN_FILE, run_info_to_json(self.run))
