@@ -77,7 +77,8 @@ __all__ = [
 
 
 def render_table(view: View, console: Console | PlainConsole, *, wide: bool = False) -> None:
-    """Draw a view's tables: rich tables on a rich console, aligned plain text on a :class:`PlainConsole`."""
+    """Draw a view's tables: rich tables on a rich console, aligned plain text on a
+    :class:`PlainConsole`."""
     if isinstance(console, PlainConsole):
         render_text(view, console, wide=wide)
         return
@@ -112,15 +113,30 @@ def render(view: View, fmt: str, console: Console | PlainConsole, *, wide: bool 
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def show_report(report, console: Console | PlainConsole, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
+def show_report(
+    report,
+    console: Console | PlainConsole,
+    fmt: str = "table",
+    section: str = "all",
+    *,
+    wide: bool = False,
+) -> None:
     """`bcgprof show`: per-mode bucket tables and the summary, in any of :data:`FORMATS`."""
     # json and csv are drawn from the report's data and files alone: no tables to build
     render(show_view(report, section, tables=fmt in ("table", "markdown")), fmt, console, wide=wide)
 
 
-def show_comparison(cmp, console: Console | PlainConsole, fmt: str = "table", section: str = "all", *, wide: bool = False) -> None:
+def show_comparison(
+    cmp,
+    console: Console | PlainConsole,
+    fmt: str = "table",
+    section: str = "all",
+    *,
+    wide: bool = False,
+) -> None:
     """`bcgprof compare`: totals per mode, then bucket deltas (largest growth first)."""
-    render(compare_view(cmp, section, tables=fmt != "json"), fmt, console, wide=wide)  # json: the data alone
+    # json: the data alone
+    render(compare_view(cmp, section, tables=fmt != "json"), fmt, console, wide=wide)
 
 
 def print_gate(result, console: Console | PlainConsole) -> None:
@@ -135,10 +151,13 @@ def gate_markdown(result) -> str:
 
 
 def gate_error_markdown(message: str) -> str:
-    """The job summary of a gate refused: its error line, made printable (it can quote a path or a file)."""
+    """The job summary of a gate refused: its error line, made printable (it can quote a path or
+    a file)."""
     from bcgprof.text import printable
 
-    return f"## bcgprof gate: UNUSABLE INPUT\n\n{printable(' '.join(message.split()), limit=2000)}\n\n"
+    return (
+        f"## bcgprof gate: UNUSABLE INPUT\n\n{printable(' '.join(message.split()), limit=2000)}\n\n"
+    )
 
 
 def print_estimate(est, console: Console | PlainConsole) -> None:
@@ -146,7 +165,6 @@ def print_estimate(est, console: Console | PlainConsole) -> None:
 
 
 def print_capture_result(report, console: Console | PlainConsole) -> None:
-    """What a finished capture shows: its tables (fitted to the console), the verdict line and "report: PATH"."""
+    """What a finished capture shows: its tables (fitted to the console), the verdict line and
+    "report: PATH"."""
     render_table(capture_view(report), console)
-
-

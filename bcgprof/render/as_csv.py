@@ -17,7 +17,9 @@ def sheets_csv(sheets: list[Sheet]) -> str:
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow([c.key for c in sheet.columns])
         for row in sheet.rows:
-            writer.writerow(["" if row.get(c.key) is None else row.get(c.key) for c in sheet.columns])
+            writer.writerow(
+                ["" if row.get(c.key) is None else row.get(c.key) for c in sheet.columns]
+            )
         blocks.append(buf.getvalue())
     return "\n".join(blocks)
 

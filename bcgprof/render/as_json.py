@@ -22,7 +22,8 @@ _ENCODER = json.JSONEncoder(allow_nan=False, separators=(", ", ": "), ensure_asc
 
 
 def strict_json(value: Any) -> Any:
-    """``value`` with every non-finite float (nested in dicts, lists and tuples) replaced by None."""
+    """``value`` with every non-finite float (nested in dicts, lists and tuples) replaced by
+    None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -43,7 +44,8 @@ _SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
 
 
 def _flat(items: Any) -> bool:
-    """Whether no item is a dict, list or tuple (``items``: a list or a dict's values, read twice at most)."""
+    """Whether no item is a dict, list or tuple (``items``: a list or a dict's values, read twice
+    at most)."""
     if _SCALAR_TYPES.issuperset(map(type, items)):  # the common case, at C speed (a row of 100,000)
         return True
     return not any(isinstance(v, (dict, list, tuple)) for v in items)
@@ -52,11 +54,15 @@ def _flat(items: Any) -> bool:
 def _dump(value: Any, depth: int) -> str:
     if isinstance(value, dict) and value and not _flat(value.values()):
         pad = "  " * (depth + 1)
-        inner = ",\n".join(f"{pad}{_ENCODER.encode(str(k))}: {_dump(v, depth + 1)}" for k, v in value.items())
+        inner = ",\n".join(
+            f"{pad}{_ENCODER.encode(str(k))}: {_dump(v, depth + 1)}" for k, v in value.items()
+        )
         return "{\n" + inner + "\n" + "  " * depth + "}"
     if isinstance(value, (list, tuple)) and value and not _flat(value):
         pad = "  " * (depth + 1)
-        return "[\n" + ",\n".join(pad + _dump(v, depth + 1) for v in value) + "\n" + "  " * depth + "]"
+        return (
+            "[\n" + ",\n".join(pad + _dump(v, depth + 1) for v in value) + "\n" + "  " * depth + "]"
+        )
     return _scalar(value)
 
 

@@ -33,19 +33,27 @@ def table_width(widths: list[int]) -> int:
 
 
 def fit_columns(sheet: Sheet, columns: list[Column], limit: int, *, drop: bool = True):
-    """(columns kept, their widths, columns left out) for a rich table at most ``limit`` characters wide."""
+    """(columns kept, their widths, columns left out) for a rich table at most ``limit``
+    characters wide."""
     return fit_widths(sheet, columns, limit, table_width=table_width, cell_len=cell_len, drop=drop)
 
 
 def sheet_table(sheet: Sheet, columns: list[Column], widths: list[int]) -> Table:
-    """The sheet as a rich ``Table`` (what :func:`draw_sheet` reproduces; drawn as such on ASCII-only terminals)."""
+    """The sheet as a rich ``Table`` (what :func:`draw_sheet` reproduces; drawn as such on
+    ASCII-only terminals)."""
     from rich.table import Table
 
-    table = Table(title=escape(sheet.title) if sheet.title else None, title_justify="left", header_style="bold")
+    table = Table(
+        title=escape(sheet.title) if sheet.title else None,
+        title_justify="left",
+        header_style="bold",
+    )
     for c, w in zip(columns, widths):
         # Wrapping stays on so that headers wrap at spaces; a number or key cell never wraps because
         # its width is at least its longest cell (fit_columns).
-        table.add_column(escape(c.header), justify="right" if c.numeric else "left", width=w, overflow="fold")
+        table.add_column(
+            escape(c.header), justify="right" if c.numeric else "left", width=w, overflow="fold"
+        )
     for row in sheet.rows:
         style = row.get("_style")
         cells = [escape(sheet.cell(row, c)) for c in columns]
@@ -66,8 +74,11 @@ def _rule(parts: tuple[str, str, str, str], widths: list[int]) -> str:
 Fragment = tuple[str, str]  # text and its rich style ("" for none)
 
 
-def _cell_lines(console: Console, text: str, width: int, right: bool, style: str) -> list[list[Fragment]]:
-    """A cell's lines, each exactly ``width`` cells wide, wrapped as rich wraps (at spaces, long words folded)."""
+def _cell_lines(
+    console: Console, text: str, width: int, right: bool, style: str
+) -> list[list[Fragment]]:
+    """A cell's lines, each exactly ``width`` cells wide, wrapped as rich wraps (at spaces, long
+    words folded)."""
     if "\n" not in text and cell_len(text) <= width:
         if right:
             text = text.rstrip()  # as rich's right justification does
@@ -84,7 +95,9 @@ def _cell_lines(console: Console, text: str, width: int, right: bool, style: str
     return out
 
 
-def draw_sheet(console: Console, sheet: Sheet, columns: list[Column], widths: list[int]) -> list[list[Fragment]]:
+def draw_sheet(
+    console: Console, sheet: Sheet, columns: list[Column], widths: list[int]
+) -> list[list[Fragment]]:
     """The table's lines, cell for cell what rich's ``Table`` (default box, padding 1, bold header,
     left-justified title) draws for these widths, in a fraction of its time: every width is already
     decided (:func:`fit_columns`), so nothing is measured again; only cells wider than their column
@@ -100,26 +113,38 @@ def draw_sheet(console: Console, sheet: Sheet, columns: list[Column], widths: li
         for i in range(height):
             line: list[Fragment] = [(bar, "")]
             for cell, w in zip(cells, widths):
-                at = i - (height - len(cell)) if bottom else i  # headers sit on the bottom line, cells on top
+                # headers sit on the bottom line, cells on top
+                at = i - (height - len(cell)) if bottom else i
                 line.append((" ", ""))
                 line.extend(cell[at] if 0 <= at < len(cell) else [(" " * w, "")])
                 line.append((" " + bar, ""))
             lines.append(line)
 
     lines.append([(_rule(_TOP, widths), "")])
-    row([_cell_lines(console, c.header, w, c.numeric, "bold") for c, w in zip(columns, widths)], _HEAD_BAR, True)
+    row(
+        [_cell_lines(console, c.header, w, c.numeric, "bold") for c, w in zip(columns, widths)],
+        _HEAD_BAR,
+        True,
+    )
     lines.append([(_rule(_HEAD_SEP, widths), "")])
     for r in sheet.rows:
         style = r.get("_style") or ""
-        row([_cell_lines(console, sheet.cell(r, c), w, c.numeric, style) for c, w in zip(columns, widths)],
-            _ROW_BAR, False)
+        row(
+            [
+                _cell_lines(console, sheet.cell(r, c), w, c.numeric, style)
+                for c, w in zip(columns, widths)
+            ],
+            _ROW_BAR,
+            False,
+        )
     lines.append([(_rule(_BOTTOM, widths), "")])
     return lines
 
 
 def _print_drawn(console: Console, sheet: Sheet, columns: list[Column], widths: list[int]) -> None:
     if console.options.ascii_only or console.legacy_windows or not columns:
-        console.print(sheet_table(sheet, columns, widths))  # an ASCII box for such terminals; no columns: rich's own empty table
+        # an ASCII box for such terminals; no columns: rich's own empty table
+        console.print(sheet_table(sheet, columns, widths))
         return
     lines = draw_sheet(console, sheet, columns, widths)
     if console.no_color or console.color_system is None:
@@ -147,8 +172,14 @@ def print_line(console: Console, line: Line) -> None:
     console.print(line_markup(line), highlight=False, soft_wrap=line.whole)
 
 
-def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str = "",
-                max_rows: int | None = None) -> bool:
+def print_sheet(
+    console: Console,
+    sheet: Sheet,
+    *,
+    wide: bool = False,
+    hint: str = "",
+    max_rows: int | None = None,
+) -> bool:
     """One sheet: all its columns with ``wide``, else the default ones that fit the console;
     its first ``max_rows`` rows (all by default).
 
@@ -170,8 +201,12 @@ def print_sheet(console: Console, sheet: Sheet, *, wide: bool = False, hint: str
         _print_drawn(console, sheet, kept, widths)
     if hidden:
         names = ", ".join(c.header for c in hidden)
-        console.print(f"  [dim]left out at {limit} columns: {escape(names)}"
-                      + (f"; {escape(hint)}" if hint else "") + "[/]", highlight=False)
+        console.print(
+            f"  [dim]left out at {limit} columns: {escape(names)}"
+            + (f"; {escape(hint)}" if hint else "")
+            + "[/]",
+            highlight=False,
+        )
     if left_out:
         console.print(f"  [dim]{escape(MORE_ROWS_NOTE.format(left_out))}[/]", highlight=False)
     for note in sheet.notes:

@@ -40,7 +40,8 @@ class PlainConsole:
 
 
 def cell_len(text: str) -> int:
-    """Terminal cells ``text`` takes: two for East Asian wide characters, none for combining marks."""
+    """Terminal cells ``text`` takes: two for East Asian wide characters, none for combining
+    marks."""
     if text.isascii():
         return len(text)
     import unicodedata
@@ -57,7 +58,8 @@ def cell_len(text: str) -> int:
 
 
 def _cut(word: str, width: int) -> tuple[str, str]:
-    """The longest head of ``word`` at most ``width`` cells wide (at least one character), and the rest."""
+    """The longest head of ``word`` at most ``width`` cells wide (at least one character), and
+    the rest."""
     if word.isascii():
         return word[:width], word[width:]
     n = 0
@@ -101,11 +103,19 @@ def table_width(widths: list[int]) -> int:
     return sum(widths) + len(GAP) * max(len(widths) - 1, 0)
 
 
-def fit_columns(sheet: Sheet, columns: list[Column], limit: int, *, drop: bool = True,
-                cells: dict[int, list[str]] | None = None):
-    """(columns kept, their widths, columns left out) for a plain table at most ``limit`` characters wide."""
-    return fit_widths(sheet, columns, limit, table_width=table_width, cell_len=cell_len, drop=drop,
-                              cells=cells)
+def fit_columns(
+    sheet: Sheet,
+    columns: list[Column],
+    limit: int,
+    *,
+    drop: bool = True,
+    cells: dict[int, list[str]] | None = None,
+):
+    """(columns kept, their widths, columns left out) for a plain table at most ``limit``
+    characters wide."""
+    return fit_widths(
+        sheet, columns, limit, table_width=table_width, cell_len=cell_len, drop=drop, cells=cells
+    )
 
 
 def _pad(text: str, width: int, right: bool) -> str:
@@ -114,12 +124,21 @@ def _pad(text: str, width: int, right: bool) -> str:
 
 
 def _cell(text: str, width: int) -> list[str]:
-    return [text] if "\n" not in text and cell_len(text) <= width else wrap(" ".join(text.split()), width)
+    return (
+        [text]
+        if "\n" not in text and cell_len(text) <= width
+        else wrap(" ".join(text.split()), width)
+    )
 
 
-def draw_table(sheet: Sheet, columns: list[Column], widths: list[int],
-               cells: dict[int, list[str]] | None = None) -> list[str]:
-    """The table's lines: header, rule, rows (no title, no notes). ``cells``: :func:`~bcgprof.render.layout.cell_texts`."""
+def draw_table(
+    sheet: Sheet,
+    columns: list[Column],
+    widths: list[int],
+    cells: dict[int, list[str]] | None = None,
+) -> list[str]:
+    """The table's lines: header, rule, rows (no title, no notes). ``cells``:
+    :func:`~bcgprof.render.layout.cell_texts`."""
     if cells is None:
         cells = cell_texts(sheet, columns)
     lines: list[str] = []
@@ -139,7 +158,11 @@ def draw_table(sheet: Sheet, columns: list[Column], widths: list[int],
     for texts in zip(*(cells[id(c)] for c in columns)):
         if all(t.isascii() and "\n" not in t and len(t) <= w for t, w in zip(texts, widths)):
             # The common case, a row of one line: no wrapping, no cell measuring beyond len().
-            lines.append(GAP.join(t.rjust(w) if r else t.ljust(w) for t, r, w in zip(texts, right, widths)).rstrip())
+            lines.append(
+                GAP.join(
+                    t.rjust(w) if r else t.ljust(w) for t, r, w in zip(texts, right, widths)
+                ).rstrip()
+            )
         else:
             row([_cell(t, w) for t, w in zip(texts, widths)], False)
     return lines
@@ -158,9 +181,11 @@ def _line(line: Line, width: int) -> list[str]:
     return [line_text(line)] if line.whole else _prose(line_text(line), width)
 
 
-def sheet_lines(sheet: Sheet, limit: int, *, wide: bool = False, hint: str = "",
-                max_rows: int | None = None) -> tuple[list[str], bool]:
-    """One sheet's lines: its title, table and notes; and whether a note said which columns were left out."""
+def sheet_lines(
+    sheet: Sheet, limit: int, *, wide: bool = False, hint: str = "", max_rows: int | None = None
+) -> tuple[list[str], bool]:
+    """One sheet's lines: its title, table and notes; and whether a note said which columns were
+    left out."""
     sheet, left_out = first_rows(sheet, max_rows)
     columns = [c for c in sheet.columns if wide or not c.wide]
     cells = cell_texts(sheet, columns)
@@ -170,7 +195,9 @@ def sheet_lines(sheet: Sheet, limit: int, *, wide: bool = False, hint: str = "",
         lines += draw_table(sheet, kept, widths, cells)
     if hidden:
         names = ", ".join(c.header for c in hidden)
-        lines += _prose(f"left out at {limit} columns: {names}" + (f"; {hint}" if hint else ""), limit, "  ")
+        lines += _prose(
+            f"left out at {limit} columns: {names}" + (f"; {hint}" if hint else ""), limit, "  "
+        )
     if left_out:
         lines += _prose(MORE_ROWS_NOTE.format(left_out), limit, "  ")
     for note in sheet.notes:

@@ -35,8 +35,12 @@ def first_rows(sheet: Sheet, max_rows: int | None) -> tuple[Sheet, int]:
     """The sheet cut to its first ``max_rows`` rows, and how many rows were left out."""
     if max_rows is None or len(sheet.rows) <= max_rows:
         return sheet, 0
-    return (Sheet(sheet.name, sheet.title, sheet.columns, sheet.rows[:max_rows], sheet.notes[:max_rows]),
-            len(sheet.rows) - max_rows)
+    return (
+        Sheet(
+            sheet.name, sheet.title, sheet.columns, sheet.rows[:max_rows], sheet.notes[:max_rows]
+        ),
+        len(sheet.rows) - max_rows,
+    )
 
 
 def _widest_word(text: str, cell_len: CellLen) -> int:
@@ -44,13 +48,17 @@ def _widest_word(text: str, cell_len: CellLen) -> int:
 
 
 def cell_texts(sheet: Sheet, columns: list[Column]) -> dict[int, list[str]]:
-    """Each column's cells as shown, by ``id`` of the column (formatted once, for measuring and drawing)."""
+    """Each column's cells as shown, by ``id`` of the column (formatted once, for measuring and
+    drawing)."""
     cell = sheet.cell
     return {id(c): [cell(row, c) for row in sheet.rows] for c in columns}
 
 
-def measure(sheet: Sheet, column: Column, cell_len: CellLen, cells: list[str] | None = None) -> tuple[int, int]:
-    """(natural, minimum) content width of a column (``cells``: its cells as shown, when already formatted)."""
+def measure(
+    sheet: Sheet, column: Column, cell_len: CellLen, cells: list[str] | None = None
+) -> tuple[int, int]:
+    """(natural, minimum) content width of a column (``cells``: its cells as shown, when already
+    formatted)."""
     if cells is None:
         cells = [sheet.cell(row, column) for row in sheet.rows]
     longest = max((cell_len(c) for c in cells), default=0)
@@ -61,8 +69,11 @@ def measure(sheet: Sheet, column: Column, cell_len: CellLen, cells: list[str] | 
     return max(longest, header, 1), max(words, _widest_word(column.header, cell_len), 1)
 
 
-def shrink(natural: list[int], minimum: list[int], limit: int, table_width: TableWidth) -> list[int]:
-    """Narrow the columns with the most room above their minimum until the table fits ``limit`` (or cannot)."""
+def shrink(
+    natural: list[int], minimum: list[int], limit: int, table_width: TableWidth
+) -> list[int]:
+    """Narrow the columns with the most room above their minimum until the table fits ``limit``
+    (or cannot)."""
     widths = list(natural)
     excess = table_width(widths) - limit
     while excess > 0:
@@ -75,17 +86,29 @@ def shrink(natural: list[int], minimum: list[int], limit: int, table_width: Tabl
     return widths
 
 
-def fit_widths(sheet: Sheet, columns: list[Column], limit: int, *, table_width: TableWidth, cell_len: CellLen,
-                drop: bool = True, cells: dict[int, list[str]] | None = None
-                ) -> tuple[list[Column], list[int], list[Column]]:
+def fit_widths(
+    sheet: Sheet,
+    columns: list[Column],
+    limit: int,
+    *,
+    table_width: TableWidth,
+    cell_len: CellLen,
+    drop: bool = True,
+    cells: dict[int, list[str]] | None = None,
+) -> tuple[list[Column], list[int], list[Column]]:
     """(columns kept, their widths, columns left out) for a table at most ``limit`` characters wide.
 
     ``cells``: :func:`cell_texts` of these columns, when the caller has them."""
-    sizes = {id(c): measure(sheet, c, cell_len, cells[id(c)] if cells is not None else None) for c in columns}
+    sizes = {
+        id(c): measure(sheet, c, cell_len, cells[id(c)] if cells is not None else None)
+        for c in columns
+    }
     kept = list(columns)
     hidden: list[Column] = []
     while True:
-        widths = shrink([sizes[id(c)][0] for c in kept], [sizes[id(c)][1] for c in kept], limit, table_width)
+        widths = shrink(
+            [sizes[id(c)][0] for c in kept], [sizes[id(c)][1] for c in kept], limit, table_width
+        )
         if table_width(widths) <= limit or not drop:
             return kept, widths, hidden
         candidates = [c for c in kept if not c.key_column]

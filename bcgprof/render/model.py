@@ -37,7 +37,8 @@ class Sheet:
     notes: list[str] = field(default_factory=list)  # printed under the table
 
     def cell(self, row: dict, column: Column) -> str:
-        """A row may override a column's format (the compare totals mix bytes, counts and seconds)."""
+        """A row may override a column's format (the compare totals mix bytes, counts and
+        seconds)."""
         fmt = row.get("_fmt", {}).get(column.key, column.fmt)
         return fmt(row.get(column.key))
 
@@ -56,7 +57,8 @@ class Line:
     style: str = PLAIN
     lead: str = ""  # shown before the text, in bold (a path, a label)
     bullet: bool = False  # a list item in markdown
-    whole: bool = False  # never wrapped (a bucket list to copy: a break inside a number makes other buckets)
+    # never wrapped (a bucket list to copy: a break inside a number makes other buckets)
+    whole: bool = False
 
     def __post_init__(self) -> None:
         self.text, self.lead = displayable(self.text), displayable(self.lead)
@@ -68,12 +70,13 @@ class View:
     sheets: list[Sheet] = field(default_factory=list)
     foot: list[Line] = field(default_factory=list)
     data: Any = None  # the JSON document
-    csv_text: Optional[str] = None  # exact csv output (show: the files' own columns); else the sheets' raw values
+    # exact csv output (show: the files' own columns); else the sheets' raw values
+    csv_text: Optional[str] = None
     title: str = ""  # a markdown heading over everything (the gate's job summary)
     headline: Optional[Line] = None  # the verdict: last in a table, first in markdown
     hint: str = ""  # how to see what a narrow table leaves out
-    # data and csv_text built only by the renderer that draws them (a report of 100,000 rows drawn as a
-    # table needs neither): when set, they stand for data and csv_text
+    # data and csv_text built only by the renderer that draws them (a report of 100,000 rows drawn
+    # as a table needs neither): when set, they stand for data and csv_text
     make_data: Optional[Callable[[], Any]] = None
     make_csv: Optional[Callable[[], str]] = None
 

@@ -32,12 +32,23 @@ class CaptureProgress:
             self.progress.stop()
 
     def _start(self, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         progress = Progress(
-            TextColumn("[bold]{task.fields[mode]:>10}"), TextColumn("bucket {task.fields[bucket]:>6}"),
-            BarColumn(), MofNCompleteColumn(), TextColumn("pool {task.fields[pool]:>10}"),
-            TimeElapsedColumn(), console=self.console, transient=False,
+            TextColumn("[bold]{task.fields[mode]:>10}"),
+            TextColumn("bucket {task.fields[bucket]:>6}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("pool {task.fields[pool]:>10}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
         )
         self.progress = progress
         self.task = progress.add_task("capture", total=total, mode="", bucket="-", pool="-")
@@ -48,9 +59,13 @@ class CaptureProgress:
         if kind == "begin":
             buckets = event["buckets"]
             tp = f" on {event['tp']} tensor-parallel ranks" if event.get("tp", 1) > 1 else ""
-            self.console.print(f"bcgprof capture: {event['model']} ({event['layers']} layers, {event['dtype']}){tp}, "
-                               f"{len(buckets)} buckets {buckets[0]}..{buckets[-1]}, modes "
-                               f"{', '.join(event['modes'])} -> {event['out']}", highlight=False)
+            self.console.print(
+                f"bcgprof capture: {event['model']} ({event['layers']} layers, "
+                f"{event['dtype']}){tp}, "
+                f"{len(buckets)} buckets {buckets[0]}..{buckets[-1]}, modes "
+                f"{', '.join(event['modes'])} -> {event['out']}",
+                highlight=False,
+            )
             self._start(event["total"])
             return
         progress, task = self.progress, self.task
@@ -58,16 +73,25 @@ class CaptureProgress:
             return
         if kind == "memory_source" and event["source"] != "nvml" and not self.warned_source:
             self.warned_source = True
-            self.console.print(f"[yellow]NVML unavailable ({event.get('reason') or 'no reason given'}); "
-                               "device memory is read with torch.cuda.mem_get_info and no peak sampling[/]")
+            self.console.print(
+                f"[yellow]NVML unavailable ({event.get('reason') or 'no reason given'}); "
+                "device memory is read with torch.cuda.mem_get_info and no peak sampling[/]"
+            )
         elif kind == "start":
             progress.update(task, mode=event["mode"], bucket="build")
         elif kind == "bucket":
-            progress.update(task, advance=1, bucket=str(event["bucket"]), pool=fmt_bytes(event["pool_bytes"]))
+            progress.update(
+                task, advance=1, bucket=str(event["bucket"]), pool=fmt_bytes(event["pool_bytes"])
+            )
             if event["status"] != "ok":
-                self.console.print(f"[red]{event['mode']} bucket {event['bucket']}: {event['status']}: "
-                                   f"{escape(printable(event['detail']))}[/]", highlight=False)
+                self.console.print(
+                    f"[red]{event['mode']} bucket {event['bucket']}: {event['status']}: "
+                    f"{escape(printable(event['detail']))}[/]",
+                    highlight=False,
+                )
         elif kind == "verify":
             progress.update(task, bucket="verify")
         elif kind == "error":
-            self.console.print(f"[red]{event['mode']}: {escape(printable(event['message']))}[/]", highlight=False)
+            self.console.print(
+                f"[red]{event['mode']}: {escape(printable(event['message']))}[/]", highlight=False
+            )
