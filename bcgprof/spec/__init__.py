@@ -13,7 +13,13 @@ CLI's argument checks) uses it without importing torch or the model code.
 
 from __future__ import annotations
 
-from bcgprof.spec.config import ModelSpec, check_capturable, config_hash, detect_family, resolve_model
+from bcgprof.spec.config import (
+    ModelSpec,
+    check_capturable,
+    config_hash,
+    detect_family,
+    resolve_model,
+)
 from bcgprof.spec.kv import kv_bytes_per_token, kv_cache_bytes, kv_formula
 from bcgprof.spec.presets import list_presets, presets_dir, read_config
 from bcgprof.spec.registry import Family, families, family_names, get_family

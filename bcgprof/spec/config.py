@@ -50,7 +50,8 @@ class ModelSpec:
 
     @property
     def attention(self) -> AttentionShape:
-        """Heads, KV heads and head dim of the unsharded model (ModelConfigError when inconsistent)."""
+        """Heads, KV heads and head dim of the unsharded model (ModelConfigError when
+        inconsistent)."""
         return attention_shape(self.config)
 
 
@@ -64,13 +65,19 @@ def detect_family(config: dict, where: str) -> str:
     ``architectures`` entry, else its ``model_type``; one ModelConfigError line (``where`` names
     the file) listing the supported architectures otherwise."""
     archs = config.get("architectures")
-    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
-        raise ModelConfigError(f"{where}: architectures must be a list of names such as [\"LlamaForCausalLM\"], "
-                               f"got {_shown(archs)}; fix the config.json")
+    if archs is not None and (
+        not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)
+    ):
+        raise ModelConfigError(
+            f'{where}: architectures must be a list of names such as ["LlamaForCausalLM"], '
+            f"got {_shown(archs)}; fix the config.json"
+        )
     mt = config.get("model_type")
     if mt is not None and not isinstance(mt, str):
-        raise ModelConfigError(f"{where}: model_type must be a name such as \"llama\", got {_shown(mt)}; "
-                               "fix the config.json")
+        raise ModelConfigError(
+            f'{where}: model_type must be a name such as "llama", got {_shown(mt)}; '
+            "fix the config.json"
+        )
     known = by_architecture()
     for arch in archs or []:
         if arch in known:
@@ -98,7 +105,8 @@ def resolve_model(model: str) -> ModelSpec:
     ModelConfigError line."""
     presets = {p.lower(): p for p in list_presets()}
     path = Path(model).expanduser()
-    kind, reason = kind_of(path)  # never an OSError: a name too long, a loop of links are said in one line
+    # never an OSError: a name too long, a loop of links are said in one line
+    kind, reason = kind_of(path)
     ckpt: Path | None
     if model.lower() in presets and kind == MISSING:
         name = presets[model.lower()]
@@ -106,23 +114,33 @@ def resolve_model(model: str) -> ModelSpec:
     elif kind == DIRECTORY:
         config_path, source, ckpt, name = path / "config.json", "path", path, model
         if kind_of(config_path)[0] == MISSING:
-            raise ModelConfigError(f"{path} holds no config.json; pass a checkpoint directory or a preset")
+            raise ModelConfigError(
+                f"{path} holds no config.json; pass a checkpoint directory or a preset"
+            )
     elif kind == MISSING:
         raise ModelConfigError(
-            f"unknown model {model!r}: not a preset ({', '.join(list_presets())}) nor an existing path"
+            f"unknown model {model!r}: not a preset ({', '.join(list_presets())}) nor an existing "
+            "path"
         )
     elif kind == BROKEN_LINK:
-        raise ModelConfigError(f"--model {model!r} is a symbolic link to nothing; pass a config.json, a checkpoint "
-                               "directory or a preset")
+        raise ModelConfigError(
+            f"--model {model!r} is a symbolic link to nothing; pass a config.json, a checkpoint "
+            "directory or a preset"
+        )
     elif kind == "unreadable":
-        raise ModelConfigError(f"cannot read --model {model!r}: {reason}; pass a config.json, a checkpoint "
-                               "directory or a preset")
+        raise ModelConfigError(
+            f"cannot read --model {model!r}: {reason}; pass a config.json, a checkpoint "
+            "directory or a preset"
+        )
     else:  # a regular file, or what read_config refuses by name (a device, a FIFO, a broken link)
         config_path, source, ckpt, name = path, "path", path.parent, model
     config = read_config(config_path)
     family = detect_family(config, str(config_path))
-    missing = [k for k in REQUIRED if not isinstance(config.get(k), int) or isinstance(config[k], bool)
-               or config[k] <= 0]
+    missing = [
+        k
+        for k in REQUIRED
+        if not isinstance(config.get(k), int) or isinstance(config[k], bool) or config[k] <= 0
+    ]
     if missing:
         raise ModelConfigError(f"{config_path}: missing or invalid {', '.join(missing)}")
     return ModelSpec(name, source, config_path, ckpt, family, config, config_hash(config))
@@ -135,8 +153,10 @@ def check_capturable(spec: ModelSpec) -> None:
     refuse before it imports torch."""
     family = get_family(spec.family)
     if not family.module_file.is_file():
-        raise ModelConfigError(f"{spec.config_path}: family {family.name} has no model file "
-                               f"({family.module_file.name} in bcgprof/models); reinstall bcgprof")
+        raise ModelConfigError(
+            f"{spec.config_path}: family {family.name} has no model file "
+            f"({family.module_file.name} in bcgprof/models); reinstall bcgprof"
+        )
     try:
         dtypes.canonical(spec.dtype)
         attention_shape(spec.config)

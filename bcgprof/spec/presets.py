@@ -29,13 +29,14 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in presets_dir().glob("*.json"))
 
 
-MAX_CONFIG_BYTES = 2 ** 20  # a model's config.json is a few KiB; 1 MiB is hundreds of times any real one
+# a model's config.json is a few KiB; 1 MiB is hundreds of times any real one
+MAX_CONFIG_BYTES = 2**20
 
 
 def read_config(path: Path) -> dict:
-    """The JSON object in ``path`` (a UTF-8 BOM allowed), or one ModelConfigError line. Only a regular file
-    of at most :data:`MAX_CONFIG_BYTES` is read (its size checked before a byte is), so parsing stays
-    within milliseconds and a few MiB whatever the file holds."""
+    """The JSON object in ``path`` (a UTF-8 BOM allowed), or one ModelConfigError line. Only a
+    regular file of at most :data:`MAX_CONFIG_BYTES` is read (its size checked before a byte is), so
+    parsing stays within milliseconds and a few MiB whatever the file holds."""
     try:
         with open_capped_bytes(Path(path), MAX_CONFIG_BYTES) as f:
             data = f.read(MAX_CONFIG_BYTES + 1)
@@ -48,12 +49,18 @@ def read_config(path: Path) -> dict:
     try:
         config = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
-        raise ModelConfigError(f"{path} is not UTF-8 text (byte at offset {e.start}); fix or re-download it") from None
+        raise ModelConfigError(
+            f"{path} is not UTF-8 text (byte at offset {e.start}); fix or re-download it"
+        ) from None
     except json.JSONDecodeError as e:
-        raise ModelConfigError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix or re-download it") from None
-    except (ValueError, RecursionError) as e:  # e.g. an integer of thousands of digits, or nesting too deep
-        raise ModelConfigError(f"{path} is not usable JSON ({str(e).splitlines()[0][:100]}); "
-                               "fix or re-download it") from None
+        raise ModelConfigError(
+            f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix or re-download it"
+        ) from None
+    except (ValueError, RecursionError) as e:
+        # e.g. an integer of thousands of digits, or nesting too deep
+        raise ModelConfigError(
+            f"{path} is not usable JSON ({str(e).splitlines()[0][:100]}); fix or re-download it"
+        ) from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path} is not a config.json object")
     return config
@@ -61,10 +68,19 @@ def read_config(path: Path) -> dict:
 
 def _refusal(path: Path, r: Refused) -> str:
     if r.reason == "missing":
-        return f"{path} does not exist; pass a config.json, a checkpoint directory holding one, or a preset"
+        return (
+            f"{path} does not exist; pass a config.json, a checkpoint directory holding one, or a "
+            "preset"
+        )
     if r.reason == "unreadable":
         return f"cannot read {path}: {r.detail}"
     if r.reason == "not regular":
-        return f"{path} is {r.detail}, not a regular file; pass a config.json, a checkpoint directory or a preset"
-    return (f"{path} is {r.size} bytes, over the cap of {MAX_CONFIG_BYTES // 2 ** 20} MiB for a model config "
-            "(a config.json is a few KiB); pass the model's config.json")
+        return (
+            f"{path} is {r.detail}, not a regular file; pass a config.json, a checkpoint "
+            "directory or a preset"
+        )
+    return (
+        f"{path} is {r.size} bytes, over the cap of {MAX_CONFIG_BYTES // 2**20} MiB for a model "
+        "config "
+        "(a config.json is a few KiB); pass the model's config.json"
+    )

@@ -20,7 +20,8 @@ from pathlib import Path
 from bcgprof.errors import ModelConfigError
 from bcgprof.spec.presets import presets_dir, read_config
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # where each family's model file lives
+# where each family's model file lives
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,9 @@ def get_family(name: str) -> Family:
     """The family called ``name``; one ModelConfigError line listing the known ones otherwise."""
     known = families()
     if name not in known:
-        raise ModelConfigError(f"unsupported model family {name!r}; bcgprof supports {', '.join(known)}")
+        raise ModelConfigError(
+            f"unsupported model family {name!r}; bcgprof supports {', '.join(known)}"
+        )
     return known[name]
 
 
@@ -75,15 +78,27 @@ def _read_families(directory: Path) -> tuple[tuple[str, Family], ...]:
         config = read_config(path)
         name, names = config.get("model_type"), config.get("architectures")
         if not isinstance(name, str) or not name.isidentifier():
-            raise ModelConfigError(f"preset {path}: model_type must name the family's model file "
-                                   f"(bcgprof/models/<model_type>.py), got {name!r}; fix the preset")
-        if not isinstance(names, list) or not names or not all(isinstance(a, str) and a for a in names):
-            raise ModelConfigError(f"preset {path}: architectures must be a list of names such as "
-                                   f"[\"LlamaForCausalLM\"], got {names!r}; fix the preset")
+            raise ModelConfigError(
+                f"preset {path}: model_type must name the family's model file "
+                f"(bcgprof/models/<model_type>.py), got {name!r}; fix the preset"
+            )
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(a, str) and a for a in names)
+        ):
+            raise ModelConfigError(
+                f"preset {path}: architectures must be a list of names such as "
+                f'["LlamaForCausalLM"], got {names!r}; fix the preset'
+            )
         for arch in names:
             if owner.setdefault(arch, name) != name:
-                raise ModelConfigError(f"preset {path}: architecture {arch} is already family {owner[arch]}'s; "
-                                       "one architecture belongs to one family")
+                raise ModelConfigError(
+                    f"preset {path}: architecture {arch} is already family {owner[arch]}'s; "
+                    "one architecture belongs to one family"
+                )
             archs.setdefault(name, {})[arch] = None
         presets.setdefault(name, []).append(path.stem)
-    return tuple((name, Family(name, tuple(archs[name]), tuple(presets[name]))) for name in sorted(archs))
+    return tuple(
+        (name, Family(name, tuple(archs[name]), tuple(presets[name]))) for name in sorted(archs)
+    )

@@ -37,7 +37,11 @@ def attention_shape(config: dict) -> AttentionShape:
     kv_heads = int(config_value(config, "num_key_value_heads", default=heads))
     head_dim = int(config_value(config, "head_dim", default=hidden // heads))
     if kv_heads < 1 or head_dim < 1:
-        raise ModelConfigError(f"num_key_value_heads {kv_heads} and head_dim {head_dim} must be positive")
+        raise ModelConfigError(
+            f"num_key_value_heads {kv_heads} and head_dim {head_dim} must be positive"
+        )
     if heads % kv_heads:
-        raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+        raise ModelConfigError(
+            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+        )
     return AttentionShape(heads, kv_heads, head_dim)
