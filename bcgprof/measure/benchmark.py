@@ -1,6 +1,7 @@
 """Wall time of `bcgprof capture` split into its parts, and the NVML sampler's overhead.
 
-    python -m bcgprof.measure.benchmark [--model gpt-oss-20b] [--num-layers N] [--buckets SPEC] [--out DIR]
+    python -m bcgprof.measure.benchmark [--model gpt-oss-20b] [--num-layers N] [--buckets SPEC]
+    [--out DIR]
                                 [--modes M,M] [--no-sampler-check]
     python -m bcgprof.measure.benchmark --build-profile [--model gpt-oss-20b]
 
@@ -39,7 +40,9 @@ def _capture(base: CaptureOptions, out: Path, **changes) -> tuple[float, dict]:
     outcome = run_capture(opts)
     wall = time.perf_counter() - start
     if outcome.exit_code != 0:
-        raise CaptureError(f"capture into {out} failed with exit code {outcome.exit_code}; see its report")
+        raise CaptureError(
+            f"capture into {out} failed with exit code {outcome.exit_code}; see its report"
+        )
     return wall, read_report(out).run.extra.get("modes", {})
 
 
@@ -47,51 +50,84 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gpt-oss-20b")
     ap.add_argument("--num-layers", type=int, default=None)
-    ap.add_argument("--buckets", default=None, help="bucket spec (default: sglang-prefill up to 16384)")
+    ap.add_argument(
+        "--buckets", default=None, help="bucket spec (default: sglang-prefill up to 16384)"
+    )
     ap.add_argument("--sample-interval-ms", type=float, default=2.0)
-    ap.add_argument("--overhead-mode", default=Mode.PER_BUCKET.value, help="mode captured with and without sampling")
-    ap.add_argument("--out", type=Path, default=None, help="keep the reports here (default: a temporary dir)")
+    ap.add_argument(
+        "--overhead-mode",
+        default=Mode.PER_BUCKET.value,
+        help="mode captured with and without sampling",
+    )
+    ap.add_argument(
+        "--out", type=Path, default=None, help="keep the reports here (default: a temporary dir)"
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
     ap.add_argument("--modes", default=None, help="comma list of modes (default: every mode)")
-    ap.add_argument("--no-sampler-check", action="store_true", help="skip the sampler on/off captures")
-    ap.add_argument("--build-profile", action="store_true", help="time the stages of one model build and exit")
+    ap.add_argument(
+        "--no-sampler-check", action="store_true", help="skip the sampler on/off captures"
+    )
+    ap.add_argument(
+        "--build-profile", action="store_true", help="time the stages of one model build and exit"
+    )
     args = ap.parse_args(argv)
     if args.build_profile:
         return profile_build(args.model, args.num_layers)
 
     root = args.out or Path(tempfile.mkdtemp(prefix="bcgprof-bench-"))
-    base = CaptureOptions(model=args.model, num_layers=args.num_layers, buckets=args.buckets,
-                          sample_interval_ms=args.sample_interval_ms, command="python -m bcgprof.measure.benchmark")
+    base = CaptureOptions(
+        model=args.model,
+        num_layers=args.num_layers,
+        buckets=args.buckets,
+        sample_interval_ms=args.sample_interval_ms,
+        command="python -m bcgprof.measure.benchmark",
+    )
     if args.modes:
         base.modes = args.modes.split(",")
     total_wall, modes = _capture(base, root / "default")
     work = sum(t.get("warmup_s", 0) + t.get("capture_s", 0) for t in modes.values())
     figures = {
-        "model": args.model, "num_layers": args.num_layers, "buckets": args.buckets or "sglang-prefill",
-        "default_command_wall_s": round(total_wall, 2), "warmup_plus_capture_s": round(work, 2),
-        "wall_over_warmup_plus_capture": round(total_wall / work, 3) if work else None, "modes": modes,
+        "model": args.model,
+        "num_layers": args.num_layers,
+        "buckets": args.buckets or "sglang-prefill",
+        "default_command_wall_s": round(total_wall, 2),
+        "warmup_plus_capture_s": round(work, 2),
+        "wall_over_warmup_plus_capture": round(total_wall / work, 3) if work else None,
+        "modes": modes,
     }
     if not args.no_sampler_check:
         _, sampled = _capture(base, root / "sampled", modes=[args.overhead_mode])
-        _, unsampled = _capture(base, root / "unsampled", modes=[args.overhead_mode], sample_interval_ms=0.0)
+        _, unsampled = _capture(
+            base, root / "unsampled", modes=[args.overhead_mode], sample_interval_ms=0.0
+        )
         on = sampled[args.overhead_mode]["capture_s"] + sampled[args.overhead_mode]["warmup_s"]
         off = unsampled[args.overhead_mode]["capture_s"] + unsampled[args.overhead_mode]["warmup_s"]
-        figures["sampler"] = {"mode": args.overhead_mode, "interval_ms": args.sample_interval_ms,
-                              "warmup_plus_capture_s_sampled": on, "warmup_plus_capture_s_unsampled": off,
-                              "overhead_pct": round(100.0 * (on - off) / off, 2) if off else None,
-                              "samples": sampled[args.overhead_mode].get("sampler_samples")}
+        figures["sampler"] = {
+            "mode": args.overhead_mode,
+            "interval_ms": args.sample_interval_ms,
+            "warmup_plus_capture_s_sampled": on,
+            "warmup_plus_capture_s_unsampled": off,
+            "overhead_pct": round(100.0 * (on - off) / off, 2) if off else None,
+            "samples": sampled[args.overhead_mode].get("sampler_samples"),
+        }
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
-    print(f"\nbenchmark: {args.model}, layers {args.num_layers or 'all'}; command {total_wall:.1f} s wall, "
-          f"warm-up + capture {work:.1f} s: {figures['wall_over_warmup_plus_capture']}x")
+    print(
+        f"\nbenchmark: {args.model}, layers {args.num_layers or 'all'}; command {total_wall:.1f} "
+        "s wall, "
+        f"warm-up + capture {work:.1f} s: {figures['wall_over_warmup_plus_capture']}x"
+    )
     print(f"{'mode':<15}" + "".join(f"{p[:-2]:>10}" for p in PARTS))
     for mode, t in modes.items():
         print(f"{mode:<15}" + "".join(f"{t.get(p, 0):>10.2f}" for p in PARTS))
     if "sampler" in figures:
         s = figures["sampler"]
-        print(f"sampler overhead ({s['mode']}, {s['interval_ms']} ms interval, {s['samples']} samples): "
-              f"warm-up+capture {s['warmup_plus_capture_s_sampled']:.2f} s sampled vs "
-              f"{s['warmup_plus_capture_s_unsampled']:.2f} s unsampled = {s['overhead_pct']}%")
+        print(
+            f"sampler overhead ({s['mode']}, {s['interval_ms']} ms interval, {s['samples']} "
+            "samples): "
+            f"warm-up+capture {s['warmup_plus_capture_s_sampled']:.2f} s sampled vs "
+            f"{s['warmup_plus_capture_s_unsampled']:.2f} s unsampled = {s['overhead_pct']}%"
+        )
     if args.out is None:
         shutil.rmtree(root, ignore_errors=True)
     return 0
@@ -136,7 +172,10 @@ def profile_build(model: str, num_layers=None) -> int:
     mark("reset buffers")
     total = time.perf_counter() - start
     size = sum(p.numel() * p.element_size() for p in module.parameters())
-    print(f"build profile: {model}, {len(module.layers)} layers, {size / 2**30:.1f} GiB of weights, {total:.2f} s")
+    print(
+        f"build profile: {model}, {len(module.layers)} layers, {size / 2**30:.1f} GiB of weights, "
+        f"{total:.2f} s"
+    )
     for name, seconds in stages:
         print(f"  {name:<22}{seconds:>8.3f} s")
     return 0
@@ -155,7 +194,10 @@ def run(argv=None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # no GPU, no driver: one line, never a traceback
-        print(f"error: {one_line(e)}; the benchmark needs a CUDA GPU and a working bcgprof capture", file=sys.stderr)
+        print(
+            f"error: {one_line(e)}; the benchmark needs a CUDA GPU and a working bcgprof capture",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
 
 

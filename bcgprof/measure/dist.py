@@ -41,20 +41,31 @@ def tp_environment() -> dict[str, str]:
     return dict(MULTICAST_OFF)
 
 
-def apply_tp_environment(env: Optional[MutableMapping[str, str]] = None) -> MutableMapping[str, str]:
+def apply_tp_environment(
+    env: Optional[MutableMapping[str, str]] = None,
+) -> MutableMapping[str, str]:
     """Set :func:`tp_environment` in ``env`` (default ``os.environ``), before NCCL starts."""
     env = os.environ if env is None else env
     env.update(tp_environment())
     return env
 
 
-def rank_environment(rank: int, world: int, port: int, base: Optional[dict] = None) -> dict[str, str]:
+def rank_environment(
+    rank: int, world: int, port: int, base: Optional[dict] = None
+) -> dict[str, str]:
     """The environment of spawned rank ``rank``: ``base`` (default os.environ), the
     multicast-off variables and torch.distributed's env:// rendezvous."""
     env = dict(os.environ if base is None else base)
     env.update(tp_environment())
-    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1")
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        PYTHONUNBUFFERED="1",
+    )
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the control group: every rank is on this host
     return env
 
@@ -83,14 +94,20 @@ def check_tp_setup(spec, tp: int, device_count: int, nccl_available: bool) -> No
     if tp == 1:
         return
     if device_count < 1:
-        raise NoGPUError(f"asked for --tp {tp} but no CUDA device was found; a tensor-parallel capture needs "
-                         f"{tp} GPUs")
+        raise NoGPUError(
+            f"asked for --tp {tp} but no CUDA device was found; a tensor-parallel capture needs "
+            f"{tp} GPUs"
+        )
     if tp > device_count:
-        raise CaptureError(f"asked for --tp {tp} but this machine has {device_count} GPU"
-                           f"{'' if device_count == 1 else 's'}; pass --tp {device_count} or less")
+        raise CaptureError(
+            f"asked for --tp {tp} but this machine has {device_count} GPU"
+            f"{'' if device_count == 1 else 's'}; pass --tp {device_count} or less"
+        )
     if not nccl_available:
-        raise CaptureError("NCCL is not available in this torch build (torch.distributed.is_nccl_available() is "
-                           "False); --tp needs a CUDA build of torch with NCCL")
+        raise CaptureError(
+            "NCCL is not available in this torch build (torch.distributed.is_nccl_available() is "
+            "False); --tp needs a CUDA build of torch with NCCL"
+        )
     from bcgprof.models import check_tensor_parallel
 
     check_tensor_parallel(spec, tp)
@@ -138,12 +155,15 @@ def init_rank(rank: int, world: int, local_rank: int, backend: str = "nccl") -> 
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         if not dist.is_initialized():
-            dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device,
-                                    timeout=COLLECTIVE_TIMEOUT)
+            dist.init_process_group(
+                "nccl", rank=rank, world_size=world, device_id=device, timeout=COLLECTIVE_TIMEOUT
+            )
     else:
         device = torch.device("cpu")
         if not dist.is_initialized():
-            dist.init_process_group(backend, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
+            dist.init_process_group(
+                backend, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT
+            )
     return RankGroup(rank, world, device, dist.new_group(backend="gloo"))
 
 

@@ -36,8 +36,13 @@ class Reading:
     free: int  # free on the device
 
 
-def ledger(before: Reading, after: Reading, peak_allocated: int, device_peak: Optional[int],
-           pool_output: int = 0) -> dict[str, Optional[int]]:
+def ledger(
+    before: Reading,
+    after: Reading,
+    peak_allocated: int,
+    device_peak: Optional[int],
+    pool_output: int = 0,
+) -> dict[str, Optional[int]]:
     """The figures of one bucket's row, by :class:`~bcgprof.report.BucketRecord` field name.
 
     ``peak_allocated``: torch's allocated peak since the peaks were reset at ``before``;
@@ -65,6 +70,8 @@ def ledger(before: Reading, after: Reading, peak_allocated: int, device_peak: Op
         "outside_pool_delta_bytes": reserved_delta - pool_delta,
         "peak_transient_bytes": max(0, peak_allocated - before.allocated),
         "process_used_delta_bytes": process_used_delta,
-        "device_peak_delta_bytes": device_peak - before.device_used if device_peak is not None else None,
+        "device_peak_delta_bytes": device_peak - before.device_used
+        if device_peak is not None
+        else None,
         "free_bytes": after.free,
     }

@@ -78,7 +78,9 @@ class DeviceMemory:
             return int(total - free)
         with self._lock:
             if self._v2:
-                info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle, version=self._nvml.nvmlMemory_v2)
+                info = self._nvml.nvmlDeviceGetMemoryInfo(
+                    self._handle, version=self._nvml.nvmlMemory_v2
+                )
             else:
                 info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
         return int(info.used)
@@ -130,7 +132,9 @@ class PeakSampler:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         if self.interval > 0 and memory.source == "nvml":
-            self._thread = threading.Thread(target=self._run, name="bcgprof-nvml-sampler", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name="bcgprof-nvml-sampler", daemon=True
+            )
             self._thread.start()
 
     @property
@@ -167,7 +171,8 @@ class PeakSampler:
 
 @dataclass
 class PoolState:
-    """One graph pool as the allocator's snapshot shows it: its segments' bytes split by block state.
+    """One graph pool as the allocator's snapshot shows it: its segments' bytes split by block
+    state.
 
     ``live`` counts blocks allocated (or freed by the program but still in use by the
     GPU), ``free`` the blocks the allocator holds unused inside the pool's segments;

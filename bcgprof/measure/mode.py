@@ -14,7 +14,8 @@ it needs, then waits for a ``go`` line on stdin before it touches the GPU: the r
 starts the next mode's process while the current one works, and releases it only once
 the current one has exited. Progress goes to the parent as JSON lines on stdout.
 
-    python -m bcgprof.measure.mode REPORT_DIR MODE OPTIONS_JSON       (RANK, WORLD_SIZE set for a TP rank)
+    python -m bcgprof.measure.mode REPORT_DIR MODE OPTIONS_JSON       (RANK, WORLD_SIZE set for a TP
+    rank)
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from bcgprof.vocab import AddressLayout, Mode
 
 Emit = Callable[[dict], None]
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for --snapshot (the most recent ones)
-ADDR_NO_RANDOMIZE = 0x0040000  # personality(2): the kernel places this process's mappings at fixed addresses
+# personality(2): the kernel places this process's mappings at fixed addresses
+ADDR_NO_RANDOMIZE = 0x0040000
 _RELAUNCHED = "BCGPROF_ADDRESS_LAYOUT_SET"  # set before the re-exec, so a refused flag cannot loop
 
 
@@ -90,9 +92,18 @@ def lockstep(records: Iterable, group: Group) -> Iterator[list]:
 
 def step_event(mode: str, rows: list) -> dict:
     """The progress event of one bucket step: the worst status, the largest pool."""
-    worst = next((r for r in rows if r.status == "oom"), None) or next((r for r in rows if r.status != "ok"), None)
-    event = {"event": "bucket", "mode": mode, "bucket": rows[0].bucket, "status": worst.status if worst else "ok",
-             "pool_bytes": max(r.pool_bytes for r in rows), "detail": "", "ranks": len(rows)}
+    worst = next((r for r in rows if r.status == "oom"), None) or next(
+        (r for r in rows if r.status != "ok"), None
+    )
+    event = {
+        "event": "bucket",
+        "mode": mode,
+        "bucket": rows[0].bucket,
+        "status": worst.status if worst else "ok",
+        "pool_bytes": max(r.pool_bytes for r in rows),
+        "detail": "",
+        "ranks": len(rows),
+    }
     if worst is not None:
         event["detail"] = f"rank {worst.rank}: {worst.detail}" if len(rows) > 1 else worst.detail
     return event
@@ -109,7 +120,9 @@ def step_status(rows: list) -> int:
 def _gather_failures(error: Optional[tuple[str, int]], group: Group) -> tuple[list[str], int]:
     """Every rank's failure (line, exit code) from a step all ranks take -> lines, exit code."""
     gathered = group.gather(error)
-    lines = [(f"rank {r}: {e[0]}" if group.world > 1 else e[0]) for r, e in enumerate(gathered) if e]
+    lines = [
+        (f"rank {r}: {e[0]}" if group.world > 1 else e[0]) for r, e in enumerate(gathered) if e
+    ]
     codes = [e[1] for e in gathered if e]
     code = EXIT_OOM if EXIT_OOM in codes else (max(codes) if codes else EXIT_OK)
     return lines, code
@@ -143,11 +156,21 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     # The build may fail on one rank only (out of memory, say): decide together.
     workload, error = None, None
     try:
-        workload = build_workload(spec, weights=opts.weights, experts=opts.experts, num_layers=opts.num_layers,
-                                  device=group.device,
-                                  max_tokens=max(buckets), seed=opts.seed, tp_rank=group.rank, tp_size=group.world,
-                                  phase=opts.phase, max_bs=max(opts.max_bs, max(buckets)),
-                                  context_len=opts.context_len, moe=opts.moe)
+        workload = build_workload(
+            spec,
+            weights=opts.weights,
+            experts=opts.experts,
+            num_layers=opts.num_layers,
+            device=group.device,
+            max_tokens=max(buckets),
+            seed=opts.seed,
+            tp_rank=group.rank,
+            tp_size=group.world,
+            phase=opts.phase,
+            max_bs=max(opts.max_bs, max(buckets)),
+            context_len=opts.context_len,
+            moe=opts.moe,
+        )
     except Exception as e:
         if group.world == 1:
             raise  # the caller reports it, with its traceback in the mode's log
@@ -159,22 +182,47 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
 
     assert workload is not None  # built here, or this rank returned above with every rank's failure
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
-    capturer = Capturer(workload.fn, workload.inputs, buckets, options=opts, mode=mode, device=group.device,
-                        memory=memory, rank=group.rank, record_sites=(mode == Mode.FLOOR))
+    capturer = Capturer(
+        workload.fn,
+        workload.inputs,
+        buckets,
+        options=opts,
+        mode=mode,
+        device=group.device,
+        memory=memory,
+        rank=group.rank,
+        record_sites=(mode == Mode.FLOOR),
+    )
     recorder = None
-    if group.world == 1 or opts.snapshot:  # the allocator trace (single GPU), and --snapshot's history
+    # the allocator trace (single GPU), and --snapshot's history
+    if group.world == 1 or opts.snapshot:
         from bcgprof.measure.tracing import AllocatorRecorder
 
-        recorder = AllocatorRecorder(report_dir if group.world == 1 and writer is not None else None, mode,
-                                     capturer.pool, device=group.device.index or 0,
-                                     keep=SNAPSHOT_ENTRIES if opts.snapshot else 0)
+        recorder = AllocatorRecorder(
+            report_dir if group.world == 1 and writer is not None else None,
+            mode,
+            capturer.pool,
+            device=group.device.index or 0,
+            keep=SNAPSHOT_ENTRIES if opts.snapshot else 0,
+        )
         capturer.recorder = recorder
-    emit({"event": "start", "mode": mode, "total": len(capturer.buckets), "build_s": workload.build_s})
+    emit(
+        {
+            "event": "start",
+            "mode": mode,
+            "total": len(capturer.buckets),
+            "build_s": workload.build_s,
+        }
+    )
     if recorder is not None:
         recorder.start()  # before the pre-warm, so --snapshot's history holds it
     status = EXIT_OK
-    timing: dict = {"build_s": round(workload.build_s, 3), "parameter_bytes": workload.parameter_bytes,
-                    "kv_cache_bytes": workload.kv_cache_bytes, "address_layout": address_layout()}
+    timing: dict = {
+        "build_s": round(workload.build_s, 3),
+        "parameter_bytes": workload.parameter_bytes,
+        "kv_cache_bytes": workload.kv_cache_bytes,
+        "address_layout": address_layout(),
+    }
     try:
         captured_at = time.perf_counter()
         for rows in lockstep(capturer.run(), group):
@@ -187,34 +235,48 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         if status == EXIT_OK:
             checked = capturer.verify(opts.verify, refill=workload.refill, seed=opts.seed + 1)
             mine = [(r.bucket, r.replay_max_abs_diff, r.status, r.detail) for r in checked]
-            results = {(rank, b): (d, s, t) for rank, items in enumerate(group.gather(mine)) for b, d, s, t in items}
+            results = {
+                (rank, b): (d, s, t)
+                for rank, items in enumerate(group.gather(mine))
+                for b, d, s, t in items
+            }
             if writer is not None and results:
                 for rec in writer.records:
                     if rec.mode == mode and (rec.rank, rec.bucket) in results:
-                        rec.replay_max_abs_diff, rec.status, rec.detail = results[(rec.rank, rec.bucket)]
+                        rec.replay_max_abs_diff, rec.status, rec.detail = results[
+                            (rec.rank, rec.bucket)
+                        ]
                 writer.flush()
             if results:
-                emit({"event": "verify", "mode": mode, "checked": sorted({b for _, b in results}),
-                      "max_abs_diff": max(d for d, _, _ in results.values())})
+                emit(
+                    {
+                        "event": "verify",
+                        "mode": mode,
+                        "checked": sorted({b for _, b in results}),
+                        "max_abs_diff": max(d for d, _, _ in results.values()),
+                    }
+                )
             if any(s != "ok" for _, s, _ in results.values()):
                 status = EXIT_FAILED
         rows = capturer.result.records
         prewarm_s = capturer.prewarm_ms / 1000.0
         warmup_s = sum(r.warmup_ms for r in rows) / 1000.0
         capture_s = sum(r.capture_ms for r in rows) / 1000.0
-        timing.update({
-            "prewarm_s": round(prewarm_s, 3),
-            "warmup_s": round(warmup_s, 3),
-            "capture_s": round(capture_s, 3),
-            # the rest of the bucket loop: settling, snapshots and NVML readings
-            "measure_s": round(capture_wall - prewarm_s - warmup_s - capture_s, 3),
-            "verify_s": round(time.perf_counter() - verify_start, 3),
-            "sampler_samples": capturer.sampler.samples,
-            "warmup_runs_repeated": capturer.repeated_runs,
-            "breaks_run": capturer.breaks_run,
-            "breaks_repeated": capturer.breaks_repeated,
-            "wall_s": round(time.perf_counter() - started, 3),
-        })
+        timing.update(
+            {
+                "prewarm_s": round(prewarm_s, 3),
+                "warmup_s": round(warmup_s, 3),
+                "capture_s": round(capture_s, 3),
+                # the rest of the bucket loop: settling, snapshots and NVML readings
+                "measure_s": round(capture_wall - prewarm_s - warmup_s - capture_s, 3),
+                "verify_s": round(time.perf_counter() - verify_start, 3),
+                "sampler_samples": capturer.sampler.samples,
+                "warmup_runs_repeated": capturer.repeated_runs,
+                "breaks_run": capturer.breaks_run,
+                "breaks_repeated": capturer.breaks_repeated,
+                "wall_s": round(time.perf_counter() - started, 3),
+            }
+        )
     except KeyboardInterrupt:
         status = EXIT_INTERRUPTED
     finally:
@@ -228,15 +290,21 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     if status != EXIT_INTERRUPTED:
         peaks = group.gather(capturer.result.pool_peak)
         if writer is not None:
-            writer.add_sites(row for rank, peak in enumerate(peaks) if peak is not None
-                             for row in site_records(mode, rank, capturer.buckets[0], peak))
+            writer.add_sites(
+                row
+                for rank, peak in enumerate(peaks)
+                if peak is not None
+                for row in site_records(mode, rank, capturer.buckets[0], peak)
+            )
     # After Ctrl-C only a single GPU can still record its timings: the ranks of a group
     # may not all reach another exchange.
     if status != EXIT_INTERRUPTED or group.world == 1:
         timings = group.gather(timing)
         if writer is not None:
             extra = dict(writer.run.extra)
-            extra.setdefault("modes", {})[mode] = timings[0] if group.world == 1 else dict(timings[0], ranks=timings)
+            extra.setdefault("modes", {})[mode] = (
+                timings[0] if group.world == 1 else dict(timings[0], ranks=timings)
+            )
             writer.update_run(extra=extra, memory_source=memory.source)
     emit({"event": "done", "mode": mode, "exit": status})
     return status
@@ -247,23 +315,43 @@ def site_records(mode: str, rank: int, bucket: int, peak) -> Iterator:
     from bcgprof.report import SiteRecord
 
     for site in peak.sites:
-        yield SiteRecord(mode=mode, rank=rank, bucket=bucket, kind="site", site=site.site, bytes=site.bytes,
-                         blocks=site.blocks)
-    yield SiteRecord(mode=mode, rank=rank, bucket=bucket, kind="slack",
-                     site="pool bytes not live at the peak (allocator slack)", bytes=peak.slack_bytes)
+        yield SiteRecord(
+            mode=mode,
+            rank=rank,
+            bucket=bucket,
+            kind="site",
+            site=site.site,
+            bytes=site.bytes,
+            blocks=site.blocks,
+        )
+    yield SiteRecord(
+        mode=mode,
+        rank=rank,
+        bucket=bucket,
+        kind="slack",
+        site="pool bytes not live at the peak (allocator slack)",
+        bytes=peak.slack_bytes,
+    )
 
 
 def _write_snapshot(report_dir: Path, mode: str, group: Group, recorder) -> None:
-    """This rank's allocator snapshot, with the history recorded since the mode began, for memory_viz."""
+    """This rank's allocator snapshot, with the history recorded since the mode began, for
+    memory_viz."""
     import pickle
 
     from bcgprof.report import atomic_write_bytes
 
-    name = f"{mode}.snapshot.pickle" if group.world == 1 else f"{mode}.rank{group.rank}.snapshot.pickle"
+    name = (
+        f"{mode}.snapshot.pickle"
+        if group.world == 1
+        else f"{mode}.rank{group.rank}.snapshot.pickle"
+    )
     atomic_write_bytes(report_dir / name, pickle.dumps(recorder.viewer_snapshot()))
 
 
-def run_mode_reporting_errors(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group) -> int:
+def run_mode_reporting_errors(
+    opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, group: Group
+) -> int:
     """:func:`run_mode`, with a failure outside any bucket (a model that does not fit, say)
     turned into one error event and an exit code; the traceback goes to stderr (the mode's log)."""
     try:
@@ -308,20 +396,33 @@ def _preload(opts: CaptureOptions) -> None:
 
     import torch
 
-    wanted = ["bcgprof.buckets", "bcgprof.measure.capture", "bcgprof.measure.memory", "bcgprof.measure.tracing",
-              "bcgprof.measure.workload", "bcgprof.models.weights", "bcgprof.report", "pynvml",
-              # materialising the meta-built model (``to_empty``) imports these, sympy among them:
-              # seconds a process where site-packages keeps no bytecode (docs/h200.md, Time)
-              "torch._refs", "torch.fx.experimental.symbolic_shapes"]
+    wanted = [
+        "bcgprof.buckets",
+        "bcgprof.measure.capture",
+        "bcgprof.measure.memory",
+        "bcgprof.measure.tracing",
+        "bcgprof.measure.workload",
+        "bcgprof.models.weights",
+        "bcgprof.report",
+        "pynvml",
+        # materialising the meta-built model (``to_empty``) imports these, sympy among them:
+        # seconds a process where site-packages keeps no bytecode (docs/h200.md, Time)
+        "torch._refs",
+        "torch.fx.experimental.symbolic_shapes",
+    ]
     if opts.device.startswith("cuda"):
         from bcgprof.models.kernels import triton_available
 
         if triton_available():
-            wanted += ["bcgprof.models.kernels._triton_activation", "bcgprof.models.kernels._triton_moe"]
+            wanted += [
+                "bcgprof.models.kernels._triton_activation",
+                "bcgprof.models.kernels._triton_moe",
+            ]
     for name in wanted:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    with contextlib.suppress(Exception):  # a bad model is reported by the mode itself, with its own line
+    # a bad model is reported by the mode itself, with its own line
+    with contextlib.suppress(Exception):
         from bcgprof.models import model_class
         from bcgprof.spec import resolve_model
 
@@ -346,8 +447,11 @@ def address_layout() -> AddressLayout:
     """The address layout this process runs with, read from its own flags (for run.json): FIXED
     where the kernel's randomisation is off for it, whoever turned it off; RANDOM otherwise."""
     personality = _personality()
-    flags = personality(0xFFFFFFFF) if personality is not None else -1  # reads the flags without changing them
-    return AddressLayout.FIXED if flags != -1 and flags & ADDR_NO_RANDOMIZE else AddressLayout.RANDOM
+    # reads the flags without changing them
+    flags = personality(0xFFFFFFFF) if personality is not None else -1
+    return (
+        AddressLayout.FIXED if flags != -1 and flags & ADDR_NO_RANDOMIZE else AddressLayout.RANDOM
+    )
 
 
 def fix_address_layout() -> bool:
@@ -396,7 +500,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if world == 1:
         import torch
 
-        return run_mode_reporting_errors(opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device)))
+        return run_mode_reporting_errors(
+            opts, mode, report_dir, emit, SingleGroup(torch.device(opts.device))
+        )
     from bcgprof.measure import dist
 
     group = None

@@ -5,8 +5,8 @@ with Python stacks) around a capture, with every submodule's forward renamed in 
 stacks to its place in the model (``layers.3.mlp.experts``). :func:`pool_peak` replays
 the recorded events of the pool's segments, finds the moment its live bytes peak, and
 attributes the blocks alive then to sites: the innermost module path (list indices
-such as layer numbers folded into ``N``) and the model code line that allocated the block. What the pool's
-segments hold beyond the peak's live bytes is slack: memory the allocator reserved for
+such as layer numbers folded into ``N``) and the model code line that allocated the block. What the
+pool's segments hold beyond the peak's live bytes is slack: memory the allocator reserved for
 the pool but never had in use at the peak. ``peak_live_bytes + slack_bytes ==
 pool_bytes`` by construction.
 
@@ -42,7 +42,8 @@ class PoolPeak:
     pool_bytes: int  # the pool's segments at the end of the recording
     peak_live_bytes: int  # live bytes at the peak moment
     slack_bytes: int  # pool_bytes - peak_live_bytes
-    sites: list[SiteBytes] = field(default_factory=list)  # largest first; they sum to peak_live_bytes
+    # largest first; they sum to peak_live_bytes
+    sites: list[SiteBytes] = field(default_factory=list)
     events: int = 0  # pool events replayed
 
 
@@ -54,11 +55,25 @@ def _site_of(frames: list[dict], model_marker: str) -> str:
     marked = [f["name"] for f in frames if f.get("name", "").startswith(MODULE_FRAME)]
     if len(marked) > 1 and marked[0] == MODULE_FRAME + "model":
         frames = frames[::-1]  # outermost first: the root module's frame came first
-    module = next((f["name"][len(MODULE_FRAME):] for f in frames if f.get("name", "").startswith(MODULE_FRAME)),
-                  None)
-    # the innermost model code that is not a private helper (``_empty``: its caller's line names the tensor)
-    code = next((f for f in frames if model_marker in f.get("filename", "")
-                 and not f.get("name", "").startswith((MODULE_FRAME, "_"))), None)
+    module = next(
+        (
+            f["name"][len(MODULE_FRAME) :]
+            for f in frames
+            if f.get("name", "").startswith(MODULE_FRAME)
+        ),
+        None,
+    )
+    # the innermost model code that is not a private helper (``_empty``: its caller's line names the
+    # tensor)
+    code = next(
+        (
+            f
+            for f in frames
+            if model_marker in f.get("filename", "")
+            and not f.get("name", "").startswith((MODULE_FRAME, "_"))
+        ),
+        None,
+    )
     if module is None and code is None:
         return NO_SITE
     role = ""
@@ -82,8 +97,9 @@ def _in(ranges: list[tuple[int, int]], addr: int) -> Optional[tuple[int, int]]:
     return None
 
 
-def pool_peak(snapshot: dict, pool_id: Any, *, model_marker: str = "/bcgprof/models/",
-              device: int = 0) -> PoolPeak:
+def pool_peak(
+    snapshot: dict, pool_id: Any, *, model_marker: str = "/bcgprof/models/", device: int = 0
+) -> PoolPeak:
     """Replay ``snapshot``'s trace for the pool ``pool_id``; the peak's live blocks by site.
 
     ``snapshot`` is ``torch.cuda.memory._snapshot()`` taken with history recorded. A
@@ -93,14 +109,19 @@ def pool_peak(snapshot: dict, pool_id: Any, *, model_marker: str = "/bcgprof/mod
     earlier use of the same addresses outside the pool is ignored.
     """
     pool_id = tuple(pool_id)
-    segments = [s for s in snapshot.get("segments", []) if tuple(s.get("segment_pool_id", ())) == pool_id
-                and s.get("device", device) == device]
+    segments = [
+        s
+        for s in snapshot.get("segments", [])
+        if tuple(s.get("segment_pool_id", ())) == pool_id and s.get("device", device) == device
+    ]
     ranges = [(int(s["address"]), int(s["total_size"])) for s in segments]
     pool_bytes = sum(size for _, size in ranges)
     traces = snapshot.get("device_traces", [])
     events = traces[device] if device < len(traces) else []
     recorded_segments = {int(e["addr"]) for e in events if e.get("action") == "segment_alloc"}
-    active = {r for r in ranges if r[0] not in recorded_segments}  # existed before the recording began
+    active = {
+        r for r in ranges if r[0] not in recorded_segments
+    }  # existed before the recording began
     live: dict[int, tuple[int, list]] = {}  # addr -> (size, frames)
     current = peak = 0
     peak_blocks: dict[int, tuple[int, list]] = {}
@@ -131,9 +152,17 @@ def pool_peak(snapshot: dict, pool_id: Any, *, model_marker: str = "/bcgprof/mod
         entry = by_site.setdefault(_site_of(frames, model_marker), [0, 0])
         entry[0] += size
         entry[1] += 1
-    sites = sorted((SiteBytes(name, b, n) for name, (b, n) in by_site.items()), key=lambda s: (-s.bytes, s.site))
-    return PoolPeak(pool_bytes=pool_bytes, peak_live_bytes=peak, slack_bytes=pool_bytes - peak, sites=sites,
-                    events=replayed)
+    sites = sorted(
+        (SiteBytes(name, b, n) for name, (b, n) in by_site.items()),
+        key=lambda s: (-s.bytes, s.site),
+    )
+    return PoolPeak(
+        pool_bytes=pool_bytes,
+        peak_live_bytes=peak,
+        slack_bytes=pool_bytes - peak,
+        sites=sites,
+        events=replayed,
+    )
 
 
 # ---------------------------------------------------------------- recording
@@ -152,7 +181,8 @@ def _renamed(name: str, forward):
 
 @contextmanager
 def module_frames(model: Any) -> Iterator[None]:
-    """While active, every submodule's forward shows up in Python stacks as ``module:<its path>``."""
+    """While active, every submodule's forward shows up in Python stacks as ``module:<its
+    path>``."""
     named = list(model.named_modules()) if hasattr(model, "named_modules") else []
     patched = []
     try:
@@ -171,8 +201,9 @@ def start_history(max_entries: int = 1_000_000) -> None:
     """Record the allocator's history with Python stacks from now on (CUDA only)."""
     import torch
 
-    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
-                                             max_entries=max_entries)
+    torch.cuda.memory._record_memory_history(
+        enabled="all", context="all", stacks="python", max_entries=max_entries
+    )
 
 
 def stop_history() -> None:

@@ -24,14 +24,23 @@ from typing import Any, Optional
 from bcgprof.measure.trace_events import TraceBuilder
 from bcgprof.report.traces import Trace, TraceFileWriter, TracePhase
 
-MAX_WINDOW_ENTRIES = 2_000_000  # far more than one bucket's events (about 60,000 for gpt-oss-20b at 16k)
+# far more than one bucket's events (about 60,000 for gpt-oss-20b at 16k)
+MAX_WINDOW_ENTRIES = 2_000_000
 
 
 class AllocatorRecorder:
-    """One mode's allocator trace, written to ``<report>/traces-<mode>.csv.gz`` after every bucket."""
+    """One mode's allocator trace, written to ``<report>/traces-<mode>.csv.gz`` after every
+    bucket."""
 
-    def __init__(self, report_dir: Optional[Path], mode: str, pool: Sequence[int], device: int = 0,
-                 keep: int = 0, stacks: bool = False):
+    def __init__(
+        self,
+        report_dir: Optional[Path],
+        mode: str,
+        pool: Sequence[int],
+        device: int = 0,
+        keep: int = 0,
+        stacks: bool = False,
+    ):
         import torch
 
         self.report_dir = Path(report_dir) if report_dir is not None else None
@@ -41,8 +50,12 @@ class AllocatorRecorder:
         self._stacks = self._always_stacks
         self._kept: deque = deque(maxlen=keep or 1)
         self.builder = TraceBuilder(pool)
-        self.trace = Trace(mode=mode, torch_version=str(torch.__version__), device=device,
-                           pool=(int(pool[0]), int(pool[1])))
+        self.trace = Trace(
+            mode=mode,
+            torch_version=str(torch.__version__),
+            device=device,
+            pool=(int(pool[0]), int(pool[1])),
+        )
         self.file = TraceFileWriter(self.trace)
         self.started = False
         self._held: list = []  # entries read by peek(), leading the next take's window
@@ -52,8 +65,11 @@ class AllocatorRecorder:
         import torch
 
         torch.cuda.memory._record_memory_history(
-            enabled="all", context="all" if self._stacks else None, stacks="python",
-            max_entries=MAX_WINDOW_ENTRIES)
+            enabled="all",
+            context="all" if self._stacks else None,
+            stacks="python",
+            max_entries=MAX_WINDOW_ENTRIES,
+        )
 
     def _disable(self) -> None:
         import torch
@@ -66,7 +82,9 @@ class AllocatorRecorder:
 
         snap = torch.cuda.memory._snapshot()
         self.trace.settings = dict(snap.get("allocator_settings") or {})
-        self.builder.seed(s for s in snap.get("segments", []) if s.get("device", self.device) == self.device)
+        self.builder.seed(
+            s for s in snap.get("segments", []) if s.get("device", self.device) == self.device
+        )
         self._enable()
         self.started = True
 
@@ -91,18 +109,21 @@ class AllocatorRecorder:
         return snap, entries
 
     def peek(self) -> list:
-        """The window's entries so far, without ending it: they lead the next :meth:`take`'s entries,
-        so the window's rows are those one take at its end would give."""
+        """The window's entries so far, without ending it: they lead the next :meth:`take`'s
+        entries, so the window's rows are those one take at its end would give."""
         _, entries = self._read()
         self._held.extend(entries)
         return self._held
 
     def take(self, bucket: int, phase: str) -> dict:
-        """The window since the last take, as rows of ``bucket``/``phase``; returns the snapshot read."""
+        """The window since the last take, as rows of ``bucket``/``phase``; returns the snapshot
+        read."""
         snap, entries = self._read()
         if self._held:
             entries, self._held = self._held + entries, []
-        segments = [s for s in snap.get("segments", []) if s.get("device", self.device) == self.device]
+        segments = [
+            s for s in snap.get("segments", []) if s.get("device", self.device) == self.device
+        ]
         if self._wrapped and bucket not in self.trace.incomplete:
             self.trace.incomplete.append(bucket)
         self._wrapped = False
@@ -110,7 +131,8 @@ class AllocatorRecorder:
             self._kept.extend(entries)
         try:
             self.trace.rows.extend(self.builder.window(entries, segments, bucket, phase))
-        except Exception:  # a history this code does not understand must not fail the capture it describes
+        except Exception:
+            # a history this code does not understand must not fail the capture it describes
             if bucket not in self.trace.incomplete:
                 self.trace.incomplete.append(bucket)
         if bucket not in self.trace.buckets:

@@ -40,22 +40,29 @@ class Request(NamedTuple):  # a tuple: a run makes thousands of them, between th
 @dataclass(frozen=True)
 class RepeatPlan:
     requests: tuple[Request, ...]
-    output: Optional[int]  # key of the block that holds the run's output when it returns; None: nothing is left
+    output: Optional[
+        int
+    ]  # key of the block that holds the run's output when it returns; None: nothing is left
     output_bytes: int
 
 
 NOTHING = RepeatPlan((), None, 0)  # a call that allocates nothing: repeating it is doing nothing
 
 
-def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: Optional[int], output_bytes: int,
-                streams: Sequence[int]) -> Optional[RepeatPlan]:
+def plan_repeat(
+    entries: Sequence[dict],
+    allocations: int,
+    output_addr: Optional[int],
+    output_bytes: int,
+    streams: Sequence[int],
+) -> Optional[RepeatPlan]:
     """The requests of one eager run, from the allocator history that ends with it.
 
     ``entries`` are ``torch.cuda.memory._snapshot()["device_traces"][device]`` entries (torch
-    2.11's fields: ``action``, ``addr``, ``size``, ``stream``, Python ints as torch gives them) since some point before the run
-    began; ``allocations`` is how many allocations the run made (the difference of
-    ``memory_stats()["allocation.all.allocated"]`` across it), so the run begins at that
-    allocation counted back from the end. ``output_addr`` and ``output_bytes`` are the run's
+    2.11's fields: ``action``, ``addr``, ``size``, ``stream``, Python ints as torch gives them)
+    since some point before the run began; ``allocations`` is how many allocations the run made (the
+    difference of ``memory_stats()["allocation.all.allocated"]`` across it), so the run begins at
+    that allocation counted back from the end. ``output_addr`` and ``output_bytes`` are the run's
     output storage's address and size.
     """
     first, counted = -1, 0
@@ -85,7 +92,11 @@ def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: Optional
             requests.append(Request(ALLOC, key, size, stream))
         elif action == "free_requested":
             follows = entries[i + 1] if i < last else None
-            if follows is None or follows.get("action") != "free_completed" or follows.get("addr", -1) != addr:
+            if (
+                follows is None
+                or follows.get("action") != "free_completed"
+                or follows.get("addr", -1) != addr
+            ):
                 return None  # completion deferred: the block was in use on another stream
         elif action == "free_completed":
             key = live.pop(addr, -1)
@@ -94,7 +105,8 @@ def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: Optional
             requests.append(Request(FREE, key))
         elif action == "oom":
             return None
-        # segment_alloc / segment_free and snapshot entries are the allocator's answers, not requests
+        # segment_alloc / segment_free and snapshot entries are the allocator's answers, not
+        # requests
     if output_addr is None:
         return RepeatPlan(tuple(requests), None, 0) if not live else None
     if set(live) != {int(output_addr)} or sizes[live[int(output_addr)]] != int(output_bytes):
@@ -103,8 +115,8 @@ def plan_repeat(entries: Sequence[dict], allocations: int, output_addr: Optional
 
 
 def repeat_run(plan: RepeatPlan, allocate: Callable[[int, int], Any]) -> Any:
-    """Make ``plan``'s requests in order: ``allocate(size, stream)`` returns a block, dropping it frees
-    it. Returns the output's block, still allocated (None for a plan without an output)."""
+    """Make ``plan``'s requests in order: ``allocate(size, stream)`` returns a block, dropping it
+    frees it. Returns the output's block, still allocated (None for a plan without an output)."""
     live: dict[int, Any] = {}
     for r in plan.requests:
         if r.op == ALLOC:

@@ -32,24 +32,47 @@ class Workload:
     kv_cache_bytes: int = 0  # decode: the cache allocated before any capture
 
 
-def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.device, experts: str = "bf16",
-                   max_tokens: int, seed: int, tp_rank: int = 0, tp_size: int = 1, phase: str = "prefill",
-                   max_bs: int = 256, context_len: int = 4096, moe: str = "fused-bf16") -> Workload:
+def build_workload(
+    spec: ModelSpec,
+    *,
+    weights: str,
+    num_layers,
+    device: torch.device,
+    experts: str = "bf16",
+    max_tokens: int,
+    seed: int,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    phase: str = "prefill",
+    max_bs: int = 256,
+    context_len: int = 4096,
+    moe: str = "fused-bf16",
+) -> Workload:
     """Build the model on ``device`` and input buffers for the largest bucket (and, for
     decode, a KV cache for ``max_bs`` sequences of ``context_len`` tokens).
 
     Inputs are allocated once and sliced per bucket, as the engines do. ``tp_rank`` /
     ``tp_size``: this tensor-parallel rank's shard (the inputs are the same on every rank).
-    ``experts``: "bf16" or "packed" (gpt-oss's MXFP4 experts kept packed, :func:`bcgprof.models.load`).
-    ``moe``: the MoE's workspace, "fused-bf16" or "sglang-mxfp4" (:func:`bcgprof.models.load`).
+    ``experts``: "bf16" or "packed" (gpt-oss's MXFP4 experts kept packed,
+    :func:`bcgprof.models.load`). ``moe``: the MoE's workspace, "fused-bf16" or "sglang-mxfp4"
+    (:func:`bcgprof.models.load`).
     """
     from bcgprof import models
 
     dtype = models.torch_dtype(spec.dtype)
     start = time.perf_counter()
-    model = models.load(spec.name if spec.source == "preset" else str(spec.config_path.parent),
-                        weights=weights, device=device, dtype=dtype, num_layers=num_layers, seed=seed,
-                        tp_rank=tp_rank, tp_size=tp_size, experts=experts, moe=moe)
+    model = models.load(
+        spec.name if spec.source == "preset" else str(spec.config_path.parent),
+        weights=weights,
+        device=device,
+        dtype=dtype,
+        num_layers=num_layers,
+        seed=seed,
+        tp_rank=tp_rank,
+        tp_size=tp_size,
+        experts=experts,
+        moe=moe,
+    )
     torch.cuda.synchronize(device)
     build_s = time.perf_counter() - start
     vocab = int(spec.config["vocab_size"])
@@ -57,7 +80,9 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
     gen.manual_seed(seed)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if phase == "decode":
-        return _decode_workload(model, vocab, device, gen, max_bs, context_len, build_s, param_bytes)
+        return _decode_workload(
+            model, vocab, device, gen, max_bs, context_len, build_s, param_bytes
+        )
     input_ids = torch.randint(0, vocab, (max_tokens,), device=device, generator=gen)
     positions = torch.arange(max_tokens, device=device)
 
@@ -68,26 +93,42 @@ def build_workload(spec: ModelSpec, *, weights: str, num_layers, device: torch.d
         start = torch.randint(0, 4096, (1,), device=pos.device, generator=generator)
         pos.copy_(torch.arange(pos.shape[0], device=pos.device) + start)
 
-    return Workload(fn=model, inputs=[input_ids, positions], refill=refill, build_s=build_s,
-                    parameter_bytes=param_bytes)
+    return Workload(
+        fn=model,
+        inputs=[input_ids, positions],
+        refill=refill,
+        build_s=build_s,
+        parameter_bytes=param_bytes,
+    )
 
 
 def check_cache_fits(need: int, free: int, max_bs: int, context_len: int) -> None:
     """One line when the KV cache does not fit in the free memory."""
     if need > free:
-        raise CaptureError(f"the KV cache for --max-bs {max_bs} x --context-len {context_len} needs "
-                           f"{need / GIB:.2f} GiB but only {free / GIB:.2f} GiB of GPU memory is free for it "
-                           "(after the weights); lower --max-bs or --context-len")
+        raise CaptureError(
+            f"the KV cache for --max-bs {max_bs} x --context-len {context_len} needs "
+            f"{need / GIB:.2f} GiB but only {free / GIB:.2f} GiB of GPU memory is free for it "
+            "(after the weights); lower --max-bs or --context-len"
+        )
 
 
-def _decode_workload(model, vocab: int, device: torch.device, gen: torch.Generator, max_bs: int, context_len: int,
-                     build_s: float, param_bytes: int) -> Workload:
+def _decode_workload(
+    model,
+    vocab: int,
+    device: torch.device,
+    gen: torch.Generator,
+    max_bs: int,
+    context_len: int,
+    build_s: float,
+    param_bytes: int,
+) -> Workload:
     from bcgprof.models import kvcache
 
     need = kvcache.cache_bytes(model, max_bs, context_len)
     free, _ = torch.cuda.mem_get_info(device)
     check_cache_fits(need, int(free), max_bs, context_len)
-    cache = kvcache.allocate(model, max_bs, context_len, device, gen)  # past tokens' keys and values
+    # past tokens' keys and values
+    cache = kvcache.allocate(model, max_bs, context_len, device, gen)
     kvcache.attach(model, cache)
     input_ids = torch.randint(0, vocab, (max_bs,), device=device, generator=gen)
     positions = torch.randint(0, context_len, (max_bs,), device=device, generator=gen)
@@ -99,5 +140,11 @@ def _decode_workload(model, vocab: int, device: torch.device, gen: torch.Generat
         for t in cache.k + cache.v:  # new past tokens too
             t.normal_(0.0, 1.0, generator=generator)
 
-    return Workload(fn=model, inputs=[input_ids, positions], refill=refill, build_s=build_s,
-                    parameter_bytes=param_bytes, kv_cache_bytes=cache.nbytes)
+    return Workload(
+        fn=model,
+        inputs=[input_ids, positions],
+        refill=refill,
+        build_s=build_s,
+        parameter_bytes=param_bytes,
+        kv_cache_bytes=cache.nbytes,
+    )
