@@ -190,8 +190,9 @@ class BreakableGraph:
         g, kept = _new_cuda_graph()
         if not kept:
             if self.share is not None:
-                raise RuntimeError("sharing executables needs a torch whose CUDAGraph "
-                                   "takes keep_graph=True")
+                raise RuntimeError(
+                    "sharing executables needs a torch whose CUDAGraph takes keep_graph=True"
+                )
             self.graph_nodes = None
         g.capture_begin(pool=self.pool, capture_error_mode="thread_local")
         self.steps.append(g)
@@ -238,8 +239,13 @@ class BreakableGraph:
             self.share.forget(s.member for s in self.steps if isinstance(s, _Shared))
         self.steps.clear()
 
-    def _on_break(self, run_break: Callable[[Callable[..., None], tuple, dict], None], fn: Callable[..., None],
-                  args: tuple, kwargs: dict) -> None:
+    def _on_break(
+        self,
+        run_break: Callable[[Callable[..., None], tuple, dict], None],
+        fn: Callable[..., None],
+        args: tuple,
+        kwargs: dict,
+    ) -> None:
         """End the segment, run the op between segments (eagerly, on the capture stream, unless
         ``run_break`` repeats it otherwise), keep it for replays, and begin the next segment."""
         self._end_segment()
