@@ -28,7 +28,7 @@ MODES = ("per-bucket", "shared", "shared-largest")
 # the CLI's entry point, with the advisor's work printed to stderr as its last line
 WRAPPED = """
 import json, sys
-import bcgprof.analysis.advise as advise_module
+import bcgprof.analysis.predict.advise as advise_module
 from bcgprof.cli import main
 inner = advise_module.advise
 def advise(*args, **kwargs):

@@ -1,12 +1,12 @@
-"""Regenerate ``bcgprof/analysis/bands.json``, the evidence behind prediction bands, from the committed reports.
+"""Regenerate ``bcgprof/analysis/predict/bands.json``, the evidence behind prediction bands, from the committed reports.
 
 Every held-out list of a traced profile's configuration is predicted from the profile and its measured
 device-used total kept; every layer set is predicted at full depth (device used and the free memory it
-needs) and checked against each deeper capture (:mod:`bcgprof.analysis.calibrate`). Prints each
+needs) and checked against each deeper capture (:mod:`bcgprof.analysis.predict.calibrate`). Prints each
 residual, the leave-one-out check (does the band the other held-out lists give contain each list?), the
 layer checks and the layer predictions' needs-free band.
 
-    python benchmarks/calibrate_bands.py            # writes bcgprof/analysis/bands.json
+    python benchmarks/calibrate_bands.py            # writes bcgprof/analysis/predict/bands.json
     python benchmarks/calibrate_bands.py --check    # exit 1 if the shipped file is stale
 """
 
@@ -22,8 +22,8 @@ MIB = 1 << 20
 
 
 def main(argv: list[str]) -> int:
-    from bcgprof.analysis.bands import calibration_json, layer_needs_free_band, leave_one_out, write_calibration
-    from bcgprof.analysis.calibrate import build
+    from bcgprof.analysis.predict.bands import calibration_json, layer_needs_free_band, leave_one_out, write_calibration
+    from bcgprof.analysis.predict.calibrate import build
     from bcgprof.report import read_report, read_run_info
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -56,7 +56,7 @@ def at_the_caps(text: bytes) -> bytes:
     """The trace with allocate-and-free pairs at the end of its last bucket's capture, each at the
     address the allocator model gives it after the whole list (so the check against the report still
     passes)."""
-    from bcgprof.analysis.replay import Replayer
+    from bcgprof.analysis.predict.replay import Replayer
     from bcgprof.report.traces import MAX_ROWS
 
     with tempfile.TemporaryDirectory() as tmp:

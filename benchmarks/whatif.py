@@ -2,7 +2,7 @@
 
 ``predict --buckets`` and ``advise`` read a profile's allocator traces, check each against the
 report's measured pools and replay them; the first command on a trace's content does that work and
-keeps what it learnt under the user's cache directory (``bcgprof.analysis.trace_cache``), and the
+keeps what it learnt under the user's cache directory (``bcgprof.analysis.predict.trace_cache``), and the
 next one reads it from there. Each command runs in a fresh interpreter, N rounds, the commands
 taking turns (one untimed round first, which also fills the warm cache), so that a busy machine
 slows all alike:

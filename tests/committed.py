@@ -2,7 +2,7 @@
 no tests; tests/conftest.py hands them out as the ``committed_profiles`` and ``shared_profiles``
 fixtures).
 
-A prepared profile (:func:`bcgprof.analysis.predict.bucket_profile`) replays its own list once per
+A prepared profile (:func:`bcgprof.analysis.predict.lists.bucket_profile`) replays its own list once per
 mode the first time a mode is predicted, to check its traces against its report's pools, and keeps
 every list it replayed after that. Preparing it in each module or command that predicts from it
 repeats those replays: the largest profiles take tens of seconds each. Here each profile is prepared
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bcgprof.analysis import advise, predict
-from bcgprof.analysis.predict import BucketProfile
+from bcgprof.analysis.predict import advise
+from bcgprof.analysis.predict import lists as predict
+from bcgprof.analysis.predict.lists import BucketProfile
 from bcgprof.report import Report, read_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ class CommittedProfiles:
         return self.reports[key], self.prepared[key]
 
     def bucket_profile(self, report: Report) -> BucketProfile:
-        """:func:`~bcgprof.analysis.predict.bucket_profile`, shared for committed reports."""
+        """:func:`~bcgprof.analysis.predict.lists.bucket_profile`, shared for committed reports."""
         key = _name(report.path, Path.cwd()) if report.path else ""  # as the command read it
         if not key:
             return self._bucket_profile(report)

@@ -76,7 +76,7 @@ def rows():
 
 @pytest.fixture(scope="session", autouse=True)
 def trace_cache_of_the_session(tmp_path_factory, request):
-    """What commands keep of trace files between runs (bcgprof.analysis.trace_cache) goes to a directory of
+    """What commands keep of trace files between runs (bcgprof.analysis.predict.trace_cache) goes to a directory of
     this session, shared by its tests, the commands they start and the session's other workers (pytest-xdist),
     never the user's own cache: a run starts cold, as CI's does, and leaves the user's cache alone."""
     base = tmp_path_factory.getbasetemp()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from bcgprof.analysis.allocator import Pool
+from bcgprof.analysis.predict.allocator import Pool
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
 from bcgprof.report.traces import Action, Trace, TracePhase, TracePool, TraceRow, write_trace
 

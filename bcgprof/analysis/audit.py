@@ -2,7 +2,7 @@
 
 Engines reserve memory for their CUDA graphs before capturing them (it is taken from the KV-cache
 budget), from a formula. A profile holds what its list's capture really took (device used, NVML) and
-the free memory it needed when its first bucket's warm-up began (:mod:`bcgprof.analysis.headroom`).
+the free memory it needed when its first bucket's warm-up began (:mod:`bcgprof.analysis.predict.headroom`).
 This module computes each engine's reserve for the profile's list, and its error against both.
 
 The estimators, each written from its engine's source (file, function and version in
@@ -47,7 +47,7 @@ from itertools import pairwise
 from statistics import median
 from typing import Optional
 
-from bcgprof.analysis.headroom import measured_headroom
+from bcgprof.analysis.predict.headroom import measured_headroom
 from bcgprof.errors import BcgprofError
 from bcgprof.report.schema import BucketRecord, Report
 from bcgprof.report.summaries import bucket_need_bytes

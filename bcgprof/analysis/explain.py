@@ -128,7 +128,7 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
 
 def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
     """Fit non-torch growth to graphs and nodes; None when too few rows carry node counts."""
-    from bcgprof.analysis.fit import least_squares  # numpy, imported only when a command fits
+    from bcgprof.analysis.predict.fit import least_squares  # numpy, imported only when a command fits
 
     usable = [r for r in rows if r.status == "ok" and r.graph_nodes is not None and r.segments > 0]
     later = [r for r in usable if r.order > 0]

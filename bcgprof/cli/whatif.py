@@ -17,7 +17,7 @@ from bcgprof.options import DEFAULT_MODEL
 from bcgprof.vocab import Format, ListMode, Phase
 
 MAX_PREDICT_LAYERS = 4096  # deeper than any model; a larger --num-layers is a typing mistake
-MIN_PREDICT_LAYERS = 4  # analysis.predict.STEADY_LAYERS (not imported: the CLI loads analysis on use)
+MIN_PREDICT_LAYERS = 4  # analysis.predict.layers.STEADY_LAYERS (not imported: the CLI loads analysis on use)
 
 
 @app.command()
@@ -109,7 +109,8 @@ def predict(
     bucket list (see the docs for how it is modelled and how well it holds). Labelled "predicted, not
     measured".
     """
-    from bcgprof.analysis.predict import PredictionError, predict_buckets, predict_layers, predict_own_list
+    from bcgprof.analysis.predict.layers import predict_layers
+    from bcgprof.analysis.predict.lists import PredictionError, predict_buckets, predict_own_list
     from bcgprof.buckets import parse_buckets
     from bcgprof.render import render
     from bcgprof.render.analysis import prediction_view
@@ -169,7 +170,7 @@ def _layer_reports(paths: list[Path]) -> list[Path]:
 def _check_layer_names(reports: list) -> None:
     """A report named layers-N (as `capture --num-layers` names them) must record N layers in run.json:
     a name that says another depth is a renamed or misplaced report, refused rather than fitted."""
-    from bcgprof.analysis.predict import PredictionError
+    from bcgprof.analysis.predict.lists import PredictionError
     from bcgprof.report.schema import layer_count_of
 
     for r in reports:
@@ -215,8 +216,8 @@ def advise(
     (tokens computed for nothing when a batch is padded to the next bucket), and the trade-off
     curve.
     """
-    from bcgprof.analysis.advise import advise as choose
-    from bcgprof.analysis.advise import read_lengths
+    from bcgprof.analysis.predict.advise import advise as choose
+    from bcgprof.analysis.predict.advise import read_lengths
     from bcgprof.render import render
     from bcgprof.render.analysis import advice_view
     from bcgprof.report import read_report

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from bcgprof.analysis.allocator import round_size
+from bcgprof.analysis.predict.allocator import round_size
 from bcgprof.report.traces import Action, TracePool, TraceRow
 
 _EVENTS = frozenset(("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"))

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from bcgprof.analysis.advise import Advice, advice_json
-from bcgprof.analysis.bands import TOO_WIDE
 from bcgprof.analysis.explain import CAUSES, Explanation, explanation_json
-from bcgprof.analysis.headroom import Headroom
-from bcgprof.analysis.predict import Prediction, prediction_json
+from bcgprof.analysis.predict.advise import Advice, advice_json
+from bcgprof.analysis.predict.bands import TOO_WIDE
+from bcgprof.analysis.predict.headroom import Headroom
+from bcgprof.analysis.predict.prediction import Prediction, prediction_json
 from bcgprof.render.model import PLAIN, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.render.views import run_line
 from bcgprof.report_format import fmt_bytes, fmt_pct

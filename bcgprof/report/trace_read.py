@@ -2,7 +2,7 @@
 
 Mechanism. The compressed file is read whole (a regular file of at most ``MAX_TRACE_BYTES``,
 refused before a byte is read otherwise) and hashed: its SHA-256 names it wherever a result drawn
-from it is cached (:mod:`bcgprof.analysis.trace_cache`). It is inflated as a stream
+from it is cached (:mod:`bcgprof.analysis.predict.trace_cache`). It is inflated as a stream
 (:func:`inflate_chunks`: gzip members one after another, at most :data:`CHUNK` bytes out per step),
 and the stream stops as soon as the text passes ``MAX_TEXT_BYTES`` or holds more than ``MAX_ROWS``
 rows, so a gzip bomb or a padded file costs at most the caps, and nothing is parsed before the whole

@@ -3,7 +3,7 @@
 A capture records, bucket after bucket, what the CUDA caching allocator did (from
 ``torch.cuda.memory._record_memory_history`` with no stacks, read through
 ``torch.cuda.memory._snapshot()["device_traces"]``), so that another bucket list can be
-predicted by replaying it (:mod:`bcgprof.analysis.replay`) on any machine, no GPU needed.
+predicted by replaying it (:mod:`bcgprof.analysis.predict.replay`) on any machine, no GPU needed.
 
 The file is gzip-compressed UTF-8 text (two gzip members, read as one stream). Its first line is ``#`` followed by a JSON object,
 the header: ``format`` ("bcgprof-allocator-trace"), ``version`` (1), ``mode``,
@@ -20,7 +20,7 @@ header line and one row per event, in the order the allocator saw them:
 | ``pool`` | ``graph``: the graph pool all captures share; ``other``: the ordinary pools |
 | ``action`` | ``alloc``, ``free_requested`` (only when the free was deferred: the block had been used on another stream), ``free_completed`` (the block is free again), ``segment_alloc`` (cudaMalloc), ``segment_free`` (cudaFree), ``segment_exists`` (a segment there before recording began), ``peak`` (one per bucket and phase for ``other``: see ``size``) |
 | ``id`` | ``alloc``: this allocation's number (from 1, unique in the file); a free: the number of the allocation it frees (empty: allocated before recording began); a segment row: the segment's number (from 1) |
-| ``size`` | ``alloc`` and frees: the bytes requested (the allocator rounds them, :func:`bcgprof.analysis.allocator.round_size`); segment rows: the segment's bytes; ``peak``: the highest growth of the ordinary pools' allocated bytes (rounded sizes) during the phase |
+| ``size`` | ``alloc`` and frees: the bytes requested (the allocator rounds them, :func:`bcgprof.analysis.predict.allocator.round_size`); segment rows: the segment's bytes; ``peak``: the highest growth of the ordinary pools' allocated bytes (rounded sizes) during the phase |
 | ``stream`` | the CUDA stream, numbered from 0 in the order first seen |
 | ``segment`` | block rows: the number of the segment holding the block (empty when unknown) |
 | ``offset`` | block rows: the block's byte offset in its segment |

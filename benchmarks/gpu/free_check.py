@@ -6,7 +6,7 @@ For each model: a one-bucket capture (the largest) learns what the process takes
 bucket's warm-up (model, pre-warm, CUDA context), as NVML free before the process less NVML free
 when that warm-up begins. Then, for each FREE_MIB, benchmarks/gpu/hold_memory.py holds memory so that
 FREE_MIB are free when the first warm-up begins, and a per-bucket capture of the report's list
-runs. The prediction (bcgprof.analysis.headroom, from the committed REPORT's measured rows) is
+runs. The prediction (bcgprof.analysis.predict.headroom, from the committed REPORT's measured rows) is
 printed beside what happened: the first bucket that failed, its status, and the last that captured.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pynvml
 
-from bcgprof.analysis.headroom import measured_headroom
+from bcgprof.analysis.predict.headroom import measured_headroom
 from bcgprof.report import read_report
 
 MIB = 1 << 20

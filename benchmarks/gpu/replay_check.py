@@ -22,7 +22,7 @@ def _rows(report, mode):
 
 
 def main(argv: list[str]) -> int:
-    from bcgprof.analysis.predict import bucket_profile, predict_buckets
+    from bcgprof.analysis.predict.lists import bucket_profile, predict_buckets
     from bcgprof.report import read_report
     from bcgprof.report.traces import trace_name
 

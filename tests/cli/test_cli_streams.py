@@ -277,7 +277,7 @@ def test_predict_refuses_an_absurd_layer_count():
 
 @pytest.mark.parametrize("layers", ["0", "3"])
 def test_predict_refuses_a_depth_below_where_the_pool_settles_as_its_help_says(layers):
-    from bcgprof.analysis.predict import STEADY_LAYERS
+    from bcgprof.analysis.predict.layers import STEADY_LAYERS
     from bcgprof.cli.whatif import MIN_PREDICT_LAYERS
 
     assert MIN_PREDICT_LAYERS == STEADY_LAYERS

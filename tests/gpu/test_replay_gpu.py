@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bcgprof.analysis.predict import bucket_profile, predict_buckets
+from bcgprof.analysis.predict.lists import bucket_profile, predict_buckets
 from bcgprof.measure.runner import run_capture
 from bcgprof.options import CaptureOptions
 from bcgprof.report import read_report

@@ -3,8 +3,8 @@ changes the per-bucket advice; on synthetic profiles: tests/unit/test_advise_fre
 
 from __future__ import annotations
 
-from bcgprof.analysis.advise import advise
-from bcgprof.analysis.predict import predict_buckets
+from bcgprof.analysis.predict.advise import advise
+from bcgprof.analysis.predict.lists import predict_buckets
 
 LLAMA = "reports/llama-3.1-8b-h200-traced"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis.replay import Replayer
+from bcgprof.analysis.predict.replay import Replayer
 from bcgprof.measure.trace_events import TraceBuilder
 from bcgprof.report import read_report
 from bcgprof.report.traces import Action, Trace, TracePool, read_trace, write_trace

@@ -1,5 +1,5 @@
-"""Prediction bands against the committed reports (bcgprof/analysis/bands.py, bcgprof/analysis/calibrate.py):
-the shipped evidence (bcgprof/analysis/bands.json) holds the lists and figures the committed reports give,
+"""Prediction bands against the committed reports (bcgprof/analysis/predict/bands.py, bcgprof/analysis/predict/calibrate.py):
+the shipped evidence (bcgprof/analysis/predict/bands.json) holds the lists and figures the committed reports give,
 every held-out list lies inside the band the others give it, each traced profile predicts its held-out
 lists as recorded and inside their bands, and a prediction's band is stated with its evidence. No GPU: the
 reports are committed.
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis import bands, calibrate, predict
-from bcgprof.analysis.bands import QUANTUM, Calibration, ListBands, leave_one_out, run_key, shipped_calibration
-from bcgprof.analysis.predict import predict_buckets, predict_layers, prediction_json
+from bcgprof.analysis.predict import bands, calibrate, layers
+from bcgprof.analysis.predict.bands import QUANTUM, Calibration, ListBands, leave_one_out, run_key, shipped_calibration
+from bcgprof.analysis.predict.layers import predict_layers
+from bcgprof.analysis.predict.lists import predict_buckets
+from bcgprof.analysis.predict.prediction import prediction_json
 from bcgprof.report import read_report
 from bcgprof.report.summaries import needs_free_bytes
 
@@ -95,7 +97,7 @@ def test_the_layer_checks_are_what_the_committed_layer_sets_predict(cal, committ
     bands, except that the pool's spread over address layouts (replayed from traces:
     tests/regression/test_layout_spread.py) is left out here, so a band here lies within the shipped one."""
     reports, _ = committed
-    monkeypatch.setattr(predict, "layout_spread", lambda *args: None)
+    monkeypatch.setattr(layers, "layout_spread", lambda *args: None)
     again = calibrate.layer_checks(reports, REPORTS)
     assert [(c.inputs, c.full, c.mode) for c in again] == [(c.inputs, c.full, c.mode) for c in cal.layers]
     for new, old in zip(again, cal.layers, strict=True):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bcgprof.analysis.headroom import WARMUP, measured_headroom
-from bcgprof.analysis.predict import predict_buckets, predict_own_list
+from bcgprof.analysis.predict.headroom import WARMUP, measured_headroom
+from bcgprof.analysis.predict.lists import predict_buckets, predict_own_list
 from bcgprof.report import read_report
 
 MIB = 1 << 20

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis.predict import PredictionError, predict_buckets, prediction_json
-from bcgprof.analysis.replay import Replayer
+from bcgprof.analysis.predict.lists import PredictionError, predict_buckets
+from bcgprof.analysis.predict.prediction import prediction_json
+from bcgprof.analysis.predict.replay import Replayer
 from bcgprof.report import read_report
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from random import Random
 
-from bcgprof.analysis.allocator import Pool
-from bcgprof.analysis.layout_spread import LAID_OUT, layout_spread
-from bcgprof.analysis.predict import predict_layers
+from bcgprof.analysis.predict.allocator import Pool
+from bcgprof.analysis.predict.layers import predict_layers
+from bcgprof.analysis.predict.layout_spread import LAID_OUT, layout_spread
 from bcgprof.report import read_report
 
 FEW = "reports/qwen3-8b-h100-layers"

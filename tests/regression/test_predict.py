@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis.advise import advise
-from bcgprof.analysis.predict import PredictionError, predict_layers
+from bcgprof.analysis.predict.advise import advise
+from bcgprof.analysis.predict.layers import predict_layers
+from bcgprof.analysis.predict.lists import PredictionError
 from bcgprof.report import read_report
 
 from unit.test_predict import _synthetic

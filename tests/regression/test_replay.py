@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis.predict import PredictionError, predict_buckets
+from bcgprof.analysis.predict.lists import PredictionError, predict_buckets
 
 COMMITTED = sorted(p.parent.name for p in Path("reports").glob("*/run.json")
                    if json.loads(p.read_text()).get("status") == "complete" and json.loads(p.read_text()).get("tp") == 1

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis.predict import predict_buckets
+from bcgprof.analysis.predict.lists import predict_buckets
 from bcgprof.report import read_report
 from bcgprof.report.summaries import needs_free_bytes
 

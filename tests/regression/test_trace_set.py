@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis import trace_set
+from bcgprof.analysis.predict import trace_set
 from bcgprof.report import read_report
 
 
 def test_a_layer_prediction_opens_no_trace(monkeypatch):
     """Its band's layout spread needs the deepest capture's traces; reports captured before traces have none, and
     nothing else in a layer prediction reads one."""
-    from bcgprof.analysis.predict import predict_layers
+    from bcgprof.analysis.predict.layers import predict_layers
     from bcgprof.report import trace_read
 
     root = Path(__file__).resolve().parents[2] / "reports" / "gpt-oss-20b-h200-layers"

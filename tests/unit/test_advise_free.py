@@ -10,8 +10,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from bcgprof.analysis.advise import AdviceError, advise, length_weights, padding_pct
-from bcgprof.analysis.predict import bucket_profile, predict_buckets
+from bcgprof.analysis.predict.advise import AdviceError, advise, length_weights, padding_pct
+from bcgprof.analysis.predict.lists import bucket_profile, predict_buckets
 from bcgprof.cli import app
 
 MIB = 1 << 20

@@ -1,4 +1,4 @@
-"""advise's inputs and the one definition of padding (bcgprof.analysis.padding)."""
+"""advise's inputs and the one definition of padding (bcgprof.analysis.predict.padding)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-import bcgprof.analysis.padding as padding_module
-from bcgprof.analysis.padding import padding_pct, read_lengths
+import bcgprof.analysis.predict.padding as padding_module
+from bcgprof.analysis.predict.padding import padding_pct, read_lengths
 from bcgprof.errors import BcgprofError
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import bcgprof.analysis.replay as replay
-from bcgprof.analysis.advise import advise
-from bcgprof.analysis.predict import predict_buckets
-from bcgprof.analysis.programme import hull_programme, table_programme
+import bcgprof.analysis.predict.replay as replay
+from bcgprof.analysis.predict.advise import advise
+from bcgprof.analysis.predict.lists import predict_buckets
+from bcgprof.analysis.predict.programme import hull_programme, table_programme
 
 MIB = 1 << 20
 HEADROOM = 64 * MIB  # above the largest bucket alone: the same budget headroom at every size

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bcgprof.analysis.allocator import (
+from bcgprof.analysis.predict.allocator import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
     AllocatorError,

@@ -1,4 +1,4 @@
-"""Prediction bands on synthetic data (bcgprof/analysis/bands.py, bcgprof/analysis/executables.py): a list
+"""Prediction bands on synthetic data (bcgprof/analysis/predict/bands.py, bcgprof/analysis/predict/executables.py): a list
 prediction's band is stated with its evidence (or the lack of it) and grows with the list, evidence counts
 only for its own configuration, a band too wide is flagged, the executables come from the staircase, advise
 keeps the band's top within the budget, and the shipped file round-trips and is refused when malformed.
@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from bcgprof.analysis import bands
-from bcgprof.analysis.advise import advice_json, advise
-from bcgprof.analysis.bands import (
+from bcgprof.analysis.predict import bands
+from bcgprof.analysis.predict.advise import advice_json, advise
+from bcgprof.analysis.predict.bands import (
     QUANTUM,
     Calibration,
     CalibrationError,
@@ -26,8 +26,9 @@ from bcgprof.analysis.bands import (
     run_key,
     shipped_calibration,
 )
-from bcgprof.analysis.executables import later_executables
-from bcgprof.analysis.predict import predict_buckets, prediction_json
+from bcgprof.analysis.predict.executables import later_executables
+from bcgprof.analysis.predict.lists import predict_buckets
+from bcgprof.analysis.predict.prediction import prediction_json
 from bcgprof.cli import app
 from bcgprof.report import BucketRecord, RunInfo
 

@@ -1,4 +1,4 @@
-"""bcgprof.analysis.fit: the one least-squares fit, against the closed forms of a straight line and a
+"""bcgprof.analysis.predict.fit: the one least-squares fit, against the closed forms of a straight line and a
 brute-force search of the non-negative fits."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from bcgprof.analysis.fit import least_squares
+from bcgprof.analysis.predict.fit import least_squares
 
 XS = [1.0, 2.0, 3.0, 4.0, 5.0, 7.0]
 YS = [1.0, 3.0, 2.0, 5.0, 4.0, 8.5]

@@ -1,10 +1,10 @@
-"""The free memory a capture needs (bcgprof.analysis.headroom): the rule on synthetic buckets and the
+"""The free memory a capture needs (bcgprof.analysis.predict.headroom): the rule on synthetic buckets and the
 warm-up's growth read from a trace (the committed H200 captures that the rule must reproduce:
 tests/regression/test_headroom.py)."""
 
 from __future__ import annotations
 
-from bcgprof.analysis.headroom import (
+from bcgprof.analysis.predict.headroom import (
     CAPTURE,
     WARMUP,
     BucketNeed,

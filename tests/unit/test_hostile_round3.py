@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import bcgprof
-from bcgprof.analysis.layout_spread import layout_spread
-from bcgprof.analysis.possible import check_possible
-from bcgprof.analysis.predict import ModePrediction
+from bcgprof.analysis.predict.layout_spread import layout_spread
+from bcgprof.analysis.predict.possible import check_possible
+from bcgprof.analysis.predict.prediction import ModePrediction
 from bcgprof.errors import BcgprofError, PredictionError, ReportError
 from bcgprof.inputs import BROKEN_LINK, DIRECTORY, MISSING, REGULAR, SPECIAL, kind_of
 from bcgprof.outputs import append_text

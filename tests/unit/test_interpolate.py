@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from bcgprof.analysis.predict import predict_buckets, prediction_json
-from bcgprof.analysis.replay_fold import ALLOC, FREE
-from bcgprof.analysis.replay_interpolate import interpolate_ops, line_size
+from bcgprof.analysis.predict.fold import ALLOC, FREE
+from bcgprof.analysis.predict.interpolate import interpolate_ops, line_size
+from bcgprof.analysis.predict.lists import predict_buckets
+from bcgprof.analysis.predict.prediction import prediction_json
 
 from traced_profile import MODES, capture, write_profile
 

@@ -9,8 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bcgprof.analysis.advise import AdviceError, advise, brute_force, optimise, padding_of, read_lengths
-from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, predict_layers
+from bcgprof.analysis.predict.advise import AdviceError, advise, brute_force, optimise, padding_of, read_lengths
+from bcgprof.analysis.predict.layers import predict_layers
+from bcgprof.analysis.predict.lists import PredictionError, bucket_profile, predict_buckets
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
 
 MIB = 1 << 20
@@ -189,7 +190,7 @@ def test_advice_matches_a_brute_force_search_over_exact_predictions(mode, traced
 def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
     """Each bucket adds c bytes; NVML shows the running total in 2 MiB steps. The staircase's slope
     recovers c to well under a percent where the total over the buckets is off by up to a step."""
-    from bcgprof.analysis.executables import staircase_slope
+    from bcgprof.analysis.predict.executables import staircase_slope
 
     for c in (0.61 * MIB, 1.47 * MIB, 7.93 * MIB):
         seen, rows = 0, []

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 import sys
 
-from bcgprof.analysis.predict import BucketProfile, _executables, _output, _row, bucket_profile, predict_buckets
-from bcgprof.analysis.replay_interpolate import neighbours
+from bcgprof.analysis.predict.interpolate import neighbours
+from bcgprof.analysis.predict.lists import BucketProfile, _executables, _output, _row, bucket_profile, predict_buckets
 from bcgprof.report import BucketRecord
 
 GROWTH = 2.4  # linear work plus sorting: twice the buckets, a little over twice the lines

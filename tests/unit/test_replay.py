@@ -17,8 +17,9 @@ import sys
 
 import pytest
 
-from bcgprof.analysis.predict import PredictionError, bucket_profile, predict_buckets, prediction_json
-from bcgprof.analysis.replay import Replayer
+from bcgprof.analysis.predict.lists import PredictionError, bucket_profile, predict_buckets
+from bcgprof.analysis.predict.prediction import prediction_json
+from bcgprof.analysis.predict.replay import Replayer
 
 from traced_profile import BUCKETS, MODES, capture, forward, write_profile
 
@@ -89,13 +90,13 @@ def test_the_largest_bucket_of_a_list_keeps_its_output_in_shared_largest_mode(pr
 
 def test_skipping_repeated_layers_changes_no_result(tmp_path, monkeypatch):
     """A deeper stack (12 layers), replayed with and without skipping the periods whose state repeats."""
-    import bcgprof.analysis.replay
+    import bcgprof.analysis.predict.replay
 
     import traced_profile
 
     jumps = []
-    rename = bcgprof.analysis.replay.rename
-    monkeypatch.setattr(bcgprof.analysis.replay, "rename", lambda *a: jumps.append(rename(*a)) or jumps[-1])
+    rename = bcgprof.analysis.predict.replay.rename
+    monkeypatch.setattr(bcgprof.analysis.predict.replay, "rename", lambda *a: jumps.append(rename(*a)) or jumps[-1])
 
     def deep(tokens):
         layers, traced_profile.LAYERS = traced_profile.LAYERS, 12
@@ -140,14 +141,14 @@ def test_a_report_without_traces_keeps_everything_but_list_predictions(tmp_path)
 
 
 def test_the_read_side_of_the_replay_does_not_import_torch():
-    code = ("import sys; import bcgprof.analysis.replay, bcgprof.analysis.allocator, bcgprof.report.traces, bcgprof.measure.trace_events, "
-            "bcgprof.analysis.predict, bcgprof.analysis.advise; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    code = ("import sys; import bcgprof.analysis.predict.replay, bcgprof.analysis.predict.allocator, bcgprof.report.traces, bcgprof.measure.trace_events, "
+            "bcgprof.analysis.predict.lists, bcgprof.analysis.predict.advise; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_a_bucket_whose_trace_lost_events_is_refused(profile):
-    from bcgprof.analysis.replay import ReplayError
+    from bcgprof.analysis.predict.replay import ReplayError
     from bcgprof.report.traces import read_trace, trace_name
 
     trace = read_trace(profile.path / trace_name("shared"))
@@ -216,7 +217,7 @@ def test_another_captures_trace_is_refused(tmp_path, profile):
 
 
 def test_a_refused_trace_stays_refused_when_asked_again(tmp_path, profile):
-    from bcgprof.analysis.replay import ReplayError
+    from bcgprof.analysis.predict.replay import ReplayError
 
     p = bucket_profile(_damaged(tmp_path, profile, "shared", _grown))
     for _ in range(2):

@@ -1,5 +1,5 @@
-"""A report's traces read once (bcgprof.analysis.trace_set) and what is kept of them between
-commands (bcgprof.analysis.trace_cache), on a small synthetic traced profile
+"""A report's traces read once (bcgprof.analysis.predict.trace_set) and what is kept of them between
+commands (bcgprof.analysis.predict.trace_cache), on a small synthetic traced profile
 (tests/traced_profile.py; no GPU).
 
 The trace set must hold every bucket's events exactly as a row-by-row reading groups them; the cache
@@ -17,14 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from bcgprof.analysis import bucket_ops, replay, replay_sources, trace_cache, trace_set
-from bcgprof.analysis.predict import (
-    PredictionError,
-    bucket_profile,
-    predict_buckets,
-    prediction_json,
-)
-from bcgprof.analysis.replay_fold import ALLOC, FREE
+from bcgprof.analysis.predict import bucket_ops, replay, trace_cache, trace_set
+from bcgprof.analysis.predict import sources as replay_sources
+from bcgprof.analysis.predict.fold import ALLOC, FREE
+from bcgprof.analysis.predict.lists import PredictionError, bucket_profile, predict_buckets
+from bcgprof.analysis.predict.prediction import prediction_json
 from bcgprof.report import read_report
 from bcgprof.report.traces import read_trace, trace_name, write_trace
 
@@ -248,8 +245,8 @@ def test_the_check_of_a_traces_own_list_skips_repeated_layers_and_counts_every_m
     misplaced."""
     import random
 
-    from bcgprof.analysis.replay import Replayer
-    from bcgprof.analysis.trace_set import TraceSet, mode_trace_of
+    from bcgprof.analysis.predict.replay import Replayer
+    from bcgprof.analysis.predict.trace_set import TraceSet, mode_trace_of
 
     import traced_profile
 
@@ -288,7 +285,7 @@ def test_an_advice_takes_its_setup_from_the_cache_only_when_it_reads_back_whole(
 ):
     """advise keeps the replays that do not depend on the budget; a later one takes them, and the
     same advice comes out; a kept entry of another shape is ignored."""
-    from bcgprof.analysis.advise import advice_json, advise
+    from bcgprof.analysis.predict.advise import advice_json, advise
 
     budget = predict_buckets(profile, [max(BUCKETS)], ["per-bucket"]).mode(
         "per-bucket"

@@ -5,20 +5,20 @@ computes ``b - t`` tokens for nothing; a batch longer than the largest bucket is
 chunks of the largest bucket, and only its remainder pads. Given the distribution of
 prefill sizes (observed token counts, or uniform over the profiled range), the advisor
 picks, among the profiled buckets, the list with the least expected padding whose
-predicted cost (:func:`bcgprof.analysis.predict.predict_buckets`) fits the budget even at the top of
+predicted cost (:func:`bcgprof.analysis.predict.lists.predict_buckets`) fits the budget even at the top of
 its error band. The largest profiled bucket is always kept: it is the chunk size.
 
 With ``free`` (``advise --free SIZE``) the list must also capture with SIZE free on the device
 when its first warm-up begins, as a server's start-up has it: a capture needs more than it
 keeps, since each bucket's eager warm-up leaves its blocks cached while the pool grows
-(:mod:`bcgprof.analysis.headroom`). A candidate that fits the budget is kept only if its
+(:mod:`bcgprof.analysis.predict.headroom`). A candidate that fits the budget is kept only if its
 replayed need (the largest over its buckets of what earlier buckets kept plus the bucket's
 warm-up cache, pool growth and executables) is within SIZE; that reads the prediction the
 budget check made, so it adds no replay, but the search then goes on to more padded lists.
 The trade-off curve carries the same constraint.
 
 **Expected padding**, wherever bcgprof prints it, is padded tokens over requested tokens (full
-chunks included): :mod:`bcgprof.analysis.padding` defines it and reads the request lengths.
+chunks included): :mod:`bcgprof.analysis.predict.padding` defines it and reads the request lengths.
 
 The search: a dynamic programme over the sorted candidates finds, for every budget in whole
 MiB, the list with the least padding when each bucket costs a fixed amount on top of the
@@ -41,14 +41,14 @@ the pool; every later bucket's costs outside the pool; the band's top) is at mos
 prediction's top. So a programme runs only up to the most units a list can cost under its
 model and still have a bound within the budget (:meth:`_Search.reach`): above that no list
 can fit. A list whose bound is above a budget is never built nor replayed, and a replay stops
-as soon as the pool leaves no room (:meth:`bcgprof.analysis.replay.Replayer.pool_within`).
+as soon as the pool leaves no room (:meth:`bcgprof.analysis.predict.replay.Replayer.pool_within`).
 
 Complexity, for ``n`` profiled buckets, ``U`` units (MiB) a programme reaches (about the
 budget above the largest bucket alone; more for a model that charges each bucket its output,
 which the largest bucket's freed space absorbs) and lists of ``k`` buckets of ``E`` allocator
 events each:
 
-* each programme (:mod:`bcgprof.analysis.programme`): O(n U) time and memory (one convex hull of
+* each programme (:mod:`bcgprof.analysis.predict.programme`): O(n U) time and memory (one convex hull of
   lines a budget, each line joining and leaving it once, vectorised over the budgets; the O(n^2 U)
   table it replaces gives the same lists, ties included); its O(U) lists are read along its
   back-pointers with their paddings and bounds, O(U k), and built only when replayed;
@@ -78,17 +78,11 @@ from typing import Optional
 
 import numpy as np
 
-from bcgprof.analysis.bands import TOO_WIDE
-from bcgprof.analysis.padding import Padding, length_weights, padding_of, padding_pct, read_lengths
-from bcgprof.analysis.predict import (
-    BucketProfile,
-    ModePrediction,
-    PredictionError,
-    bucket_profile,
-    list_band,
-    predict_buckets,
-)
-from bcgprof.analysis.programme import (
+from bcgprof.analysis.predict.bands import TOO_WIDE
+from bcgprof.analysis.predict.lists import BucketProfile, PredictionError, bucket_profile, list_band, predict_buckets
+from bcgprof.analysis.predict.padding import Padding, length_weights, padding_of, padding_pct, read_lengths
+from bcgprof.analysis.predict.prediction import ModePrediction
+from bcgprof.analysis.predict.programme import (
     brute_force,
     level_lists,
     most_units,
@@ -118,7 +112,7 @@ class Advice:
     notes: list[str] = field(default_factory=list)
     low_bytes: int = 0  # the bottom of the prediction's band
     exact: bool = False  # the list's pool replayed from every event of its buckets
-    band_source: str = ""  # what the band was derived from (bcgprof.analysis.bands)
+    band_source: str = ""  # what the band was derived from (bcgprof.analysis.predict.bands)
     work: dict = field(default_factory=dict)  # what the search did: predictions, replays... (not in the JSON)
     needs_free_bytes: Optional[int] = None  # the free memory the list needs when its first warm-up begins
     free_bytes: Optional[int] = None  # --free: the second constraint (None: not asked)
@@ -145,7 +139,7 @@ def advise(report: Report, budget: int, *, mode: str = ListMode.SHARED_LARGEST.v
     """The bucket list with the least expected padding whose predicted ``mode`` cost fits ``budget`` bytes.
 
     ``free``: the free memory (NVML) when the first bucket's warm-up begins, as a server start-up has it; the
-    list must also capture with that much free (:attr:`bcgprof.analysis.headroom.Headroom.needs_free_bytes`:
+    list must also capture with that much free (:attr:`bcgprof.analysis.predict.headroom.Headroom.needs_free_bytes`:
     the warm-ups' cached blocks and the pool's growth meet at each bucket's peak). Every candidate list keeps
     the profile's largest bucket, so its need is replayed, not bounded."""
     if mode not in ADVISE_MODES:
@@ -405,7 +399,7 @@ class _Search:
         return self._exact(chosen)
 
     def _free_floor(self, chosen: tuple[int, ...]) -> int:
-        """At most the free memory the list needs (:attr:`~bcgprof.analysis.headroom.Headroom.needs_free_bytes`:
+        """At most the free memory the list needs (:attr:`~bcgprof.analysis.predict.headroom.Headroom.needs_free_bytes`:
         the most, over its buckets, of device used after the bucket plus its warm-up's cache), from costs known
         without a replay: device used after a bucket is at least the first bucket's costs outside the pool, each
         later one's so far, and a pool no smaller than the first two buckets' or the bytes kept so far."""
@@ -558,7 +552,7 @@ class _Search:
 
 def _warmup_caches(profile: BucketProfile, mode: str, buckets: Sequence[int]) -> Optional[dict[int, int]]:
     """Each bucket's warm-up cache as the free-memory check counts it (its warm-up's growth less its torch memory
-    outside the pool, :func:`bcgprof.analysis.headroom.traced_headroom`); None where the traces lack a warm-up."""
+    outside the pool, :func:`bcgprof.analysis.predict.headroom.traced_headroom`); None where the traces lack a warm-up."""
     growth, rows = profile.replayer.warmup.get(mode, {}), profile.rows.get(mode, {})
     out = {}
     for b in buckets:

@@ -4,7 +4,7 @@ A profile's report holds, per mode, the graph pool's events of every bucket's ca
 (:mod:`bcgprof.report.traces`). A bucket's requests do not depend on what was captured before it
 (the model code asks for the same sizes in the same order), so the pool of any list drawn
 from the profiled buckets follows from replaying their events, in the list's capture order
-(largest first), through the allocator model (:mod:`bcgprof.analysis.allocator`): every segment the
+(largest first), through the allocator model (:mod:`bcgprof.analysis.predict.allocator`): every segment the
 pool opens, hence its bytes after each bucket, is the allocator's own decision.
 
 Where each bucket's events come from (the retention rules are in the events themselves: a
@@ -52,12 +52,12 @@ from pathlib import Path
 from random import Random
 from typing import Optional, Union
 
-from bcgprof.analysis import trace_cache
-from bcgprof.analysis.allocator import Pool
-from bcgprof.analysis.bucket_ops import BucketOps
-from bcgprof.analysis.replay_fold import ALLOC, boundaries, rename, signature
-from bcgprof.analysis.replay_sources import MODE_BITS, BucketSources, ReplayError
-from bcgprof.analysis.trace_set import ModeTrace, TraceSet
+from bcgprof.analysis.predict import trace_cache
+from bcgprof.analysis.predict.allocator import Pool
+from bcgprof.analysis.predict.bucket_ops import BucketOps
+from bcgprof.analysis.predict.fold import ALLOC, boundaries, rename, signature
+from bcgprof.analysis.predict.sources import MODE_BITS, BucketSources, ReplayError
+from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet
 from bcgprof.report.traces import Trace, trace_name
 
 __all__ = ["MODE_BITS", "PoolReplay", "ReplayError", "Replayer"]
@@ -132,13 +132,13 @@ def _pool_replay(mode: str, plan: tuple, kept: list) -> PoolReplay:
 
 class Replayer(BucketSources):
     """Replays the traces of one report; states after each list prefix are cached. Where each bucket's events
-    come from, and the traces' checks, are :class:`~bcgprof.analysis.replay_sources.BucketSources`'."""
+    come from, and the traces' checks, are :class:`~bcgprof.analysis.predict.sources.BucketSources`'."""
 
     def __init__(self, traces: Union[TraceSet, Mapping[str, Union[Trace, Path, ModeTrace]]], below: bool = False,
                  expected: Optional[dict[str, list[tuple[int, int]]]] = None, layout: Optional[int] = None):
-        """``traces``: a :class:`~bcgprof.analysis.trace_set.TraceSet`, or mode -> its trace (or the path of its
+        """``traces``: a :class:`~bcgprof.analysis.predict.trace_set.TraceSet`, or mode -> its trace (or the path of its
         file, read when first needed). ``below``, ``layout`` (a seed): where segments go
-        (:class:`bcgprof.analysis.allocator.Pool`'s ``below``, ``shuffle``). ``expected``: mode -> the report's
+        (:class:`bcgprof.analysis.predict.allocator.Pool`'s ``below``, ``shuffle``). ``expected``: mode -> the report's
         measured (bucket, pool bytes) in capture order; a mode's trace is used only once the replay of its own
         list gives them (a damaged or another capture's would be "exact"); the trace set remembers the verdict."""
         if not isinstance(traces, TraceSet):
@@ -225,7 +225,7 @@ class Replayer(BucketSources):
 
     def keep_replays(self, mode: str, lists: Sequence[Sequence[int]]) -> None:
         """Keep the replays of ``mode``'s ``lists`` (replayed now if they were not) for a later command on the same
-        traces (:mod:`bcgprof.analysis.trace_cache`, keyed by the traces' content and the lists)."""
+        traces (:mod:`bcgprof.analysis.predict.trace_cache`, keyed by the traces' content and the lists)."""
         _, parts, near = self._book(mode, lists)
         if parts:
             entries = []
@@ -415,9 +415,9 @@ class Replayer(BucketSources):
 
     def _run_folded(self, state: _State, bops: BucketOps, check: bool = False) -> None:
         """:meth:`_run` over the whole bucket, jumping over repeated periods where the state repeats
-        (:mod:`bcgprof.analysis.replay_fold`): the same result, in a fraction of the steps. The events skipped
+        (:mod:`bcgprof.analysis.predict.fold`): the same result, in a fraction of the steps. The events skipped
         place each allocation where the same event a cycle earlier did, so ``check`` compares their recorded
-        addresses with those (:meth:`~bcgprof.analysis.trace_set.BucketOps.mismatches`) instead of replaying."""
+        addresses with those (:meth:`~bcgprof.analysis.predict.trace_set.BucketOps.mismatches`) instead of replaying."""
         ops, frees = bops.lazy(), bops.frees  # the events made into tuples only where they are run
         assert bops.fold is not None
         placed = [-1] * len(ops) if check else None
@@ -455,7 +455,7 @@ class Replayer(BucketSources):
         """Refuse ``trace`` unless replaying its own list gives the report's measured pool after every bucket (on
         every committed trace it does, to the byte), every block where it was recorded. The replay is a fresh one
         (placements as recorded), so the verdict depends on the trace and the figures alone; a trace read from a
-        file keeps it in the cache (:mod:`bcgprof.analysis.trace_cache`), keyed by the file's content and the
+        file keeps it in the cache (:mod:`bcgprof.analysis.predict.trace_cache`), keyed by the file's content and the
         figures, and the next command reads it there instead of replaying."""
         mode, where = trace.mode, trace.path or trace_name(trace.mode)
         order = list(trace.order)

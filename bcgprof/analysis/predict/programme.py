@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from bcgprof.analysis.padding import padding_of, padding_table
+from bcgprof.analysis.predict.padding import padding_of, padding_table
 
 
 def programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray

@@ -1,12 +1,12 @@
 """One bucket's allocator events as a replay reads them: :class:`BucketOps`.
 
 Mechanism. A profiled bucket's events live in its trace's columns (:data:`OPS`, one row an event,
-:class:`~bcgprof.analysis.trace_set.ModeTrace`); they become the replay's tuples, ``(ALLOC,
+:class:`~bcgprof.analysis.predict.trace_set.ModeTrace`); they become the replay's tuples, ``(ALLOC,
 requested, stream, key, segment address hint, recorded address)`` or ``(FREE, key)``, only when a
 replay asks: the whole bucket (:attr:`BucketOps.ops`), or range by range (:meth:`BucketOps.lazy`: a
 folded replay makes only the events it runs). The index of frees and the repeating region are found
 from the columns too. An interpolated bucket's events are made by a function instead
-(:mod:`bcgprof.analysis.replay_interpolate`).
+(:mod:`bcgprof.analysis.predict.interpolate`).
 
 Invariant: the tuples are those of the columns, whenever they are made; at most :data:`MADE_EVENTS`
 events of all buckets are held as tuples at once (the least recently used are dropped and made again
@@ -22,7 +22,7 @@ from typing import Optional, Protocol
 
 import numpy as np
 
-from bcgprof.analysis.replay_fold import ALLOC, FREE, find_period, find_period_arrays, free_index
+from bcgprof.analysis.predict.fold import ALLOC, FREE, find_period, find_period_arrays, free_index
 
 OPS = ("kind", "size", "stream", "ident", "hint", "recorded")  # a trace's event columns, in order
 KIND, SIZE_, STREAM_, IDENT, HINT, RECORDED = range(len(OPS))
@@ -46,7 +46,7 @@ class BucketOps:
     range instead (a folded replay skips most). ``cross``: keys of earlier buckets' blocks its
     capture frees; ``unknown``: graph-pool frees of blocks allocated before recording began;
     ``frees``: key -> index of the op that frees it; ``fold``: a repeating region
-    (:func:`bcgprof.analysis.replay_fold.find_period`); ``between``: for an interpolated bucket, the
+    (:func:`bcgprof.analysis.predict.fold.find_period`); ``between``: for an interpolated bucket, the
     profiled buckets below and above it; ``size``: how many events."""
 
     __slots__ = (
@@ -238,7 +238,7 @@ def _tuples(
 
 
 def _free_index(trace: EventColumns, bucket: int, base: int) -> dict:
-    """:func:`bcgprof.analysis.replay_fold.free_index` from the columns (without the tuples)."""
+    """:func:`bcgprof.analysis.predict.fold.free_index` from the columns (without the tuples)."""
     c = trace.columns(bucket)
     at = np.flatnonzero(c[:, KIND] == FREE)
     return dict(zip((c[at, IDENT] | base).tolist(), at.tolist()))

@@ -9,7 +9,7 @@ line between the two neighbours can be short or long by one of the allocator's 5
 Each size is therefore taken from the line through the neighbours, rounded up; how far that is
 from a captured bucket is measured, not assumed: profiled buckets left out and interpolated, and
 captured lists predicted from sparser traced lists (``tests/regression/test_interpolate.py``; the
-calibration keeps such lists as evidence, :mod:`bcgprof.analysis.calibrate`).
+calibration keeps such lists as evidence, :mod:`bcgprof.analysis.predict.calibrate`).
 
 Where the neighbours' events differ in anything but sizes (a kernel that changes its
 workspace or its launch shape between them), or a capture frees another bucket's blocks,
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from bcgprof.analysis.replay_fold import ALLOC, FREE
+from bcgprof.analysis.predict.fold import ALLOC, FREE
 
 
 def neighbours(profiled: Sequence[int], bucket: int) -> Optional[tuple[int, int]]:

@@ -1,9 +1,9 @@
 """The evidence behind prediction bands, built from a directory of committed reports
-(``benchmarks/calibrate_bands.py`` writes it to ``bcgprof/analysis/bands.json``; :mod:`bcgprof.analysis.bands` reads it).
+(``benchmarks/calibrate_bands.py`` writes it to ``bcgprof/analysis/predict/bands.json``; :mod:`bcgprof.analysis.predict.bands` reads it).
 
 * **Held-out lists.** For every traced profile (a complete single-GPU report, captured largest
   first, with allocator traces), every other report of the same configuration
-  (:func:`bcgprof.analysis.bands.run_key`) whose bucket list differs from the profile's and is drawn from
+  (:func:`bcgprof.analysis.predict.bands.run_key`) whose bucket list differs from the profile's and is drawn from
   it is predicted from the profile, mode by mode, and its measured device-used total kept beside
   the prediction. A list within the profile's range with buckets it lacks counts too (they are
   interpolated; the residual records how many). Where the two segment placements replay different
@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from bcgprof.analysis.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
-from bcgprof.analysis.predict import BucketProfile, PredictionError, bucket_profile, predict_buckets, predict_layers
+from bcgprof.analysis.predict.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
+from bcgprof.analysis.predict.layers import predict_layers
+from bcgprof.analysis.predict.lists import BucketProfile, PredictionError, bucket_profile, predict_buckets
 from bcgprof.errors import BcgprofError
 from bcgprof.report import Report, RunInfo, read_report
 from bcgprof.report.summaries import needs_free_bytes

@@ -6,18 +6,18 @@ graph-pool events as columns (kind, requested bytes, stream, allocation number, 
 recorded address, the block's recorded address), grouped by the bucket they belong to, in capture
 order, with what each bucket needs beside its events (blocks of earlier buckets its capture frees,
 frees of blocks allocated before recording began, the bytes it allocates and never frees, its eager
-warm-up's growth). Where each event goes (the rules are :mod:`bcgprof.analysis.replay`'s): a free
+warm-up's growth). Where each event goes (the rules are :mod:`bcgprof.analysis.predict.replay`'s): a free
 recorded after the owner's capture ended (in a later bucket's warm-up) belongs to the owner and
 follows its own events; a free inside a later capture stays there and is listed as that bucket's
 ``cross``. Allocation numbers are renumbered 1, 2, ... in the order of the numbers recorded, so any
 trace's keys fit the replay's key space. A bucket's events become tuples (:class:`BucketOps`) only
 when a replay asks for them, and its repeating region
-(:func:`bcgprof.analysis.replay_fold.find_period_arrays`) only when a folded replay does.
+(:func:`bcgprof.analysis.predict.fold.find_period_arrays`) only when a folded replay does.
 
 A :class:`TraceSet` holds one report's traces (files, in-memory traces or mode traces), loads each
-mode once when first asked (from the cache, :mod:`bcgprof.analysis.trace_cache`, when the file's
+mode once when first asked (from the cache, :mod:`bcgprof.analysis.predict.trace_cache`, when the file's
 content was seen before), and remembers the verdict of the check against the report's measured pools
-(:meth:`bcgprof.analysis.replay.Replayer.has`), so every replayer made from it shares one load and
+(:meth:`bcgprof.analysis.predict.replay.Replayer.has`), so every replayer made from it shares one load and
 one check; a refused trace stays refused.
 
 Invariant: a ModeTrace is frozen (its arrays are read-only) and equal, event for event, to what a
@@ -39,11 +39,11 @@ from typing import Optional, Union
 
 import numpy as np
 
-from bcgprof.analysis import trace_cache
-from bcgprof.analysis.allocator import K_MIN_BLOCK_SIZE
-from bcgprof.analysis.bucket_ops import OPS, BucketOps, fold_of
-from bcgprof.analysis.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
-from bcgprof.analysis.replay_fold import ALLOC, FREE
+from bcgprof.analysis.predict import trace_cache
+from bcgprof.analysis.predict.allocator import K_MIN_BLOCK_SIZE
+from bcgprof.analysis.predict.bucket_ops import OPS, BucketOps, fold_of
+from bcgprof.analysis.predict.fold import ALLOC, FREE
+from bcgprof.analysis.predict.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
 from bcgprof.report.trace_read import (
     ACTION,
     ACTIONS,
@@ -317,7 +317,7 @@ class TraceSet:
 
 
 def load(path: Path) -> ModeTrace:
-    """One trace file as a :class:`ModeTrace`: from the cache (:mod:`bcgprof.analysis.trace_cache`)
+    """One trace file as a :class:`ModeTrace`: from the cache (:mod:`bcgprof.analysis.predict.trace_cache`)
     when a file of the same content was read before, else read, checked and built (and kept there).
     """
     raw = read_bytes(path)  # within the compressed cap

@@ -6,7 +6,7 @@ and of the source of the modules that derive it (so another bcgprof misses), and
 directory, which bcgprof only reads. Two kinds:
 
 * ``entries/<name>-<code>``: bytes, with their SHA-256 (a trace file's
-  :class:`~bcgprof.analysis.trace_set.ModeTrace`, so a later command skips inflating and parsing);
+  :class:`~bcgprof.analysis.predict.trace_set.ModeTrace`, so a later command skips inflating and parsing);
 * ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
   verdict that a trace replays to its report's measured pools; the pools of a layout spread;
   advise's replays that do not depend on the budget), the key repeated inside.
@@ -41,16 +41,16 @@ MAX_FACTS = 4096  # facts kept (a few hundred bytes each)
 DERIVED_BY = (
     "bcgprof.report.traces",
     "bcgprof.report.trace_read",
-    "bcgprof.analysis.trace_set",
-    "bcgprof.analysis.bucket_ops",
-    "bcgprof.analysis.trace_cache",
-    "bcgprof.analysis.allocator",
-    "bcgprof.analysis.replay_sources",
-    "bcgprof.analysis.replay",
-    "bcgprof.analysis.replay_fold",
-    "bcgprof.analysis.replay_interpolate",
-    "bcgprof.analysis.headroom",
-    "bcgprof.analysis.layout_spread",
+    "bcgprof.analysis.predict.trace_set",
+    "bcgprof.analysis.predict.bucket_ops",
+    "bcgprof.analysis.predict.trace_cache",
+    "bcgprof.analysis.predict.allocator",
+    "bcgprof.analysis.predict.sources",
+    "bcgprof.analysis.predict.replay",
+    "bcgprof.analysis.predict.fold",
+    "bcgprof.analysis.predict.interpolate",
+    "bcgprof.analysis.predict.headroom",
+    "bcgprof.analysis.predict.layout_spread",
 )
 
 

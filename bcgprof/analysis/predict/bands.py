@@ -11,12 +11,12 @@ by one NVML step (a total is read in 2 MiB steps), and, for a list longer than t
 out, grown in proportion to its buckets (the executables' error is per bucket). Where no held-out list of the configuration exists the
 band says so: one NVML step per bucket either way, stated as no evidence.
 
-Layer predictions keep their formula band (:func:`bcgprof.analysis.predict.predict_layers`); the
+Layer predictions keep their formula band (:func:`bcgprof.analysis.predict.lists.predict_layers`); the
 evidence here is its check against deeper captures (full and intermediate depths), cited in the
 band's source.
 
-The evidence ships as ``bcgprof/analysis/bands.json``, generated from the committed reports by
-``benchmarks/calibrate_bands.py`` (:mod:`bcgprof.analysis.calibrate`); a test regenerates it and fails
+The evidence ships as ``bcgprof/analysis/predict/bands.json``, generated from the committed reports by
+``benchmarks/calibrate_bands.py`` (:mod:`bcgprof.analysis.predict.calibrate`); a test regenerates it and fails
 when the shipped file is stale. A band wider than :data:`MAX_WIDTH` of its value is flagged:
 the model does not explain that case, so the figure is not a result. Torch-free.
 """
@@ -196,7 +196,7 @@ def read_calibration(path: Path) -> Calibration:
 @lru_cache(maxsize=1)
 def shipped_calibration() -> Calibration:
     """The calibration shipped with the package (no evidence when the file is absent from the install)."""
-    resource = resources.files("bcgprof.analysis").joinpath(CALIBRATION)
+    resource = resources.files("bcgprof.analysis.predict").joinpath(CALIBRATION)
     if not resource.is_file():
         return Calibration()
     try:

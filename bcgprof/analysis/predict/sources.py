@@ -1,12 +1,12 @@
 """Where each bucket of a list gets its allocator events from, checked before any is replayed.
 
 Mechanism. :class:`BucketSources` prepares each mode's trace once (from its
-:class:`~bcgprof.analysis.trace_set.TraceSet`: loaded, checked against the report's measured pools
+:class:`~bcgprof.analysis.predict.trace_set.TraceSet`: loaded, checked against the report's measured pools
 by :meth:`BucketSources.verify`, which the replayer provides) and says, for a list, which trace each
 bucket's events come from (:meth:`BucketSources.sources`, the rules in
-:mod:`bcgprof.analysis.replay`): the mode's own, or per-bucket's for a list's largest bucket that
+:mod:`bcgprof.analysis.predict.replay`): the mode's own, or per-bucket's for a list's largest bucket that
 keeps its own output where the mode's trace has it free its output. A bucket the profile did not
-capture is drawn from the profiled buckets around it (:mod:`bcgprof.analysis.replay_interpolate`):
+capture is drawn from the profiled buckets around it (:mod:`bcgprof.analysis.predict.interpolate`):
 whether it can be is decided once per pair of neighbours, and its events are made only when a replay
 asks for them, so a list of thousands of buckets is checked in time linear in its length and refused
 (:meth:`BucketSources.check_lists`) before any replay when its buckets not profiled hold more than
@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from bcgprof.analysis.allocator import AllocatorError, Settings, check_settings, round_size
-from bcgprof.analysis.bucket_ops import BucketOps
-from bcgprof.analysis.headroom import WarmupGrowth
-from bcgprof.analysis.replay_fold import ALLOC, FREE
-from bcgprof.analysis.replay_interpolate import Pattern, interpolated_ops, neighbours, pair_pattern
-from bcgprof.analysis.trace_set import ModeTrace, TraceSet, TraceSetError
+from bcgprof.analysis.predict.allocator import AllocatorError, Settings, check_settings, round_size
+from bcgprof.analysis.predict.bucket_ops import BucketOps
+from bcgprof.analysis.predict.fold import ALLOC, FREE
+from bcgprof.analysis.predict.headroom import WarmupGrowth
+from bcgprof.analysis.predict.interpolate import Pattern, interpolated_ops, neighbours, pair_pattern
+from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet, TraceSetError
 from bcgprof.report.traces import TraceError
 from bcgprof.vocab import Mode
 
@@ -200,7 +200,7 @@ class BucketSources:
 
     def _interpolate(self, source: str, bucket: int) -> BucketOps:
         """Events for ``bucket``, which ``source``'s trace lacks, from the profiled buckets around
-        it (:mod:`bcgprof.analysis.replay_interpolate`; made when a replay first asks); refused
+        it (:mod:`bcgprof.analysis.predict.interpolate`; made when a replay first asks); refused
         outside the profiled range or where they differ."""
         ops = self.ops[source]
         profiled = self.profiled[source]

@@ -46,7 +46,7 @@ the recorded one where that is free; otherwise above every segment so far (``bel
 rule that reproduces every list captured from the full profiles) or below every segment
 (``below=True``: the driver's addresses mostly descend, two in three of the committed traces'
 graph-pool segments came below every earlier one). Predictions replay both and report where they
-differ (:mod:`bcgprof.analysis.replay`). Expandable segments and ``roundup_power2_divisions`` are not
+differ (:mod:`bcgprof.analysis.predict.replay`). Expandable segments and ``roundup_power2_divisions`` are not
 modelled (:func:`check_settings` refuses traces recorded with them).
 
 Invariants: every byte of every segment belongs to exactly one block; no two free blocks of

@@ -238,7 +238,7 @@ def layered_headroom(mode: str, predicted: Sequence, deep_rows: Sequence, band_b
     ``device_used_delta_bytes``, same buckets and order). The part above what a bucket keeps is its eager
     warm-up's cache, one layer's working set at a time, so it does not grow with depth; what the buckets
     keep (executables) does. ``band_bytes``: how far the figure may be off either way (calibrated against
-    deeper captures, :func:`bcgprof.analysis.bands.layer_needs_free_band`)."""
+    deeper captures, :func:`bcgprof.analysis.predict.bands.layer_needs_free_band`)."""
     h = measured_headroom(mode, deep_rows)
     if h is None or [b.bucket for b in h.buckets] != [r.bucket for r in predicted]:
         return None

@@ -8,7 +8,7 @@ layout's pool, not the full depth's. Replaying the capture's own list with every
 random address (seeded, so a prediction repeats) gives the pools other layouts can give; where
 they differ, a prediction at another depth carries their spread in its band; a trace that cannot be
 used is refused, never dropped from the band without a word. The pools a trace's list replays to are
-kept in the cache (:mod:`bcgprof.analysis.trace_cache`, keyed by the trace's content), so the
+kept in the cache (:mod:`bcgprof.analysis.predict.trace_cache`, keyed by the trace's content), so the
 replays run once per trace, not once per prediction. Invariant: the spread always holds the measured
 pool (``below`` and ``above`` are never negative). Cost: :data:`LAYOUTS`
 replays of the capture's own list per mode, once per trace. Which models' pools move with the
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from bcgprof.analysis import trace_cache
-from bcgprof.analysis.allocator import AllocatorError
-from bcgprof.analysis.replay import Replayer, ReplayError
+from bcgprof.analysis.predict import trace_cache
+from bcgprof.analysis.predict.allocator import AllocatorError
+from bcgprof.analysis.predict.replay import Replayer, ReplayError
 from bcgprof.report import BucketRecord, Report
 from bcgprof.report.traces import trace_name
 

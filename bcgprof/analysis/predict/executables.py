@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bcgprof.analysis.bands import QUANTUM
-from bcgprof.analysis.fit import least_squares
+from bcgprof.analysis.predict.bands import QUANTUM
+from bcgprof.analysis.predict.fit import least_squares
 from bcgprof.report import BucketRecord
 
 
