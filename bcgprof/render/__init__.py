@@ -1,12 +1,12 @@
 """Output of `show`, `compare`, `gate`, `estimate` and a finished `capture`.
 
-Two layers: :mod:`~bcgprof.render.views` builds a view model (a
-:class:`~bcgprof.render.model.View`) from a report, a comparison, a gate result or an
-estimate; one renderer per output draws any view: :func:`render_table` (rich tables
-fitted to a terminal's console; on a :class:`~bcgprof.render.as_text.PlainConsole`, for
-output that is not a terminal, the same tables as aligned plain text without rich),
-:func:`render_markdown`, :func:`render_json` and :func:`render_csv`. The functions below
-are what the CLI and the runner call.
+Two layers: :mod:`~bcgprof.render.views` (and :mod:`~bcgprof.render.compare_views` for a
+comparison) builds a view model (a :class:`~bcgprof.render.model.View`) from a report, a
+comparison, a gate result or an estimate; one renderer per output draws any view:
+:func:`render_table` (rich tables fitted to a terminal's console; on a
+:class:`~bcgprof.render.as_text.PlainConsole`, for output that is not a terminal, the same
+tables as aligned plain text without rich), :func:`render_markdown`, :func:`render_json` and
+:func:`render_csv`. The functions below are what the CLI and the runner call.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bcgprof.render.as_text import PlainConsole, render_text
+from bcgprof.render.compare_views import compare_view
 from bcgprof.render.model import Column, Line, Sheet, View
 from bcgprof.render.views import (
     capture_view,
-    compare_view,
     estimate_view,
     gate_headline,
     gate_view,

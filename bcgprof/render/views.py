@@ -1,27 +1,27 @@
-"""View models of `show`, `compare`, `gate`, `estimate` and a finished `capture`.
+"""View models of `show`, `gate`, `estimate` and a finished `capture` (`compare`'s are in
+compare_views.py).
 
-Each function turns a report (or a comparison, a gate result, an estimate) into a
+Each function turns a report (or a gate result, an estimate) into a
 :class:`~bcgprof.render.model.View`; the renderers draw it. Nothing here decides
-anything: compare.py and gate.py do.
+anything: gate.py does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional, TypedDict
+from typing import TYPE_CHECKING, Optional
 
+from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
-from bcgprof.report.summaries import needs_free_bytes
-from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds, pct_change
+from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
 from bcgprof.vocab import Experts, ListMode, Mode, Moe, Source, words
 
 if TYPE_CHECKING:
-    from bcgprof.analysis.compare import Comparison
     from bcgprof.analysis.estimate import Estimate
     from bcgprof.analysis.gate import GateCheck, GateResult
-# The comparison, gate and explain modules are imported by the views that draw them, so that
-# `show` loads none of them.
+# The gate and explain modules are imported by the views that draw them, so that `show` loads
+# none of them (compare's views: compare_views.py).
 
 WIDE_HINT = "--wide shows every column; -f csv or -f json gives every figure"
 GATE_HINT = "a wider terminal, or --summary-md, shows every column"
@@ -48,11 +48,13 @@ def _diff(v) -> str:
 
 
 def _rank_text(rank) -> str:
-    """Ranks are strings in every JSON document: "0", "1", ... or "max"/"sum" for the summary's cross-rank rows."""
+    """Ranks are strings in every JSON document: "0", "1", ... or "max"/"sum" for the summary's
+    cross-rank rows."""
     return str(rank)
 
 
 # ---------------------------------------------------------------- report
+
 
 def multi_rank(report: Report) -> bool:
     return any(r.rank != 0 for r in report.buckets) or report.run.tp > 1
@@ -67,15 +69,22 @@ def run_line(report: Report) -> str:
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
     experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
     experts += f", {run.moe} MoE" if run.moe != Moe.FUSED_BF16 else ""
-    if run.source == Source.RECORD:  # a program's own capture: no layers, dtype or weights of bcgprof's
-        return (f"recorded: {run.model}: {span} in {', '.join(run.modes)}{tp} on {gpu}; torch "
-                f"{run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; status {run.status}")
+    # a program's own capture: no layers, dtype or weights of bcgprof's
+    if run.source == Source.RECORD:
+        return (
+            f"recorded: {run.model}: {span} in {', '.join(run.modes)}{tp} on {gpu}; torch "
+            f"{run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; status {run.status}"
+        )
     # only what differs from how the committed reports were measured is named
     warm = "; warm-up outputs freed" if run.warmup_outputs_freed else ""
-    return (f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} weights{experts}{warm}) "
-            f"{run.phase}: "
-            f"{span} ({what}){tp} on {gpu}; torch {run.torch_version or '?'}, CUDA {run.cuda_version or '?'}; "
-            f"status {run.status}")
+    return (
+        f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} "
+        f"weights{experts}{warm}) "
+        f"{run.phase}: "
+        f"{span} ({what}){tp} on {gpu}; torch {run.torch_version or '?'}, CUDA "
+        f"{run.cuda_version or '?'}; "
+        f"status {run.status}"
+    )
 
 
 def bucket_columns(report: Report) -> list[Column]:
@@ -98,8 +107,16 @@ def bucket_columns(report: Report) -> list[Column]:
         Column("retained_output_bytes", "retained output", _bytes, drop=1),
         Column("peak_transient_bytes", "peak transient", _bytes, drop=3),
         Column("torch_reserved_delta_bytes", "torch reserved Δ", _delta, wide=True),
-        *([Column("process_used_delta_bytes", "process-used Δ", _delta, wide=True)] if any_process else []),
-        *([Column("device_peak_delta_bytes", "device peak Δ", _delta, wide=True)] if any_peak else []),
+        *(
+            [Column("process_used_delta_bytes", "process-used Δ", _delta, wide=True)]
+            if any_process
+            else []
+        ),
+        *(
+            [Column("device_peak_delta_bytes", "device peak Δ", _delta, wide=True)]
+            if any_peak
+            else []
+        ),
         *([Column("free_bytes", "free after", _bytes, wide=True)] if any_free else []),
         Column("warmup_ms", "warm-up", fmt_ms, wide=True),
         Column("capture_ms", "capture", fmt_ms, wide=True),
@@ -120,10 +137,13 @@ def bucket_sheets(report: Report) -> list[Sheet]:
         title = f"{mode}" + (f" rank {rank}" if multi else "") + " (capture order)"
         sheet = Sheet("buckets", title, columns)
         for r in rows:
-            row = dict(vars(r))  # a flat record: asdict's result, without its deep copy (100,000 rows)
+            # a flat record: asdict's result, without its deep copy (100,000 rows)
+            row = dict(vars(r))
             if r.status != "ok":
                 row["_style"] = "red"
-                sheet.notes.append(f"bucket {r.bucket}: {r.status}" + (f": {r.detail}" if r.detail else ""))
+                sheet.notes.append(
+                    f"bucket {r.bucket}: {r.status}" + (f": {r.detail}" if r.detail else "")
+                )
             sheet.rows.append(row)
         sheets.append(sheet)
     return sheets
@@ -163,16 +183,25 @@ def summary_sheet(report: Report) -> Sheet:
     sheet = Sheet("summary", title, columns, rows)
     if report.summary_source == SUMMARY_RECOMPUTED:
         sheet.notes.append(f"summary {SUMMARY_RECOMPUTED} (the report is {report.run.status})")
-    said = [f"{s.mode} needs {fmt_bytes(needs[(s.mode, s.rank)])} free, keeps {fmt_bytes(s.device_used_bytes)}"
-            for s in report.summary if needs.get((s.mode, s.rank)) is not None]
+    said = [
+        f"{s.mode} needs {fmt_bytes(needs[(s.mode, s.rank)])} free, keeps "
+        f"{fmt_bytes(s.device_used_bytes)}"
+        for s in report.summary
+        if needs.get((s.mode, s.rank)) is not None
+    ]
     if said:
-        sheet.notes.append("; ".join(said) + " (free when the first bucket's warm-up begins, measured: each "
-                           "bucket's NVML peak above what earlier buckets kept; a warm-up's cached blocks stay "
-                           "through its capture)")
-        if not report.run.warmup_outputs_freed and report.run.source != Source.RECORD:  # a capture's option
-            sheet.notes.append("each warm-up run's output was held through the next run; an engine that frees it, "
-                               "as SGLang does, can need less free memory (its peaks differ): --warmup-output "
-                               "freed measures that")
+        sheet.notes.append(
+            "; ".join(said) + " (free when the first bucket's warm-up begins, measured: each "
+            "bucket's NVML peak above what earlier buckets kept; a warm-up's cached blocks stay "
+            "through its capture)"
+        )
+        # a capture's option
+        if not report.run.warmup_outputs_freed and report.run.source != Source.RECORD:
+            sheet.notes.append(
+                "each warm-up run's output was held through the next run; an engine that frees it, "
+                "as SGLang does, can need less free memory (its peaks differ): --warmup-output "
+                "freed measures that"
+            )
     return sheet
 
 
@@ -181,7 +210,7 @@ def needs_free(report: Report) -> dict[tuple[str, str], Optional[int]]:
     groups: dict[tuple[str, str], list[BucketRecord]] = {}
     for r in report.buckets:
         groups.setdefault((r.mode, str(r.rank)), []).append(r)
-    return {key: needs_free_bytes(rows) for key, rows in groups.items()}
+    return {key: measured_needs_free_bytes(rows) for key, rows in groups.items()}
 
 
 def _headline_rank(summary: list[SummaryRecord]) -> str:
@@ -197,33 +226,58 @@ def verdict_line(report: Report) -> str:
     by_mode = {s.mode: s for s in report.summary if s.rank == rank}
     parts = []
     per_bucket = by_mode.get(Mode.PER_BUCKET)
-    names = {Mode.SHARED: "the shared buffer", Mode.SHARED_LARGEST: "the largest bucket's output as the shared buffer"}
+    names = {
+        Mode.SHARED: "the shared buffer",
+        Mode.SHARED_LARGEST: "the largest bucket's output as the shared buffer",
+    }
     for mode, name in names.items():
         s = by_mode.get(mode)
         if s is None or s.saved_vs_per_bucket_bytes is None:
             continue
         # the summary table's own rounding (fmt_pct), so that the sentence and the table agree
-        pct = f" ({fmt_pct(abs(s.saved_vs_per_bucket_pct))})" if s.saved_vs_per_bucket_pct is not None else ""
+        pct = (
+            f" ({fmt_pct(abs(s.saved_vs_per_bucket_pct))})"
+            if s.saved_vs_per_bucket_pct is not None
+            else ""
+        )
         saved = s.saved_vs_per_bucket_bytes
-        if per_bucket is None:  # summarize sets a saving only against a per-bucket row of the same rank
-            raise ValueError(f"mode {mode} rank {rank} has a saving against per-bucket outputs, "
-                             "but the summary has no per-bucket row for that rank")
-        text = (f"{name} saves {fmt_bytes(saved)}{pct} against per-bucket outputs" if saved >= 0 else
-                f"{name} costs {fmt_bytes(-saved)}{pct} more than per-bucket outputs")
+        # summarize sets a saving only against a per-bucket row of the same rank
+        if per_bucket is None:
+            raise ValueError(
+                f"mode {mode} rank {rank} has a saving against per-bucket outputs, "
+                "but the summary has no per-bucket row for that rank"
+            )
+        text = (
+            f"{name} saves {fmt_bytes(saved)}{pct} against per-bucket outputs"
+            if saved >= 0
+            else f"{name} costs {fmt_bytes(-saved)}{pct} more than per-bucket outputs"
+        )
         if s.failed or per_bucket.failed or s.buckets != per_bucket.buckets:
             # Totals over different bucket sets are not a like-for-like saving.
-            text += f" (not like for like: {mode} has {s.buckets} buckets ok, per-bucket {per_bucket.buckets})"
+            text += (
+                f" (not like for like: {mode} has {s.buckets} buckets ok, per-bucket "
+                f"{per_bucket.buckets})"
+            )
         parts.append(text)
     # the cheapest way to capture this list: among modes that captured all of it
     most = max((s.buckets for m, s in by_mode.items() if m != Mode.FLOOR), default=0)
-    options = {m: s for m, s in by_mode.items() if m != Mode.FLOOR and not s.failed and s.buckets == most}
+    options = {
+        m: s for m, s in by_mode.items() if m != Mode.FLOOR and not s.failed and s.buckets == most
+    }
     if len(options) > 1:
         ranked = sorted(options.values(), key=lambda s: s.device_used_bytes)
         best, runner_up = ranked[0], ranked[1]
-        parts.insert(0, f"on this bucket list {best.mode} is cheapest, "
-                        f"{fmt_bytes(runner_up.device_used_bytes - best.device_used_bytes)} under {runner_up.mode}")
-    ratios = [f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}" for m in words(ListMode)
-              if m in by_mode and by_mode[m].ratio_to_floor is not None]
+        parts.insert(
+            0,
+            f"on this bucket list {best.mode} is cheapest, "
+            f"{fmt_bytes(runner_up.device_used_bytes - best.device_used_bytes)} under "
+            f"{runner_up.mode}",
+        )
+    ratios = [
+        f"{m} {fmt_ratio(by_mode[m].ratio_to_floor)}"
+        for m in words(ListMode)
+        if m in by_mode and by_mode[m].ratio_to_floor is not None
+    ]
     if ratios:
         parts.append("cost / floor: " + ", ".join(ratios))
     if not parts:
@@ -235,8 +289,13 @@ def _status_lines(report: Report) -> list[Line]:
     if report.run.status == "complete":
         return []
     message = f" ({report.run.message})" if report.run.message else ""
-    return [Line(f"this report is {report.run.status}{message}: figures cover only the finished rows; "
-                 f"summary {SUMMARY_RECOMPUTED}", WARNING)]
+    return [
+        Line(
+            f"this report is {report.run.status}{message}: figures cover only the finished rows; "
+            f"summary {SUMMARY_RECOMPUTED}",
+            WARNING,
+        )
+    ]
 
 
 def _record_json(record) -> dict:
@@ -251,7 +310,10 @@ def report_json(report: Report, section: str = "all") -> dict:
         "report": str(report.path),
         "summary_source": report.summary_source,
         "run": dataclasses.asdict(report.run),
-        "summary": [dict(_record_json(s), needs_free_bytes=needs.get((s.mode, s.rank))) for s in report.summary],
+        "summary": [
+            dict(_record_json(s), needs_free_bytes=needs.get((s.mode, s.rank)))
+            for s in report.summary
+        ],
         "buckets": [_record_json(b) for b in report.buckets],
     }
     if section == "buckets":
@@ -273,8 +335,8 @@ def report_csv(report: Report, section: str = "all") -> str:
 
 
 def show_view(report: Report, section: str = "all", *, tables: bool = True) -> View:
-    """`bcgprof show`: per-mode bucket tables and the summary (``tables=False``: no tables, for output
-    drawn from the view's data or csv text alone)."""
+    """`bcgprof show`: per-mode bucket tables and the summary (``tables=False``: no tables, for
+    output drawn from the view's data or csv text alone)."""
     sheets = []
     if tables and section in ("all", "buckets"):
         sheets += bucket_sheets(report)
@@ -293,7 +355,11 @@ def show_view(report: Report, section: str = "all", *, tables: bool = True) -> V
 
 def report_tables_view(report: Report) -> View:
     """The tables of a finished capture (no run line, no verdict)."""
-    return View(head=_status_lines(report), sheets=bucket_sheets(report) + [summary_sheet(report)], hint=WIDE_HINT)
+    return View(
+        head=_status_lines(report),
+        sheets=bucket_sheets(report) + [summary_sheet(report)],
+        hint=WIDE_HINT,
+    )
 
 
 def capture_view(report: Report) -> View:
@@ -305,180 +371,8 @@ def capture_view(report: Report) -> View:
     return view
 
 
-# ---------------------------------------------------------------- compare
-
-_TOTAL_FORMAT = {"segments": fmt_int, "capture_s": fmt_seconds}
-_TOTAL_DELTA_FORMAT = {"segments": lambda v: "-" if v is None else f"{int(v):+d}",
-                       "capture_s": lambda v: "-" if v is None else f"{v:+.2f} s"}
-# How a total is named in tables and markdown; csv and json keep the summary.csv column name.
-_TOTAL_LABEL = {"capture_s": "warm-up + capture"}
-
-
-def _presence_text(presence: str, old_label: str = "OLD", new_label: str = "NEW") -> str:
-    from bcgprof.analysis.compare import NEW_ONLY, OLD_ONLY
-
-    return {OLD_ONLY: f"only in {old_label}", NEW_ONLY: f"only in {new_label}"}.get(presence, "")
-
-
-def _growth_style(delta) -> Optional[str]:
-    if not delta:
-        return None
-    return "red" if delta > 0 else "green"
-
-
-def totals_sheet(cmp: Comparison) -> Sheet:
-    from bcgprof.analysis.causes import CAUSES
-    from bcgprof.analysis.compare import BOTH
-
-    multi = cmp.multi_rank
-    columns = [
-        Column("mode", "mode", numeric=False, key_column=True),
-        *([Column("rank", "rank", numeric=False, key_column=True)] if multi else []),
-        Column("metric", "metric", lambda m: _TOTAL_LABEL.get(m, m or ""), numeric=False, key_column=True),
-        Column("old", "old", fmt_bytes, key_column=True), Column("new", "new", fmt_bytes, key_column=True),
-        Column("delta", "change", _delta, key_column=True), Column("pct", "change %", _pct_signed, drop=1),
-    ]
-    sheet = Sheet("totals", "per-mode totals", columns)
-    for t in cmp.totals:
-        if t.presence != BOTH:
-            sheet.rows.append({"mode": t.mode, "rank": t.rank, "metric": _presence_text(t.presence),
-                               "old": None, "new": None, "delta": None, "pct": None, "_style": "yellow"})
-            continue
-        for metric, change in t.changes.items():
-            plain = _TOTAL_FORMAT.get(metric, fmt_bytes)
-            signed = _TOTAL_DELTA_FORMAT.get(metric, _delta)
-            sheet.rows.append({
-                "mode": t.mode, "rank": t.rank, "metric": metric,
-                "old": change.old, "new": change.new, "delta": change.delta, "pct": change.pct,
-                "_fmt": {"old": plain, "new": plain, "delta": signed},
-                "_style": _growth_style(change.delta) if metric != "capture_s" else None,
-            })
-        for cause, change in t.causes.items():  # where the device-used change went (explain's ledger)
-            sheet.rows.append({
-                "mode": t.mode, "rank": t.rank, "metric": f"  cause: {CAUSES[cause][0]}",
-                "old": change.old, "new": change.new, "delta": change.delta, "pct": change.pct,
-                "_fmt": {"delta": _delta}, "_style": _growth_style(change.delta),
-            })
-    return sheet
-
-
-def compare_bucket_sheet(cmp: Comparison) -> Sheet:
-    from bcgprof.analysis.compare import BOTH
-
-    multi = cmp.multi_rank
-    columns = [
-        Column("mode", "mode", numeric=False, key_column=True),
-        *([Column("rank", "rank", key_column=True)] if multi else []),
-        Column("bucket", "bucket", key_column=True),
-        Column("status", "status", numeric=False, key_column=True),
-        Column("old_pool_delta_bytes", "pool Δ old", _bytes, wide=True),
-        Column("new_pool_delta_bytes", "pool Δ new", _bytes, wide=True),
-        Column("pool_change_bytes", "pool change", _delta, key_column=True),
-        Column("old_device_used_delta_bytes", "device-used Δ old", _bytes, drop=2),
-        Column("new_device_used_delta_bytes", "device-used Δ new", _bytes, drop=2),
-        Column("device_used_change_bytes", "device-used change", _delta, key_column=True),
-        Column("device_used_change_pct", "change %", _pct_signed, drop=1),
-    ]
-    sheet = Sheet("buckets", "bucket deltas, largest device-used growth first", columns)
-    rows = sheet.rows
-    for c in cmp.buckets:
-        old, new = c.old, c.new
-        if c.presence == BOTH:
-            if old is None or new is None:
-                raise ValueError(f"{c.mode} rank {c.rank} bucket {c.bucket} is marked as in both reports, "
-                                 "but a side has no row")
-            status = old.status if old.status == new.status else f"{old.status} -> {new.status}"
-            # c.changes' pool and device-used deltas and percent, from the rows (100,000 pairs)
-            old_pool, new_pool = old.pool_delta_bytes, new.pool_delta_bytes
-            old_dev, new_dev = old.device_used_delta_bytes, new.device_used_delta_bytes
-            dev_delta = _change(old_dev, new_dev)
-            rows.append({"pool_change_bytes": _change(old_pool, new_pool), "device_used_change_bytes": dev_delta,
-                         "device_used_change_pct": pct_change(old_dev, new_dev), "_style": _growth_style(dev_delta),
-                         "mode": c.mode, "rank": c.rank, "bucket": c.bucket, "status": status,
-                         "old_pool_delta_bytes": old_pool, "new_pool_delta_bytes": new_pool,
-                         "old_device_used_delta_bytes": old_dev, "new_device_used_delta_bytes": new_dev})
-            continue
-        rows.append({
-            "pool_change_bytes": None, "device_used_change_bytes": None, "device_used_change_pct": None,
-            "_style": "yellow", "mode": c.mode, "rank": c.rank, "bucket": c.bucket,
-            "status": _presence_text(c.presence),
-            "old_pool_delta_bytes": old.pool_delta_bytes if old else None,
-            "new_pool_delta_bytes": new.pool_delta_bytes if new else None,
-            "old_device_used_delta_bytes": old.device_used_delta_bytes if old else None,
-            "new_device_used_delta_bytes": new.device_used_delta_bytes if new else None,
-        })
-    return sheet
-
-
-def _change(old, new):
-    """``Change(metric, old, new).delta``."""
-    return None if old is None or new is None else new - old
-
-
-class DeltaJSON(TypedDict):
-    """One figure of both reports in compare's JSON (a cause of a total, a bucket's figure)."""
-
-    old: Optional[float]
-    new: Optional[float]
-    delta: Optional[float]
-
-
-class ChangeJSON(DeltaJSON):
-    """One total of both reports in compare's JSON: the change in percent too."""
-
-    pct: Optional[float]
-
-
-def comparison_json(cmp: Comparison, section: str = "all") -> dict:
-    totals = []
-    for t in cmp.totals:
-        item: dict[str, str | ChangeJSON | dict[str, DeltaJSON]] = {
-            "mode": t.mode, "rank": _rank_text(t.rank), "presence": t.presence}
-        for metric, change in t.changes.items():
-            item[metric] = ChangeJSON(old=change.old, new=change.new, delta=change.delta, pct=change.pct)
-        if t.causes:
-            item["causes"] = {name: DeltaJSON(old=c.old, new=c.new, delta=c.delta) for name, c in t.causes.items()}
-        totals.append(item)
-    buckets = []
-    for c in cmp.buckets:
-        row: dict[str, str | int | DeltaJSON | None] = {
-            "mode": c.mode, "rank": _rank_text(c.rank), "bucket": c.bucket, "presence": c.presence,
-            "old_status": c.old.status if c.old else None, "new_status": c.new.status if c.new else None}
-        both = c.old is not None and c.new is not None  # c.changes holds the figures
-        for metric in ("pool_delta_bytes", "device_used_delta_bytes", "non_torch_delta_bytes",
-                       "retained_output_bytes", "peak_transient_bytes"):
-            old = getattr(c.old, metric) if c.old else None
-            new = getattr(c.new, metric) if c.new else None
-            row[metric] = DeltaJSON(old=old, new=new, delta=_change(old, new) if both else None)
-        buckets.append(row)
-    data = {"old": str(cmp.old.path), "new": str(cmp.new.path), "differences": cmp.differences,
-            "totals": totals, "buckets": buckets}
-    if section == "buckets":
-        data.pop("totals")
-    elif section == "summary":
-        data.pop("buckets")
-    return data
-
-
-def compare_view(cmp: Comparison, section: str = "all", *, tables: bool = True) -> View:
-    """`bcgprof compare`: totals per mode, then bucket deltas (largest growth first)
-    (``tables=False``: no tables, for output drawn from the view's data alone)."""
-    sheets = []
-    if tables and section in ("all", "summary"):
-        sheets.append(totals_sheet(cmp))
-    if tables and section in ("all", "buckets"):
-        sheets.append(compare_bucket_sheet(cmp))
-    head = [Line(f": {run_line(cmp.old)}", lead=f"OLD {cmp.old.path}"),
-            Line(f": {run_line(cmp.new)}", lead=f"NEW {cmp.new.path}")]
-    for side, report in (("OLD", cmp.old), ("NEW", cmp.new)):
-        if report.summary_source == SUMMARY_RECOMPUTED:
-            head.append(Line(f"{side} is {report.run.status}: its totals cover only the finished rows", WARNING))
-    if cmp.differences:
-        head.append(Line("the reports differ: " + "; ".join(cmp.differences), WARNING))
-    return View(head=head, sheets=sheets, make_data=lambda: comparison_json(cmp, section), hint=WIDE_HINT)
-
-
 # ---------------------------------------------------------------- gate
+
 
 def _check_value(check: GateCheck, attr: str) -> str:
     if check.metric == "status":
@@ -497,9 +391,11 @@ def gate_sheets(result: GateResult, *, all_rows: bool = True) -> list[Sheet]:
     columns = [
         Column("where", "mode / bucket", numeric=False, key_column=True),
         Column("metric", "metric", numeric=False, key_column=True),
-        Column("baseline", "baseline", drop=3), Column("current", "current", drop=3),
+        Column("baseline", "baseline", drop=3),
+        Column("current", "current", drop=3),
         Column("delta", "change", key_column=True),
-        Column("pct", "change %", drop=2), Column("limit", "allowed growth", drop=4),
+        Column("pct", "change %", drop=2),
+        Column("limit", "allowed growth", drop=4),
         Column("verdict", "verdict", numeric=False, key_column=True),
         Column("detail", "why", numeric=False, drop=5),
     ]
@@ -509,12 +405,18 @@ def gate_sheets(result: GateResult, *, all_rows: bool = True) -> list[Sheet]:
         is_total = c.bucket is None and c.metric != "status"
         if c.verdict == PASS and not (is_total and all_rows):
             continue  # not shown: format only the rows that are (a gate may judge 200,000 figures)
-        row = {"where": c.where, "metric": c.metric, "baseline": _check_value(c, "baseline"),
-               "current": _check_value(c, "current"), "delta": _check_value(c, "delta"),
-               "pct": fmt_pct(c.pct, signed=True) if c.metric != "status" else "-",
-               "limit": fmt_bytes(int(c.limit)) if c.limit is not None else "-",
-               "verdict": c.verdict, "detail": c.detail,
-               "_style": {REGRESSION: "red", IMPROVEMENT: "green"}.get(c.verdict)}
+        row = {
+            "where": c.where,
+            "metric": c.metric,
+            "baseline": _check_value(c, "baseline"),
+            "current": _check_value(c, "current"),
+            "delta": _check_value(c, "delta"),
+            "pct": fmt_pct(c.pct, signed=True) if c.metric != "status" else "-",
+            "limit": fmt_bytes(int(c.limit)) if c.limit is not None else "-",
+            "verdict": c.verdict,
+            "detail": c.detail,
+            "_style": {REGRESSION: "red", IMPROVEMENT: "green"}.get(c.verdict),
+        }
         (totals if is_total else flagged).rows.append(row)
     return [totals] + ([flagged] if flagged.rows else [])
 
@@ -538,63 +440,112 @@ def tolerance_line(result: GateResult) -> str:
     opts = result.options
     line = f"a growth fails when it exceeds both {opts.default.describe()}"
     if opts.per_metric:
-        line += " (" + ", ".join(f"{m}: {t.describe()}" for m, t in sorted(opts.per_metric.items())) + ")"
-    return line + ("; totals and each bucket's figures checked" if opts.each_bucket
-                   else "; totals checked (add --each-bucket for buckets)")
+        line += (
+            " ("
+            + ", ".join(f"{m}: {t.describe()}" for m, t in sorted(opts.per_metric.items()))
+            + ")"
+        )
+    return line + (
+        "; totals and each bucket's figures checked"
+        if opts.each_bucket
+        else "; totals checked (add --each-bucket for buckets)"
+    )
 
 
 def bucket_checks_line(result: GateResult) -> str:
-    """With --each-bucket: how many bucket figures the gate judged and how many passed ('' without)."""
+    """With --each-bucket: how many bucket figures the gate judged and how many passed (''
+    without)."""
     from bcgprof.analysis.gate import BUCKET_METRICS, REGRESSION
 
     if not result.options.each_bucket:
         return ""
     checks = [c for c in result.checks if c.bucket is not None and c.metric in BUCKET_METRICS]
     failed = sum(c.verdict == REGRESSION for c in checks)
-    line = f"bucket figures (pool and device-used deltas): {len(checks):,} checked, {len(checks) - failed:,} passed"
+    line = (
+        f"bucket figures (pool and device-used deltas): {len(checks):,} checked, "
+        f"{len(checks) - failed:,} passed"
+    )
     return line + (f", {failed:,} failed" if failed else "")
 
 
 def gate_view(result: GateResult) -> View:
-    head = [Line(f": {run_line(result.baseline)}", lead=f"baseline {result.baseline.path}", bullet=True),
-            Line(f": {run_line(result.current)}", lead=f"current  {result.current.path}", bullet=True),
-            Line(tolerance_line(result), bullet=True)]
+    head = [
+        Line(
+            f": {run_line(result.baseline)}", lead=f"baseline {result.baseline.path}", bullet=True
+        ),
+        Line(f": {run_line(result.current)}", lead=f"current  {result.current.path}", bullet=True),
+        Line(tolerance_line(result), bullet=True),
+    ]
     if result.options.each_bucket:
         head.append(Line(bucket_checks_line(result), bullet=True))
     foot = [Line(f": {n}", WARNING, lead="note", bullet=True) for n in result.notes]
-    return View(head=head, sheets=gate_sheets(result), foot=foot,
-                title=f"bcgprof gate: {'PASS' if result.passed else 'FAIL'}",
-                headline=Line(gate_headline(result), GOOD if result.passed else BAD), hint=GATE_HINT,
-                make_data=result.to_json)
+    return View(
+        head=head,
+        sheets=gate_sheets(result),
+        foot=foot,
+        title=f"bcgprof gate: {'PASS' if result.passed else 'FAIL'}",
+        headline=Line(gate_headline(result), GOOD if result.passed else BAD),
+        hint=GATE_HINT,
+        make_data=result.to_json,
+    )
 
 
 # ---------------------------------------------------------------- estimate
 
+
 def estimate_sheet(est: Estimate) -> Sheet:
     rows_label = "tokens" if est.phase == "prefill" else "sequences"
-    columns = [Column("bucket", "bucket", key_column=True), Column("rows", f"rows ({rows_label})"),
-               Column("output_bytes", "output buffer", _bytes, key_column=True),
-               Column("cumulative", "per-bucket total so far", _bytes)]
+    columns = [
+        Column("bucket", "bucket", key_column=True),
+        Column("rows", f"rows ({rows_label})"),
+        Column("output_bytes", "output buffer", _bytes, key_column=True),
+        Column("cumulative", "per-bucket total so far", _bytes),
+    ]
     sheet = Sheet("estimate", f"output buffers, {est.label}", columns)
     running = 0
     for b in est.buckets:
         running += b.output_bytes
-        sheet.rows.append({"bucket": b.bucket, "rows": b.rows, "output_bytes": b.output_bytes, "cumulative": running})
+        sheet.rows.append(
+            {
+                "bucket": b.bucket,
+                "rows": b.rows,
+                "output_bytes": b.output_bytes,
+                "cumulative": running,
+            }
+        )
     return sheet
 
 
 def estimate_view(est: Estimate) -> View:
-    head = [Line(f": {est.phase}, {len(est.buckets)} buckets, hidden size {est.hidden_size}, {est.dtype} "
-                 f"({est.dtype_bytes} bytes); output = rows x hidden size x dtype bytes", lead=est.model)]
+    head = [
+        Line(
+            f": {est.phase}, {len(est.buckets)} buckets, hidden size {est.hidden_size}, "
+            f"{est.dtype} "
+            f"({est.dtype_bytes} bytes); output = rows x hidden size x dtype bytes",
+            lead=est.model,
+        )
+    ]
     foot = [
-        Line(f"retained outputs, per-bucket mode: {fmt_bytes(est.per_bucket_total_bytes)} "
-             f"({est.per_bucket_total_bytes} bytes, the sum over buckets)"),
-        Line(f"retained outputs, shared mode:     {fmt_bytes(est.shared_total_bytes)} "
-             f"({est.shared_total_bytes} bytes, one buffer of the largest bucket)"),
-        Line(f"output bytes per-bucket mode retains beyond shared: {fmt_bytes(est.saved_bytes)}. This is not the "
-             "expected saving: the graph pool reuses memory across buckets, so the device memory that sharing "
-             "saves is measured by `bcgprof capture` and can be much smaller"),
-        Line(f"{est.label}: outputs only; intermediates, graph executables and allocator rounding are not "
-             "included", STRONG),
+        Line(
+            f"retained outputs, per-bucket mode: {fmt_bytes(est.per_bucket_total_bytes)} "
+            f"({est.per_bucket_total_bytes} bytes, the sum over buckets)"
+        ),
+        Line(
+            f"retained outputs, shared mode:     {fmt_bytes(est.shared_total_bytes)} "
+            f"({est.shared_total_bytes} bytes, one buffer of the largest bucket)"
+        ),
+        Line(
+            f"output bytes per-bucket mode retains beyond shared: {fmt_bytes(est.saved_bytes)}. "
+            "This is not the "
+            "expected saving: the graph pool reuses memory across buckets, so the device memory "
+            "that sharing "
+            "saves is measured by `bcgprof capture` and can be much smaller"
+        ),
+        Line(
+            f"{est.label}: outputs only; intermediates, graph executables and allocator rounding "
+            "are not "
+            "included",
+            STRONG,
+        ),
     ]
     return View(head=head, sheets=[estimate_sheet(est)], foot=foot, data=est.to_json())
