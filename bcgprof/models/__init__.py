@@ -1,9 +1,9 @@
 """Layer stacks of the model families bcgprof profiles, built from a Hugging Face config.json.
 
 One module per family (``gpt_oss``, ``llama``, ``qwen3``, ``qwen3_moe``), chosen from the
-config's ``architectures`` / ``model_type`` by the registry in :mod:`bcgprof.spec.registry`. A stack is the unit a serving engine captures
-for prefill: ``forward(input_ids [T], positions [T]) -> [T, hidden]``, the final-norm
-hidden states. The embedding lookup is part of it; the LM head is not.
+config's ``architectures`` / ``model_type`` by the registry in :mod:`bcgprof.spec.registry`. A stack
+is the unit a serving engine captures for prefill: ``forward(input_ids [T], positions [T]) -> [T,
+hidden]``, the final-norm hidden states. The embedding lookup is part of it; the LM head is not.
 
     >>> from bcgprof.models import load
     >>> model = load("gpt-oss-20b", device="cuda")                 # dummy weights, bf16
@@ -14,8 +14,9 @@ Layout: presets, config.json and the family registry live in :mod:`bcgprof.spec`
 (the tensor-parallel split), ``layers/`` (norm, rope, attention, mlp, moe), ``checkpoint`` and
 ``stack`` (the decoder stack and its checkpoint API), one module per family (its config
 reading, modules and checkpoint names), ``weights`` and ``mxfp4`` (filling a built stack).
-Adding a family: ``bcgprof/models/<model_type>.py`` with one :class:`~bcgprof.models.stack.DecoderModel`
-subclass whose ``family`` is that name, and a preset with that ``model_type``; nothing else.
+Adding a family: ``bcgprof/models/<model_type>.py`` with one
+:class:`~bcgprof.models.stack.DecoderModel` subclass whose ``family`` is that name, and a preset
+with that ``model_type``; nothing else.
 """
 
 from __future__ import annotations
@@ -42,11 +43,19 @@ def model_class(family: str) -> type[DecoderModel]:
     family's model file whose ``family`` is its name (the file imported here, on first use)."""
     entry = get_family(family)
     module = importlib.import_module(entry.module)
-    found = [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, DecoderModel)
-             and c.__module__ == module.__name__ and c.family == family]
+    found = [
+        c
+        for c in vars(module).values()
+        if isinstance(c, type)
+        and issubclass(c, DecoderModel)
+        and c.__module__ == module.__name__
+        and c.family == family
+    ]
     if len(found) != 1:
-        raise ModelConfigError(f"{entry.module} defines {len(found)} DecoderModel subclasses with family = "
-                               f"{family!r}; a family's model file defines exactly one")
+        raise ModelConfigError(
+            f"{entry.module} defines {len(found)} DecoderModel subclasses with family = "
+            f"{family!r}; a family's model file defines exactly one"
+        )
     return found[0]
 
 
@@ -66,7 +75,8 @@ def _spec(model: str | Path | ModelSpec) -> ModelSpec:
 
 
 def torch_dtype(name: torch.dtype | str) -> torch.dtype:
-    """The torch dtype of a name :mod:`bcgprof.dtypes` accepts (a torch dtype is returned as it is)."""
+    """The torch dtype of a name :mod:`bcgprof.dtypes` accepts (a torch dtype is returned as it
+    is)."""
     if isinstance(name, torch.dtype):
         return name
     return getattr(torch, dtypes.canonical(name))
@@ -77,7 +87,10 @@ def _dtype(dtype: torch.dtype | str | None, spec: ModelSpec) -> torch.dtype:
 
 
 def build_meta(
-    model: str | Path | ModelSpec, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1,
+    model: str | Path | ModelSpec,
+    num_layers: int | None = None,
+    tp_rank: int = 0,
+    tp_size: int = 1,
     experts: str = "bf16",
     moe: str = "fused-bf16",
 ) -> DecoderModel:
@@ -90,12 +103,28 @@ def build_meta(
     "sglang-mxfp4" for SGLang's MXFP4 MoE workspace (gpt-oss only; :class:`bcgprof.vocab.Moe`)."""
     spec = _spec(model)
     with torch.device("meta"), _no_init():
-        return model_class(spec.family)(spec.config, num_layers=num_layers, tp_rank=tp_rank, tp_size=tp_size,
-                                        experts=experts, moe=moe)
+        return model_class(spec.family)(
+            spec.config,
+            num_layers=num_layers,
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            experts=experts,
+            moe=moe,
+        )
 
 
-_INITS = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
-          "trunc_normal_", "constant_", "ones_", "zeros_")
+_INITS = (
+    "uniform_",
+    "normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "trunc_normal_",
+    "constant_",
+    "ones_",
+    "zeros_",
+)
 
 
 @contextmanager
@@ -130,8 +159,8 @@ def load(
     directory. ``weights``: ``"dummy"`` (seeded random values made on the device, in the
     dtype), ``"one-layer"`` (dummy values, one set that every layer of a shape uses:
     :func:`~bcgprof.models.weights.share_layer_weights`; ``"shared"`` is its old name, read with
-    a warning for one release) or ``"safetensors"`` (a checkpoint directory in the published Hugging Face
-    layout, gpt-oss's MXFP4 experts dequantised). ``dtype``: default from the config
+    a warning for one release) or ``"safetensors"`` (a checkpoint directory in the published Hugging
+    Face layout, gpt-oss's MXFP4 experts dequantised). ``dtype``: default from the config
     (bf16 for the presets). ``num_layers``: keep only the first N layers.
     ``tp_rank``/``tp_size``: only this tensor-parallel rank's shard (heads, intermediate
     columns) is built and filled; a checkpoint's published tensors are sliced for the
@@ -149,14 +178,21 @@ def load(
     """
     spec = _spec(model)
     if isinstance(weights, str) and current(Weights, weights) != weights:
-        warnings.warn(f"weights={weights!r} is deprecated and will be removed in the next release; use "
-                      f"weights={current(Weights, weights)!r}", FutureWarning, stacklevel=2)
+        warnings.warn(
+            f"weights={weights!r} is deprecated and will be removed in the next release; use "
+            f"weights={current(Weights, weights)!r}",
+            FutureWarning,
+            stacklevel=2,
+        )
         weights = current(Weights, weights)
     if weights not in words(Weights):
-        raise ModelConfigError(f"weights must be one of {', '.join(map(repr, words(Weights)))}, got {weights!r}")
+        raise ModelConfigError(
+            f"weights must be one of {', '.join(map(repr, words(Weights)))}, got {weights!r}"
+        )
     if weights == Weights.SAFETENSORS and spec.checkpoint_dir is None:
         raise ModelConfigError(
-            f"{spec.name} is a preset with no checkpoint; pass a checkpoint directory for weights='safetensors'"
+            f"{spec.name} is a preset with no checkpoint; pass a checkpoint directory for "
+            "weights='safetensors'"
         )
     torch_dtype = _dtype(dtype, spec)
     device = torch.device(device)
@@ -165,11 +201,13 @@ def load(
 
     from bcgprof.models import weights as weight_loading
 
-    module = build_meta(spec, num_layers, tp_rank=tp_rank, tp_size=tp_size, experts=experts,
-                        moe=moe)
+    module = build_meta(
+        spec, num_layers, tp_rank=tp_rank, tp_size=tp_size, experts=experts, moe=moe
+    )
     module = module.to(dtype=torch_dtype)  # still meta: nothing allocated
     if weights == Weights.ONE_LAYER:
-        weight_loading.share_layer_weights(module)  # tied on meta, so one layer's weights are ever allocated
+        # tied on meta, so one layer's weights are ever allocated
+        weight_loading.share_layer_weights(module)
         module = weight_loading.materialise(module, device)
     else:
         module = module.to_empty(device=device)

@@ -47,13 +47,15 @@ class ModelArgs:
     num_experts: int = 0
     top_k: int = 0
     moe_intermediate_size: int = 0
-    moe_intermediate_key: str = "moe_intermediate_size"  # the config field it is read from (for messages)
+    # the config field it is read from (for messages)
+    moe_intermediate_key: str = "moe_intermediate_size"
     norm_topk_prob: bool = False
     moe_layers: list[bool] = field(default_factory=list)  # per built layer: MoE (True) or dense
     swiglu_alpha: float = 1.702
     swiglu_limit: float = 7.0
     rope_theta_default: float = 10000.0
-    # expert weights: "bf16" (the activations' dtype) or "packed" (MXFP4 as the checkpoint stores them)
+    # expert weights: "bf16" (the activations' dtype) or "packed" (MXFP4 as the checkpoint stores
+    # them)
     experts: str = "bf16"
     # the MoE's workspace: "fused-bf16" or "sglang-mxfp4" (bcgprof.vocab.Moe)
     moe: str = "fused-bf16"
@@ -93,21 +95,28 @@ class ModelArgs:
             num_layers = total
         if not isinstance(num_layers, int) or not 1 <= num_layers <= total:
             raise ModelConfigError(
-                f"num_layers must be between 1 and {total} (the model's num_hidden_layers), got {num_layers}"
+                f"num_layers must be between 1 and {total} (the model's num_hidden_layers), got "
+                f"{num_layers}"
             )
         hidden = int(config["hidden_size"])
         shape = attention_shape(config)
         act = config.get("hidden_act", "silu")
         if silu_only and act not in ("silu", "swish"):
-            raise ModelConfigError(f"hidden_act {act!r} is not supported for {family}; bcgprof implements silu")
+            raise ModelConfigError(
+                f"hidden_act {act!r} is not supported for {family}; bcgprof implements silu"
+            )
 
         sliding, default_types = layer_layout(config, total)
         layer_types = config.get("layer_types") or default_types
         if len(layer_types) < total:
-            raise ModelConfigError(f"layer_types lists {len(layer_types)} layers, num_hidden_layers is {total}")
+            raise ModelConfigError(
+                f"layer_types lists {len(layer_types)} layers, num_hidden_layers is {total}"
+            )
         for t in layer_types:
             if t not in ("full_attention", "sliding_attention"):
-                raise ModelConfigError(f"layer type {t!r} is not supported (full_attention, sliding_attention)")
+                raise ModelConfigError(
+                    f"layer type {t!r} is not supported (full_attention, sliding_attention)"
+                )
 
         args = cls(
             family=family,
@@ -119,7 +128,9 @@ class ModelArgs:
             head_dim=shape.head_dim,
             vocab_size=int(config["vocab_size"]),
             rms_norm_eps=float(config_value(config, "rms_norm_eps", default=1e-6)),
-            max_position_embeddings=int(config_value(config, "max_position_embeddings", default=4096)),
+            max_position_embeddings=int(
+                config_value(config, "max_position_embeddings", default=4096)
+            ),
             layer_types=list(layer_types[:num_layers]),
             sliding_window=int(sliding) if sliding else None,
             attention_bias=bool(config.get("attention_bias", attention_bias)),
@@ -130,5 +141,7 @@ class ModelArgs:
         if read_family is not None:
             read_family(args, config)
         if args.num_experts and not 1 <= args.top_k <= args.num_experts:
-            raise ModelConfigError(f"num_experts_per_tok {args.top_k} must be in 1..{args.num_experts}")
+            raise ModelConfigError(
+                f"num_experts_per_tok {args.top_k} must be in 1..{args.num_experts}"
+            )
         return args

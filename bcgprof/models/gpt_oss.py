@@ -39,7 +39,8 @@ from bcgprof.vocab import Moe
 
 
 def layer_layout(config: dict, total: int) -> tuple[int | None, list[str]]:
-    """The window in force, and sliding attention on even layers when the config lists no layer_types."""
+    """The window in force, and sliding attention on even layers when the config lists no
+    layer_types."""
     sliding = config.get("sliding_window")
     return sliding, ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(total)]
 
@@ -56,7 +57,7 @@ def read_moe(args: ModelArgs, config: dict) -> None:
     args.rope_theta_default = 150000.0
 
 
-# --------------------------------------------------------------------------- modules and checkpoint names
+# --------------------------------------------------------------------- modules and checkpoint names
 
 
 def make_router(args: ModelArgs) -> TopKRouter:
@@ -97,10 +98,29 @@ class GptOssExperts(nn.Module):
         tensor: [T, H], this rank's partial sum under tensor parallelism."""
         b2 = self.down_proj_bias if self.tp_rank == 0 else None  # once over the ranks
         if isinstance(route, OgsRouting):
-            return experts_ogs(x, route, self.gate_up_proj, self.down_proj, self.gate_up_proj_bias,
-                               b2, alpha=self.alpha, limit=self.limit)
-        return fused_experts(x, route.ids, route.weights, self.gate_up_proj, self.down_proj, "clamped_swiglu",
-                             self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit, out=x)
+            return experts_ogs(
+                x,
+                route,
+                self.gate_up_proj,
+                self.down_proj,
+                self.gate_up_proj_bias,
+                b2,
+                alpha=self.alpha,
+                limit=self.limit,
+            )
+        return fused_experts(
+            x,
+            route.ids,
+            route.weights,
+            self.gate_up_proj,
+            self.down_proj,
+            "clamped_swiglu",
+            self.gate_up_proj_bias,
+            b2,
+            alpha=self.alpha,
+            limit=self.limit,
+            out=x,
+        )
 
 
 class GptOssPackedExperts(nn.Module):
@@ -127,14 +147,19 @@ class GptOssPackedExperts(nn.Module):
         I = shard_size(args.moe_intermediate_size, args.tp_size)
         if H % mxfp4.GROUP or I % mxfp4.GROUP:
             raise ModelConfigError(
-                f"packed MXFP4 experts need the hidden size ({H}) and each rank's expert intermediate size "
-                f"({I}{f' = {args.moe_intermediate_size} / {args.tp_size}' if args.tp_size > 1 else ''}) to be "
-                f"multiples of {mxfp4.GROUP}; use bf16 experts or another --tp")
+                f"packed MXFP4 experts need the hidden size ({H}) and each rank's expert "
+                "intermediate size "
+                f"({I}"
+                f"{f' = {args.moe_intermediate_size} / {args.tp_size}' if args.tp_size > 1 else ''}"
+                ") to be "
+                f"multiples of {mxfp4.GROUP}; use bf16 experts or another --tp"
+            )
         self.num_experts, self.hidden_size, self.intermediate_size = E, H, I
         self.total_intermediate_size = args.moe_intermediate_size
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
         self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
-        self.backend: str | None = None  # the kernels' choice (tests force "triton" under the interpreter)
+        # the kernels' choice (tests force "triton" under the interpreter)
+        self.backend: str | None = None
         self.moe = args.moe
         G = mxfp4.GROUP
 
@@ -152,14 +177,35 @@ class GptOssPackedExperts(nn.Module):
         """As :meth:`GptOssExperts.forward`, through the MXFP4 kernels."""
         b2 = self.down_proj_bias if self.tp_rank == 0 else None
         if isinstance(route, OgsRouting):
-            return experts_ogs_mxfp4(x, route, self.gate_up_proj_blocks, self.gate_up_proj_scales,
-                                     self.down_proj_blocks, self.down_proj_scales,
-                                     self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit,
-                                     backend=self.backend)
-        return fused_experts_mxfp4(x, route.ids, route.weights, self.gate_up_proj_blocks, self.gate_up_proj_scales,
-                                   self.down_proj_blocks, self.down_proj_scales, "clamped_swiglu",
-                                   self.gate_up_proj_bias, b2, alpha=self.alpha, limit=self.limit, out=x,
-                                   backend=self.backend)
+            return experts_ogs_mxfp4(
+                x,
+                route,
+                self.gate_up_proj_blocks,
+                self.gate_up_proj_scales,
+                self.down_proj_blocks,
+                self.down_proj_scales,
+                self.gate_up_proj_bias,
+                b2,
+                alpha=self.alpha,
+                limit=self.limit,
+                backend=self.backend,
+            )
+        return fused_experts_mxfp4(
+            x,
+            route.ids,
+            route.weights,
+            self.gate_up_proj_blocks,
+            self.gate_up_proj_scales,
+            self.down_proj_blocks,
+            self.down_proj_scales,
+            "clamped_swiglu",
+            self.gate_up_proj_bias,
+            b2,
+            alpha=self.alpha,
+            limit=self.limit,
+            out=x,
+            backend=self.backend,
+        )
 
 
 class GptOssMLP(nn.Module):
@@ -175,7 +221,9 @@ class GptOssMLP(nn.Module):
         self.top_k = args.top_k
         self.moe = args.moe
         self.router = make_router(args)  # replicated on every rank
-        self.experts = GptOssPackedExperts(args) if args.experts == "packed" else GptOssExperts(args)
+        self.experts = (
+            GptOssPackedExperts(args) if args.experts == "packed" else GptOssExperts(args)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.moe == Moe.SGLANG_MXFP4:
@@ -200,19 +248,25 @@ class GptOssMLP(nn.Module):
         if isinstance(ex, GptOssPackedExperts):  # as published: gate_up's rows, down's groups
             G = mxfp4.GROUP
             groups = slice(rows.start // G, rows.stop // G)
-            entries.update({
-                "experts.gate_up_proj_blocks": ((E, 2 * I, H // G, G // 2), (all_, pairs)),
-                "experts.gate_up_proj_scales": ((E, 2 * I, H // G), (all_, pairs)),
-                "experts.down_proj_blocks": ((E, H, I // G, G // 2), (all_, all_, groups)),
-                "experts.down_proj_scales": ((E, H, I // G), (all_, all_, groups)),
-            })
+            entries.update(
+                {
+                    "experts.gate_up_proj_blocks": ((E, 2 * I, H // G, G // 2), (all_, pairs)),
+                    "experts.gate_up_proj_scales": ((E, 2 * I, H // G), (all_, pairs)),
+                    "experts.down_proj_blocks": ((E, H, I // G, G // 2), (all_, all_, groups)),
+                    "experts.down_proj_scales": ((E, H, I // G), (all_, all_, groups)),
+                }
+            )
         else:
-            entries.update({
-                "experts.gate_up_proj": ((E, H, 2 * I), (all_, all_, pairs)),
-                "experts.down_proj": ((E, I, H), (all_, rows)),
-            })
+            entries.update(
+                {
+                    "experts.gate_up_proj": ((E, H, 2 * I), (all_, all_, pairs)),
+                    "experts.down_proj": ((E, I, H), (all_, rows)),
+                }
+            )
         for name, (shape, source) in entries.items():
-            yield CheckpointTarget(f"{ckpt}.{name}", f"{param}.{name}", (), shape, source if sharded else ())
+            yield CheckpointTarget(
+                f"{ckpt}.{name}", f"{param}.{name}", (), shape, source if sharded else ()
+            )
 
 
 class GptOssModel(DecoderModel):
@@ -224,8 +278,15 @@ class GptOssModel(DecoderModel):
     @classmethod
     def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
         # any hidden_act (the experts' activation is gpt-oss's own), attention biases by default
-        return ModelArgs.from_config(config, cls.family, num_layers, layer_layout=layer_layout, silu_only=False,
-                                     attention_bias=True, read_family=read_moe)
+        return ModelArgs.from_config(
+            config,
+            cls.family,
+            num_layers,
+            layer_layout=layer_layout,
+            silu_only=False,
+            attention_bias=True,
+            read_family=read_moe,
+        )
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args

@@ -28,8 +28,10 @@ def _attention_layers(model: nn.Module) -> list[Attention]:
 def cache_bytes(model: nn.Module, seqs: int, context: int) -> int:
     """Bytes :func:`allocate` would take for ``model`` (meta or materialised) and this shape."""
     width = next(model.parameters()).element_size()
-    return sum(kv_cache_bytes(1, a.num_kv_heads, a.head_dim, width, seqs=seqs, context=context)
-               for a in _attention_layers(model))
+    return sum(
+        kv_cache_bytes(1, a.num_kv_heads, a.head_dim, width, seqs=seqs, context=context)
+        for a in _attention_layers(model)
+    )
 
 
 @dataclass
@@ -44,9 +46,15 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
-def allocate(model: nn.Module, seqs: int, context: int, device: torch.device,
-             generator: torch.Generator | None = None) -> KVCache:
-    """Allocate (and fill with seeded values, like past tokens' keys and values) the cache for ``model``."""
+def allocate(
+    model: nn.Module,
+    seqs: int,
+    context: int,
+    device: torch.device,
+    generator: torch.Generator | None = None,
+) -> KVCache:
+    """Allocate (and fill with seeded values, like past tokens' keys and values) the cache for
+    ``model``."""
     dtype = next(model.parameters()).dtype
     k: list[torch.Tensor] = []
     v: list[torch.Tensor] = []

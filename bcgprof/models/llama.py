@@ -24,5 +24,11 @@ class LlamaModel(DecoderModel):
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args
-        mlp = DenseMLP(a.hidden_size, a.intermediate_size, bias=a.mlp_bias, tp_rank=a.tp_rank, tp_size=a.tp_size)
+        mlp = DenseMLP(
+            a.hidden_size,
+            a.intermediate_size,
+            bias=a.mlp_bias,
+            tp_rank=a.tp_rank,
+            tp_size=a.tp_size,
+        )
         return DecoderLayer(a, layer_idx, Attention(a, layer_idx), mlp, self.norm_fp32_weight)

@@ -22,7 +22,24 @@ from __future__ import annotations
 import torch
 
 # e2m1 code -> value; the sign is the code's top bit
-FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+FP4_VALUES = (
+    0.0,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    4.0,
+    6.0,
+    -0.0,
+    -0.5,
+    -1.0,
+    -1.5,
+    -2.0,
+    -3.0,
+    -4.0,
+    -6.0,
+)
 SCALE_BIAS = 127
 GROUP = 32  # values per scale
 
@@ -46,7 +63,8 @@ def dequantized_shape(blocks_shape, scales_shape=None) -> tuple[int, ...]:
         raise ValueError(f"MXFP4 blocks must be [E, rows, groups, 16], got {list(blocks_shape)}")
     if scales_shape is not None and tuple(scales_shape) != tuple(blocks_shape[:-1]):
         raise ValueError(
-            f"MXFP4 scales {list(scales_shape)} do not match blocks {list(blocks_shape)} (want {list(blocks_shape[:-1])})"
+            f"MXFP4 scales {list(scales_shape)} do not match blocks {list(blocks_shape)} (want "
+            f"{list(blocks_shape[:-1])})"
         )
     e, r, g, _ = blocks_shape
     return (e, g * GROUP, r)
@@ -77,7 +95,9 @@ def dequantize_mxfp4(
     e, h, r = dequantized_shape(blocks.shape, scales.shape)
     g = blocks.shape[2]
     if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8:
-        raise ValueError(f"MXFP4 blocks and scales must be uint8, got {blocks.dtype} and {scales.dtype}")
+        raise ValueError(
+            f"MXFP4 blocks and scales must be uint8, got {blocks.dtype} and {scales.dtype}"
+        )
     device = torch.device(device) if device is not None else blocks.device
     lut = torch.tensor(FP4_VALUES, dtype=dtype, device=device)
     out = torch.empty(e, h, r, dtype=dtype, device=device)  # [E, G*32, R]

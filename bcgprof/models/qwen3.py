@@ -13,13 +13,16 @@ from bcgprof.models.stack import DecoderLayer, DecoderModel
 
 
 def layer_layout(config: dict, total: int) -> tuple[int | None, list[str]]:
-    """The window only when ``use_sliding_window``; then it applies from ``max_window_layers`` on."""
+    """The window only when ``use_sliding_window``; then it applies from ``max_window_layers``
+    on."""
     sliding = config.get("sliding_window")
     if not config.get("use_sliding_window", False):
         sliding = None
     mwl = int(config.get("max_window_layers", total))
-    return sliding, ["sliding_attention" if sliding is not None and i >= mwl else "full_attention"
-                     for i in range(total)]
+    return sliding, [
+        "sliding_attention" if sliding is not None and i >= mwl else "full_attention"
+        for i in range(total)
+    ]
 
 
 class Qwen3Model(DecoderModel):
@@ -27,7 +30,9 @@ class Qwen3Model(DecoderModel):
 
     @classmethod
     def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
-        return ModelArgs.from_config(config, cls.family, num_layers, layer_layout=layer_layout, qk_norm=True)
+        return ModelArgs.from_config(
+            config, cls.family, num_layers, layer_layout=layer_layout, qk_norm=True
+        )
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args

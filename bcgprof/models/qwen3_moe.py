@@ -32,7 +32,8 @@ def layer_layout(config: dict, total: int) -> tuple[int | None, list[str]]:
 
 
 def read_moe(args: ModelArgs, config: dict) -> None:
-    """The MoE fields; layers in ``mlp_only_layers`` or off the ``decoder_sparse_step`` are dense."""
+    """The MoE fields; layers in ``mlp_only_layers`` or off the ``decoder_sparse_step`` are
+    dense."""
     # published configs say num_experts; transformers 5 writes num_local_experts
     args.num_experts = int(config_value(config, "num_experts", "num_local_experts"))
     args.top_k = int(config["num_experts_per_tok"])
@@ -41,18 +42,25 @@ def read_moe(args: ModelArgs, config: dict) -> None:
     step = int(config.get("decoder_sparse_step", 1) or 1)
     dense = set(config.get("mlp_only_layers") or [])
     args.moe_layers = [
-        i not in dense and args.num_experts > 0 and (i + 1) % step == 0 for i in range(args.num_layers)
+        i not in dense and args.num_experts > 0 and (i + 1) % step == 0
+        for i in range(args.num_layers)
     ]
 
 
-# --------------------------------------------------------------------------- modules and checkpoint names
+# --------------------------------------------------------------------- modules and checkpoint names
 
 
 def make_router(args: ModelArgs) -> TopKRouter:
     """Bias-free; softmax over all E experts in float32, top-k, renormalised over the k
     when ``norm_topk_prob``."""
-    return TopKRouter(args.hidden_size, args.num_experts, args.top_k, softmax_before_topk=True,
-                      softmax_dtype=torch.float32, renormalize=args.norm_topk_prob)
+    return TopKRouter(
+        args.hidden_size,
+        args.num_experts,
+        args.top_k,
+        softmax_before_topk=True,
+        softmax_dtype=torch.float32,
+        renormalize=args.norm_topk_prob,
+    )
 
 
 class Qwen3MoeExperts(nn.Module):
@@ -92,17 +100,34 @@ class Qwen3MoeSparseBlock(nn.Module):
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         ex = self.experts
-        E, H, I, full = ex.num_experts, ex.hidden_size, ex.intermediate_size, ex.total_intermediate_size
+        E, H, I, full = (
+            ex.num_experts,
+            ex.hidden_size,
+            ex.intermediate_size,
+            ex.total_intermediate_size,
+        )
         rows = shard_range(full, ex.tp_rank, ex.tp_size)
         src, cols = ((rows,), (slice(None), rows)) if ex.tp_size > 1 else ((), ())
         yield CheckpointTarget(f"{ckpt}.gate.weight", f"{param}.gate.weight", (), (E, H))
         for e in range(E):
             pre = f"{ckpt}.experts.{e}"
-            yield CheckpointTarget(f"{pre}.gate_proj.weight", f"{param}.experts.gate_up_proj", (e, slice(0, I)),
-                                   (full, H), src)
-            yield CheckpointTarget(f"{pre}.up_proj.weight", f"{param}.experts.gate_up_proj", (e, slice(I, 2 * I)),
-                                   (full, H), src)
-            yield CheckpointTarget(f"{pre}.down_proj.weight", f"{param}.experts.down_proj", (e,), (H, full), cols)
+            yield CheckpointTarget(
+                f"{pre}.gate_proj.weight",
+                f"{param}.experts.gate_up_proj",
+                (e, slice(0, I)),
+                (full, H),
+                src,
+            )
+            yield CheckpointTarget(
+                f"{pre}.up_proj.weight",
+                f"{param}.experts.gate_up_proj",
+                (e, slice(I, 2 * I)),
+                (full, H),
+                src,
+            )
+            yield CheckpointTarget(
+                f"{pre}.down_proj.weight", f"{param}.experts.down_proj", (e,), (H, full), cols
+            )
 
 
 class Qwen3MoeModel(DecoderModel):
@@ -110,8 +135,14 @@ class Qwen3MoeModel(DecoderModel):
 
     @classmethod
     def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
-        return ModelArgs.from_config(config, cls.family, num_layers, layer_layout=layer_layout, qk_norm=True,
-                                     read_family=read_moe)
+        return ModelArgs.from_config(
+            config,
+            cls.family,
+            num_layers,
+            layer_layout=layer_layout,
+            qk_norm=True,
+            read_family=read_moe,
+        )
 
     def make_layer(self, layer_idx: int) -> nn.Module:
         a = self.args

@@ -42,23 +42,34 @@ class DecoderModel(nn.Module):
 
     family: str = ""
     norm_fp32_weight: bool = False
-    packed_experts: bool = False  # whether make_layer can keep MXFP4 experts packed (experts="packed")
+    # whether make_layer can keep MXFP4 experts packed (experts="packed")
+    packed_experts: bool = False
     sglang_mxfp4_moe: bool = False  # whether make_layer builds SGLang's MXFP4 MoE (sglang-mxfp4)
 
-    def __init__(self, config: dict, num_layers: int | None = None, tp_rank: int = 0, tp_size: int = 1,
-                 experts: str = "bf16", moe: str = Moe.FUSED_BF16):
+    def __init__(
+        self,
+        config: dict,
+        num_layers: int | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        experts: str = "bf16",
+        moe: str = Moe.FUSED_BF16,
+    ):
         super().__init__()
         self.config = config
         if experts not in ("bf16", "packed"):
             raise ModelConfigError(f"experts must be 'bf16' or 'packed', got {experts!r}")
         if experts == "packed" and not self.packed_experts:
-            raise ModelConfigError(f"{self.family} has no MXFP4 experts to keep packed; use experts='bf16'")
+            raise ModelConfigError(
+                f"{self.family} has no MXFP4 experts to keep packed; use experts='bf16'"
+            )
         if moe not in words(Moe):
             choices = ", ".join(map(repr, words(Moe)))
             raise ModelConfigError(f"moe must be one of {choices}, got {moe!r}")
         if moe == Moe.SGLANG_MXFP4 and not self.sglang_mxfp4_moe:
-            raise ModelConfigError(f"{self.family} has no SGLang MXFP4 MoE to build; "
-                                   "use moe='fused-bf16'")
+            raise ModelConfigError(
+                f"{self.family} has no SGLang MXFP4 MoE to build; use moe='fused-bf16'"
+            )
         self.args = shard(self.read_args(config, num_layers), tp_rank, tp_size)
         self.args.experts = experts
         self.args.moe = str(moe)
@@ -86,7 +97,8 @@ class DecoderModel(nn.Module):
 
     @classmethod
     def read_args(cls, config: dict, num_layers: int | None = None) -> ModelArgs:
-        """The family's :class:`ModelArgs` from ``config`` (unsharded), keeping ``num_layers`` layers."""
+        """The family's :class:`ModelArgs` from ``config`` (unsharded), keeping ``num_layers``
+        layers."""
         raise NotImplementedError
 
     def make_layer(self, layer_idx: int) -> nn.Module:
@@ -94,10 +106,13 @@ class DecoderModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # [T, H] (the embedding is replicated on every rank)
-        tables = {k: rope(positions) for k, rope in self.rotary.items()}  # each ([T, D/2], [T, D/2])
+        tables = {
+            k: rope(positions) for k, rope in self.rotary.items()
+        }  # each ([T, D/2], [T, D/2])
         # decode (a KV cache attached): token t is sequence t's next token, at positions[t]
         decode = cast(DecoderLayer, self.layers[0]).self_attn.kv_cache is not None
-        residual: torch.Tensor | None = None  # the running sum of the residual stream, as the engines carry it
+        # the running sum of the residual stream, as the engines carry it
+        residual: torch.Tensor | None = None
         for layer, key in zip(self.layers, self._rope_of_layer, strict=True):
             cos, sin = tables[key]
             x, residual = layer(x, residual, cos, sin, positions if decode else None)
@@ -115,12 +130,18 @@ class DecoderModel(nn.Module):
     def checkpoint_targets(self) -> dict[str, CheckpointTarget]:
         if self._ckpt is None:
             targets = [
-                CheckpointTarget("model.embed_tokens.weight", "embed_tokens.weight", (),
-                                 (self.args.vocab_size, self.hidden_size)),
+                CheckpointTarget(
+                    "model.embed_tokens.weight",
+                    "embed_tokens.weight",
+                    (),
+                    (self.args.vocab_size, self.hidden_size),
+                ),
                 CheckpointTarget("model.norm.weight", "norm.weight", (), (self.hidden_size,)),
             ]
             for i, layer in enumerate(self.layers):
-                targets.extend(cast(DecoderLayer, layer).checkpoint_entries(f"model.layers.{i}", f"layers.{i}"))
+                targets.extend(
+                    cast(DecoderLayer, layer).checkpoint_entries(f"model.layers.{i}", f"layers.{i}")
+                )
             self._ckpt = {t.name: t for t in targets}
         return self._ckpt
 
@@ -147,7 +168,8 @@ class DecoderModel(nn.Module):
             raise ModelConfigError(f"unexpected checkpoint tensor {name} for a {self.family} stack")
         if tuple(tensor.shape) != tuple(target.shape):
             raise ModelConfigError(
-                f"checkpoint tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
+                f"checkpoint tensor {name} has shape {tuple(tensor.shape)}, expected "
+                f"{tuple(target.shape)}"
             )
         param = self.get_parameter(target.param)
         with torch.no_grad():
@@ -157,12 +179,16 @@ class DecoderModel(nn.Module):
         """The published tensor ``name`` read back from this (unsharded) stack: the
         inverse of :meth:`load_checkpoint_tensor` (tests write checkpoints with it)."""
         if self.tp_size != 1:
-            raise ModelConfigError("checkpoint_tensor reads whole published tensors: only from an unsharded stack")
+            raise ModelConfigError(
+                "checkpoint_tensor reads whole published tensors: only from an unsharded stack"
+            )
         target = self.checkpoint_targets()[name]
         return self.get_parameter(target.param)[target.index].detach().reshape(target.shape)
 
 
-def add_rmsnorm_(x: torch.Tensor, residual: torch.Tensor, norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rmsnorm_(
+    x: torch.Tensor, residual: torch.Tensor, norm: nn.Module
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``residual += x; x = norm(residual)``, both in place: the two buffers SGLang's fused
     add-RMSNorm keeps (the norm's own temporaries are freed before it returns)."""
     residual.add_(x)
@@ -182,22 +208,41 @@ class DecoderLayer(nn.Module):
     at the MLP's peak, as in the engine.
     """
 
-    def __init__(self, args: ModelArgs, layer_idx: int, attn: Attention, mlp: nn.Module, norm_fp32_weight: bool):
+    def __init__(
+        self,
+        args: ModelArgs,
+        layer_idx: int,
+        attn: Attention,
+        mlp: nn.Module,
+        norm_fp32_weight: bool,
+    ):
         super().__init__()
         self.layer_idx = layer_idx
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, norm_fp32_weight)
         self.self_attn = attn
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, norm_fp32_weight)
+        self.post_attention_layernorm = RMSNorm(
+            args.hidden_size, args.rms_norm_eps, norm_fp32_weight
+        )
         self.mlp = mlp
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
             residual, x = x, self.input_layernorm(x)  # [T, H] each
         else:
             x, residual = add_rmsnorm_(x, residual, self.input_layernorm)
         # [T, H], a new buffer; with positions, decode over the attached KV cache
-        x = self.self_attn(x, cos, sin) if positions is None else self.self_attn(x, cos, sin, positions)
+        x = (
+            self.self_attn(x, cos, sin)
+            if positions is None
+            else self.self_attn(x, cos, sin, positions)
+        )
         x, residual = add_rmsnorm_(x, residual, self.post_attention_layernorm)
         return self.mlp(x), residual  # [T, H]
 
@@ -206,4 +251,6 @@ class DecoderLayer(nn.Module):
         for name in ("input_layernorm", "post_attention_layernorm"):
             yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.{name}.weight", (), (H,))
         yield from self.self_attn.checkpoint_entries(f"{ckpt}.self_attn", f"{param}.self_attn")
-        yield from cast(CheckpointSource, self.mlp).checkpoint_entries(f"{ckpt}.mlp", f"{param}.mlp")
+        yield from cast(CheckpointSource, self.mlp).checkpoint_entries(
+            f"{ckpt}.mlp", f"{param}.mlp"
+        )

@@ -47,11 +47,15 @@ def check_split(args: ModelArgs, tp_size: int) -> None:
     if any(dense) and args.intermediate_size % tp_size:
         problems.append(f"intermediate_size {args.intermediate_size} is not divisible by {tp_size}")
     if args.num_experts and any(args.moe_layers) and args.moe_intermediate_size % tp_size:
-        problems.append(f"expert {args.moe_intermediate_key} {args.moe_intermediate_size} is not divisible "
-                        f"by {tp_size}")
+        problems.append(
+            f"expert {args.moe_intermediate_key} {args.moe_intermediate_size} is not divisible "
+            f"by {tp_size}"
+        )
     if problems:
-        raise ModelConfigError(f"cannot split the {args.family} stack over {tp_size} tensor-parallel ranks: "
-                               + "; ".join(problems))
+        raise ModelConfigError(
+            f"cannot split the {args.family} stack over {tp_size} tensor-parallel ranks: "
+            + "; ".join(problems)
+        )
 
 
 def shard(args: ModelArgs, tp_rank: int, tp_size: int) -> ModelArgs:
@@ -113,7 +117,9 @@ def tp_all_reduce(x: torch.Tensor, tp_size: int) -> torch.Tensor:
     return x
 
 
-def row_parallel_linear(x: torch.Tensor, linear: nn.Linear, tp_rank: int, tp_size: int) -> torch.Tensor:
+def row_parallel_linear(
+    x: torch.Tensor, linear: nn.Linear, tp_rank: int, tp_size: int
+) -> torch.Tensor:
     """``linear(x)`` for a row-parallel weight: partial products summed over the ranks,
     the bias added once (by rank 0, before the all-reduce)."""
     if tp_size == 1:

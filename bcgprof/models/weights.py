@@ -75,7 +75,9 @@ def init_dummy(module: nn.Module, seed: int, *, std: float | None = None) -> Non
         std = float(config.get("initializer_range", 0.02)) if isinstance(config, dict) else 0.02
     for name, param in module.named_parameters():
         if param.is_meta:
-            raise ValueError(f"{name} is on the meta device; materialise the module (to_empty) before init_dummy")
+            raise ValueError(
+                f"{name} is on the meta device; materialise the module (to_empty) before init_dummy"
+            )
         if param.dtype == torch.uint8 and name.endswith((BLOCKS, SCALES)):  # packed MXFP4 experts
             _fill_packed(param, name, seed)
             continue
@@ -110,14 +112,15 @@ def _layer_signature(layer: nn.Module) -> tuple:
 
 
 def share_layer_weights(module: DecoderModel) -> int:
-    """Make every decoder layer use the parameters of the first layer shaped like it; returns how many
-    distinct layer weight sets are left (one per layer shape: gpt-oss, Llama and Qwen3 have one).
+    """Make every decoder layer use the parameters of the first layer shaped like it; returns how
+    many distinct layer weight sets are left (one per layer shape: gpt-oss, Llama and Qwen3 have
+    one).
 
-    What a capture allocates depends on the shapes its kernels compute with, never on the values of the
-    weights, so the graphs, segments, pool and executables are those of distinct weights; only the
-    parameter bytes shrink, to one layer's (plus embedding and norm), which lets any depth fit one GPU.
-    Call it on the meta module, before :func:`materialise`: a module moved with ``to_empty`` or ``to``
-    unties its shared parameters."""
+    What a capture allocates depends on the shapes its kernels compute with, never on the values of
+    the weights, so the graphs, segments, pool and executables are those of distinct weights; only
+    the parameter bytes shrink, to one layer's (plus embedding and norm), which lets any depth fit
+    one GPU. Call it on the meta module, before :func:`materialise`: a module moved with
+    ``to_empty`` or ``to`` unties its shared parameters."""
     first: dict[tuple, nn.Module] = {}
     for layer in module.layers:
         ref = first.setdefault(_layer_signature(layer), layer)
@@ -143,7 +146,9 @@ def materialise(module: M, device: torch.device) -> M:
             if p is None:
                 continue
             if id(p) not in made:
-                made[id(p)] = nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad)
+                made[id(p)] = nn.Parameter(
+                    torch.empty_like(p, device=device), requires_grad=p.requires_grad
+                )
             mod._parameters[name] = made[id(p)]
         for name, b in list(mod._buffers.items()):
             if b is not None:
@@ -175,7 +180,9 @@ def _safe_open(path: Path):
     try:
         return safe_open(str(path), framework="pt", device="cpu")
     except Exception as e:  # safetensors raises its own error type, or OSError
-        raise CheckpointError(f"cannot read {path}: {_one_line(e)}; the file is corrupt or incomplete, re-download it") from None
+        raise CheckpointError(
+            f"cannot read {path}: {_one_line(e)}; the file is corrupt or incomplete, re-download it"
+        ) from None
 
 
 def _one_line(e: BaseException) -> str:
@@ -196,7 +203,8 @@ def checkpoint_files(checkpoint_dir: Path) -> list[Path]:
         absent = [f.name for f in files if not f.is_file()]
         if absent:
             raise CheckpointError(
-                f"{index} names {len(absent)} file(s) missing from {checkpoint_dir}: {_quote(absent)}; "
+                f"{index} names {len(absent)} file(s) missing from {checkpoint_dir}: "
+                f"{_quote(absent)}; "
                 "download the whole checkpoint"
             )
         return files
@@ -241,7 +249,8 @@ class _Problems:
         if not parts:
             return None
         return (
-            f"checkpoint {checkpoint_dir} does not fit {type(module).__name__}: {'; '.join(parts)}; "
+            f"checkpoint {checkpoint_dir} does not fit {type(module).__name__}: "
+            f"{'; '.join(parts)}; "
             "check that config.json (layers, experts, sizes) belongs to these weights"
         )
 
@@ -270,7 +279,8 @@ def _plan(module: DecoderModel, files: list[Path]) -> tuple[list[_Entry], _Probl
     seen: set[str] = set()
     for key, path in where.items():
         stem = key.removesuffix(BLOCKS).removesuffix(SCALES)  # X for X_blocks / X_scales
-        if key.endswith((BLOCKS, SCALES)) and key in expected:  # packed experts: blocks and scales as stored
+        # packed experts: blocks and scales as stored
+        if key.endswith((BLOCKS, SCALES)) and key in expected:
             seen.add(key)
             if shapes[key] != expected[key]:
                 problems.mismatched.append(f"{key} {list(shapes[key])} vs {list(expected[key])}")
@@ -320,9 +330,9 @@ def load_safetensors(module: DecoderModel, checkpoint_dir: Path) -> None:
     ``*.safetensors`` in ``checkpoint_dir``. Host memory holds one tensor at a time (or one
     MXFP4 blocks + scales pair, dequantised chunk by chunk on the module's device into
     the module's dtype; a module whose ``checkpoint_shapes`` name ``X_blocks`` and ``X_scales``
-    keeps them packed and receives each as stored, uint8, never dequantised). Raises ``CheckpointError`` (one line) for an unreadable file, or,
-    before any data is read, for every name that is missing, unexpected, of the wrong
-    shape or unpaired.
+    keeps them packed and receives each as stored, uint8, never dequantised). Raises
+    ``CheckpointError`` (one line) for an unreadable file, or, before any data is read, for every
+    name that is missing, unexpected, of the wrong shape or unpaired.
     """
     checkpoint_dir = Path(checkpoint_dir)
     entries, problems = _plan(module, checkpoint_files(checkpoint_dir))
@@ -352,7 +362,9 @@ def _read(f, key: str, path: Path) -> torch.Tensor:
     try:
         return f.get_tensor(key)
     except Exception as e:
-        raise CheckpointError(f"cannot read {key} from {path}: {_one_line(e)}; the file is corrupt, re-download it") from None
+        raise CheckpointError(
+            f"cannot read {key} from {path}: {_one_line(e)}; the file is corrupt, re-download it"
+        ) from None
 
 
 def _read_from(path: Path, key: str, open_file, open_path: Path) -> torch.Tensor:

@@ -41,7 +41,12 @@ from bcgprof.models.kernels.activation import (
     silu_and_mul,
     silu_and_mul_reference,
 )
-from bcgprof.models.kernels.moe import ACTIVATIONS, fused_experts, fused_experts_mxfp4, fused_experts_reference
+from bcgprof.models.kernels.moe import (
+    ACTIVATIONS,
+    fused_experts,
+    fused_experts_mxfp4,
+    fused_experts_reference,
+)
 from bcgprof.models.kernels.moe_ogs import experts_ogs, experts_ogs_mxfp4, experts_ogs_reference
 from bcgprof.models.kernels.ogs_routing import OgsRouting, ogs_routing
 from bcgprof.models.kernels.ogs_workspace import OgsWorkspace, ogs_workspace_shapes

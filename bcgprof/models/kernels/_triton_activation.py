@@ -32,8 +32,17 @@ def soft_bf16(dtype: torch.dtype) -> bool:
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, M, I, stride_xm, stride_om,
-                         SOFT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _silu_and_mul_kernel(
+    x_ptr,
+    out_ptr,
+    M,
+    I,
+    stride_xm,
+    stride_om,
+    SOFT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < I)[None, :]
@@ -43,12 +52,27 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, M, I, stride_xm, stride_om,
     y = gate * tl.sigmoid(gate) * up
     if SOFT_BF16:
         y = bf16_rne(y)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        out_ptr + rows[:, None] * stride_om + cols[None, :],
+        y.to(out_ptr.dtype.element_ty),
+        mask=mask,
+    )
 
 
 @triton.jit
-def _clamped_swiglu_kernel(x_ptr, out_ptr, M, I, stride_xm, stride_om, alpha, limit,
-                           SOFT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _clamped_swiglu_kernel(
+    x_ptr,
+    out_ptr,
+    M,
+    I,
+    stride_xm,
+    stride_om,
+    alpha,
+    limit,
+    SOFT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < I)[None, :]
@@ -61,7 +85,11 @@ def _clamped_swiglu_kernel(x_ptr, out_ptr, M, I, stride_xm, stride_om, alpha, li
     y = (up + 1.0) * glu
     if SOFT_BF16:
         y = bf16_rne(y)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        out_ptr + rows[:, None] * stride_om + cols[None, :],
+        y.to(out_ptr.dtype.element_ty),
+        mask=mask,
+    )
 
 
 def _grid_and_blocks(M: int, I: int) -> tuple[tuple[int, int], int, int]:
@@ -76,8 +104,18 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor) -> None:
     if M == 0 or I == 0:
         return
     grid, bm, bn = _grid_and_blocks(M, I)
-    _silu_and_mul_kernel[grid](x, out, M, I, x.stride(0), out.stride(0),
-                               SOFT_BF16=soft_bf16(out.dtype), BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
+    _silu_and_mul_kernel[grid](
+        x,
+        out,
+        M,
+        I,
+        x.stride(0),
+        out.stride(0),
+        SOFT_BF16=soft_bf16(out.dtype),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        num_warps=4,
+    )
 
 
 def clamped_swiglu(x: torch.Tensor, out: torch.Tensor, alpha: float, limit: float) -> None:
@@ -86,5 +124,17 @@ def clamped_swiglu(x: torch.Tensor, out: torch.Tensor, alpha: float, limit: floa
     if M == 0 or I == 0:
         return
     grid, bm, bn = _grid_and_blocks(M, I)
-    _clamped_swiglu_kernel[grid](x, out, M, I, x.stride(0), out.stride(0), float(alpha), float(limit),
-                                 SOFT_BF16=soft_bf16(out.dtype), BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
+    _clamped_swiglu_kernel[grid](
+        x,
+        out,
+        M,
+        I,
+        x.stride(0),
+        out.stride(0),
+        float(alpha),
+        float(limit),
+        SOFT_BF16=soft_bf16(out.dtype),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        num_warps=4,
+    )

@@ -23,14 +23,37 @@ from bcgprof.models.kernels.routing import Routing
 
 @triton.jit
 def _moe_gemm_kernel(
-    a_ptr, b_ptr, bias_ptr, c_ptr, weight_ptr,
-    sorted_ids_ptr, expert_ids_ptr, num_post_ptr,
-    N, K, num_rows, num_tiles_m,
-    stride_am, stride_ak, stride_be, stride_bk, stride_bn,
-    stride_bias_e, stride_bias_n, stride_cm, stride_cn,
-    A_ROW_DIV: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_WEIGHT: tl.constexpr,
-    EVEN_K: tl.constexpr, UPCAST: tl.constexpr, SOFT_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    bias_ptr,
+    c_ptr,
+    weight_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    num_post_ptr,
+    N,
+    K,
+    num_rows,
+    num_tiles_m,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bk,
+    stride_bn,
+    stride_bias_e,
+    stride_bias_n,
+    stride_cm,
+    stride_cn,
+    A_ROW_DIV: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SOFT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     """C[row] = (A[row // A_ROW_DIV] @ B[expert] + bias[expert]) * weight[row], rounded once.
 
@@ -101,14 +124,40 @@ def mxfp4_to_float(nib, scale):
 
 @triton.jit
 def _moe_gemm_mxfp4_kernel(
-    a_ptr, b_ptr, s_ptr, bias_ptr, c_ptr, weight_ptr,
-    sorted_ids_ptr, expert_ids_ptr, num_post_ptr,
-    N, K, num_rows, num_tiles_m,
-    stride_am, stride_ak, stride_be, stride_bn, stride_se, stride_sn, stride_sg,
-    stride_bias_e, stride_bias_n, stride_cm, stride_cn,
-    A_ROW_DIV: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_WEIGHT: tl.constexpr,
-    EVEN_K: tl.constexpr, UPCAST: tl.constexpr, SOFT_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    s_ptr,
+    bias_ptr,
+    c_ptr,
+    weight_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    num_post_ptr,
+    N,
+    K,
+    num_rows,
+    num_tiles_m,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_se,
+    stride_sn,
+    stride_sg,
+    stride_bias_e,
+    stride_bias_n,
+    stride_cm,
+    stride_cn,
+    A_ROW_DIV: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SOFT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     """:func:`_moe_gemm_kernel` with B given as MXFP4: C[row] = (A[row // A_ROW_DIV] @ W[expert]
     + bias[expert]) * weight[row], W[e][k, n] = fp4(code k of row n of blocks[e]) * 2**(scales[e, n,
@@ -136,10 +185,17 @@ def _moe_gemm_mxfp4_kernel(
     expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_bn = offs_n % N
-    offs_h = tl.arange(0, BLOCK_K // 2)  # byte within the step; codes 2h (low nibble) and 2h + 1 (high)
-    a_ptrs = a_ptr + (rows // A_ROW_DIV)[:, None] * stride_am + (2 * offs_h)[None, :] * stride_ak  # even k
+    # byte within the step; codes 2h (low nibble) and 2h + 1 (high)
+    offs_h = tl.arange(0, BLOCK_K // 2)
+    # even k
+    a_ptrs = a_ptr + (rows // A_ROW_DIV)[:, None] * stride_am + (2 * offs_h)[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + offs_h[:, None] + offs_bn[None, :] * stride_bn
-    s_ptrs = s_ptr + expert * stride_se + (offs_h // 16)[:, None] * stride_sg + offs_bn[None, :] * stride_sn
+    s_ptrs = (
+        s_ptr
+        + expert * stride_se
+        + (offs_h // 16)[:, None] * stride_sg
+        + offs_bn[None, :] * stride_sn
+    )
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kk in range(0, tl.cdiv(K, BLOCK_K)):
@@ -180,8 +236,19 @@ def _moe_gemm_mxfp4_kernel(
 
 
 @triton.jit
-def _moe_sum_kernel(c_ptr, out_ptr, T, H, stride_ct, stride_cs, stride_ot,
-                    TOP_K: tl.constexpr, SOFT_BF16: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+def _moe_sum_kernel(
+    c_ptr,
+    out_ptr,
+    T,
+    H,
+    stride_ct,
+    stride_cs,
+    stride_ot,
+    TOP_K: tl.constexpr,
+    SOFT_BF16: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
     """out[t] = sum over s = 0..k-1, in that order, of c[t, s]; float32, one rounding."""
     t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -192,7 +259,9 @@ def _moe_sum_kernel(c_ptr, out_ptr, T, H, stride_ct, stride_cs, stride_ot,
         acc += tl.load(src + s * stride_cs, mask=mask, other=0.0).to(tl.float32)
     if SOFT_BF16:
         acc = bf16_rne(acc)
-    tl.store(out_ptr + t[:, None] * stride_ot + h[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        out_ptr + t[:, None] * stride_ot + h[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask
+    )
 
 
 @dataclass(frozen=True)
@@ -226,8 +295,17 @@ def gemm_config(block_m: int, dtype: torch.dtype) -> GemmConfig:
     return cfg
 
 
-def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, c: torch.Tensor, routing: Routing,
-         *, a_row_div: int, block_m: int, weights: torch.Tensor | None = None) -> None:
+def gemm(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    c: torch.Tensor,
+    routing: Routing,
+    *,
+    a_row_div: int,
+    block_m: int,
+    weights: torch.Tensor | None = None,
+) -> None:
     """c [T*k, N] = per row r of expert e: (a[r // a_row_div] @ w[e] + bias[e]) * weights[r].
 
     a [*, K] and w [E, K, N] may have any strides; weights (optional) is [T*k] contiguous.
@@ -242,23 +320,45 @@ def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, c: torch.T
         cfg = replace(cfg, **_SMALL)
     num_tiles_m = routing.expert_ids.numel()
     args = (
-        a, w, bias if bias is not None else c, c, weights if weights is not None else c,
-        routing.sorted_ids, routing.expert_ids, routing.num_tokens_post_padded,
-        N, K, num_rows, num_tiles_m,
-        a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2),
-        bias.stride(0) if bias is not None else 0, bias.stride(1) if bias is not None else 0,
-        c.stride(0), c.stride(1),
+        a,
+        w,
+        bias if bias is not None else c,
+        c,
+        weights if weights is not None else c,
+        routing.sorted_ids,
+        routing.expert_ids,
+        routing.num_tokens_post_padded,
+        N,
+        K,
+        num_rows,
+        num_tiles_m,
+        a.stride(0),
+        a.stride(1),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        bias.stride(0) if bias is not None else 0,
+        bias.stride(1) if bias is not None else 0,
+        c.stride(0),
+        c.stride(1),
     )
 
     def launch(cfg: GemmConfig) -> None:
         grid = (num_tiles_m * triton.cdiv(N, cfg.BLOCK_N),)
         _moe_gemm_kernel[grid](
             *args,
-            A_ROW_DIV=a_row_div, HAS_BIAS=bias is not None, MUL_WEIGHT=weights is not None,
-            EVEN_K=K % cfg.BLOCK_K == 0, UPCAST=a.dtype == torch.float32 or interpreting(),
+            A_ROW_DIV=a_row_div,
+            HAS_BIAS=bias is not None,
+            MUL_WEIGHT=weights is not None,
+            EVEN_K=K % cfg.BLOCK_K == 0,
+            UPCAST=a.dtype == torch.float32 or interpreting(),
             SOFT_BF16=soft_bf16(c.dtype),
-            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            BLOCK_M=cfg.BLOCK_M,
+            BLOCK_N=cfg.BLOCK_N,
+            BLOCK_K=cfg.BLOCK_K,
+            GROUP_M=cfg.GROUP_M,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
 
     try:
@@ -268,9 +368,18 @@ def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, c: torch.T
         launch(replace(cfg, **_SMALL))
 
 
-def gemm_mxfp4(a: torch.Tensor, blocks: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
-               c: torch.Tensor, routing: Routing, *, a_row_div: int, block_m: int,
-               weights: torch.Tensor | None = None) -> None:
+def gemm_mxfp4(
+    a: torch.Tensor,
+    blocks: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    c: torch.Tensor,
+    routing: Routing,
+    *,
+    a_row_div: int,
+    block_m: int,
+    weights: torch.Tensor | None = None,
+) -> None:
     """:func:`gemm` with the weights as MXFP4: blocks [E, N, K/32, 16] and scales [E, N, K/32]
     (uint8, as a gpt-oss checkpoint stores them; a rank's slice of rows or of groups works), the
     same tile configurations and routing; K = 32 * groups. Each row's bytes must be contiguous
@@ -278,7 +387,9 @@ def gemm_mxfp4(a: torch.Tensor, blocks: torch.Tensor, scales: torch.Tensor, bias
     num_rows, N = c.shape
     K = a.shape[1]
     if blocks.stride(-1) != 1 or blocks.stride(-2) != 16:
-        raise ValueError(f"MXFP4 blocks must hold each row's bytes contiguously, got strides {blocks.stride()}")
+        raise ValueError(
+            f"MXFP4 blocks must hold each row's bytes contiguously, got strides {blocks.stride()}"
+        )
     if num_rows == 0 or N == 0:
         return
     cfg = gemm_config(block_m, a.dtype)
@@ -287,24 +398,48 @@ def gemm_mxfp4(a: torch.Tensor, blocks: torch.Tensor, scales: torch.Tensor, bias
         cfg = replace(cfg, **_SMALL)
     num_tiles_m = routing.expert_ids.numel()
     args = (
-        a, blocks, scales, bias if bias is not None else c, c, weights if weights is not None else c,
-        routing.sorted_ids, routing.expert_ids, routing.num_tokens_post_padded,
-        N, K, num_rows, num_tiles_m,
-        a.stride(0), a.stride(1), blocks.stride(0), blocks.stride(1),
-        scales.stride(0), scales.stride(1), scales.stride(2),
-        bias.stride(0) if bias is not None else 0, bias.stride(1) if bias is not None else 0,
-        c.stride(0), c.stride(1),
+        a,
+        blocks,
+        scales,
+        bias if bias is not None else c,
+        c,
+        weights if weights is not None else c,
+        routing.sorted_ids,
+        routing.expert_ids,
+        routing.num_tokens_post_padded,
+        N,
+        K,
+        num_rows,
+        num_tiles_m,
+        a.stride(0),
+        a.stride(1),
+        blocks.stride(0),
+        blocks.stride(1),
+        scales.stride(0),
+        scales.stride(1),
+        scales.stride(2),
+        bias.stride(0) if bias is not None else 0,
+        bias.stride(1) if bias is not None else 0,
+        c.stride(0),
+        c.stride(1),
     )
 
     def launch(cfg: GemmConfig) -> None:
         grid = (num_tiles_m * triton.cdiv(N, cfg.BLOCK_N),)
         _moe_gemm_mxfp4_kernel[grid](
             *args,
-            A_ROW_DIV=a_row_div, HAS_BIAS=bias is not None, MUL_WEIGHT=weights is not None,
-            EVEN_K=K % cfg.BLOCK_K == 0, UPCAST=a.dtype == torch.float32 or interpreting(),
+            A_ROW_DIV=a_row_div,
+            HAS_BIAS=bias is not None,
+            MUL_WEIGHT=weights is not None,
+            EVEN_K=K % cfg.BLOCK_K == 0,
+            UPCAST=a.dtype == torch.float32 or interpreting(),
             SOFT_BF16=soft_bf16(c.dtype),
-            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            BLOCK_M=cfg.BLOCK_M,
+            BLOCK_N=cfg.BLOCK_N,
+            BLOCK_K=cfg.BLOCK_K,
+            GROUP_M=cfg.GROUP_M,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
 
     try:
@@ -322,5 +457,17 @@ def moe_sum(c: torch.Tensor, out: torch.Tensor) -> None:
     block_h = min(triton.next_power_of_2(H), 1024)
     block_t = max(1, 4096 // block_h)
     grid = (triton.cdiv(T, block_t), triton.cdiv(H, block_h))
-    _moe_sum_kernel[grid](c, out, T, H, c.stride(0), c.stride(1), out.stride(0),
-                          TOP_K=k, SOFT_BF16=soft_bf16(out.dtype), BLOCK_T=block_t, BLOCK_H=block_h, num_warps=4)
+    _moe_sum_kernel[grid](
+        c,
+        out,
+        T,
+        H,
+        c.stride(0),
+        c.stride(1),
+        out.stride(0),
+        TOP_K=k,
+        SOFT_BF16=soft_bf16(out.dtype),
+        BLOCK_T=block_t,
+        BLOCK_H=block_h,
+        num_warps=4,
+    )

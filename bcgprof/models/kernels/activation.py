@@ -27,7 +27,9 @@ from bcgprof.models.kernels._backend import META, REFERENCE, choose
 
 def _split_last(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     if x.dim() < 1 or x.shape[-1] % 2:
-        raise ValueError(f"gated activation needs an even last dimension, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"gated activation needs an even last dimension, got shape {tuple(x.shape)}"
+        )
     return x, x.shape[-1] // 2
 
 
@@ -42,8 +44,15 @@ def _output(x: torch.Tensor, I: int, out: torch.Tensor | None) -> torch.Tensor:
     shape = (*x.shape[:-1], I)
     if out is None:
         return x.new_empty(shape)
-    if tuple(out.shape) != shape or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape {shape} on {x.device}")
+    if (
+        tuple(out.shape) != shape
+        or out.dtype != x.dtype
+        or out.device != x.device
+        or not out.is_contiguous()
+    ):
+        raise ValueError(
+            f"out must be a contiguous {x.dtype} tensor of shape {shape} on {x.device}"
+        )
     return out
 
 
@@ -63,7 +72,9 @@ def clamped_swiglu_reference(x: torch.Tensor, alpha: float, limit: float) -> tor
     return ((up + 1) * (gate * torch.sigmoid(gate * alpha))).to(x.dtype)
 
 
-def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None, backend: str | None = None) -> torch.Tensor:
+def silu_and_mul(
+    x: torch.Tensor, *, out: torch.Tensor | None = None, backend: str | None = None
+) -> torch.Tensor:
     """``silu(x[..., :I]) * x[..., I:]`` for ``x [..., 2I]`` -> ``[..., I]`` (x's dtype).
 
     ``out`` (optional) is written instead of allocating. ``backend``: see
@@ -82,8 +93,14 @@ def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None, backend: s
     return result
 
 
-def clamped_swiglu(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0, *, out: torch.Tensor | None = None,
-                   backend: str | None = None) -> torch.Tensor:
+def clamped_swiglu(
+    x: torch.Tensor,
+    alpha: float = 1.702,
+    limit: float = 7.0,
+    *,
+    out: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
     """gpt-oss's clamped SwiGLU of interleaved ``x [..., 2I]`` (gate 0::2, up 1::2) -> ``[..., I]``.
 
     ``out`` (optional) is written instead of allocating. ``backend``: see

@@ -41,8 +41,12 @@ class Experts(TypedDict):
 
 
 MODELS: dict[str, Experts] = {  # experts of this rank at tp=1
-    "gpt-oss-20b": Experts(E=32, k=4, H=2880, I=2880, activation="clamped_swiglu", bias=True, transposed=False),
-    "Qwen3-30B-A3B": Experts(E=128, k=8, H=2048, I=768, activation="silu", bias=False, transposed=True),
+    "gpt-oss-20b": Experts(
+        E=32, k=4, H=2880, I=2880, activation="clamped_swiglu", bias=True, transposed=False
+    ),
+    "Qwen3-30B-A3B": Experts(
+        E=128, k=8, H=2048, I=768, activation="silu", bias=False, transposed=True
+    ),
 }
 
 
@@ -96,12 +100,19 @@ def moe_inputs(T: int, E: int, k: int, H: int, I: int, bias: bool, transposed: b
 
     top, ids = torch.randn(T, E, generator=g, device="cuda").topk(k, dim=-1)
     if transposed:
-        w1 = randn(E, 2 * I, H, scale=H ** -0.5).transpose(1, 2)
-        w2 = randn(E, H, I, scale=I ** -0.5).transpose(1, 2)
+        w1 = randn(E, 2 * I, H, scale=H**-0.5).transpose(1, 2)
+        w2 = randn(E, H, I, scale=I**-0.5).transpose(1, 2)
     else:
-        w1, w2 = randn(E, H, 2 * I, scale=H ** -0.5), randn(E, I, H, scale=I ** -0.5)
-    return dict(x=randn(T, H), topk_ids=ids, topk_weights=torch.softmax(top, -1).to(torch.bfloat16), w1=w1, w2=w2,
-                b1=randn(E, 2 * I, scale=0.1) if bias else None, b2=randn(E, H, scale=0.1) if bias else None)
+        w1, w2 = randn(E, H, 2 * I, scale=H**-0.5), randn(E, I, H, scale=I**-0.5)
+    return dict(
+        x=randn(T, H),
+        topk_ids=ids,
+        topk_weights=torch.softmax(top, -1).to(torch.bfloat16),
+        w1=w1,
+        w2=w2,
+        b1=randn(E, 2 * I, scale=0.1) if bias else None,
+        b2=randn(E, H, scale=0.1) if bias else None,
+    )
 
 
 def bench_moe(name: str, T: int, repeats: int, warmup: int) -> list[tuple]:
@@ -115,14 +126,20 @@ def bench_moe(name: str, T: int, repeats: int, warmup: int) -> list[tuple]:
         from bcgprof.models.layers.moe import RoutedExperts
 
         route = RoutedExperts(a["topk_ids"], a["topk_weights"])
-        paths.append(("old fused_moe (grouped_mm)",
-                      lambda: fused_moe(a["x"], route, a["w1"], a["w2"], old_act, a["b1"], a["b2"])))
+        paths.append(
+            (
+                "old fused_moe (grouped_mm)",
+                lambda: fused_moe(a["x"], route, a["w1"], a["w2"], old_act, a["b1"], a["b2"]),
+            )
+        )
     rows = []
     for path, fn in paths:
         ms, peak = measure(fn, repeats, warmup)
         rows.append((name, T, path, ms, peak))
     ws = moe_workspace_shapes(T, spec["k"], spec["H"], 2 * spec["I"], spec["I"], spec["E"])
-    rows.append((name, T, "predicted workspace (table)", float("nan"), ws.peak_bytes(torch.bfloat16) / MIB))
+    rows.append(
+        (name, T, "predicted workspace (table)", float("nan"), ws.peak_bytes(torch.bfloat16) / MIB)
+    )
     return rows
 
 
@@ -155,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_moe(name, opts.tokens, opts.repeats, opts.warmup)
         torch.cuda.empty_cache()
     rows += bench_dense_activation(opts.tokens, opts.repeats, opts.warmup)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, "
-          f"median of {opts.repeats} after {opts.warmup} warm-up calls")
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, "
+        f"median of {opts.repeats} after {opts.warmup} warm-up calls"
+    )
     print(f"{'model':<18} {'T':>6}  {'path':<28} {'median ms':>10} {'peak MiB':>10}")
     for name, T, path, ms, peak in rows:
         ms_text = "" if ms != ms else f"{ms:.3f}"

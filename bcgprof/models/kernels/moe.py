@@ -4,7 +4,8 @@
 ``fused_experts(x [T, H], topk_ids [T, k], topk_weights [T, k], w1 [E, H, N1], w2 [E, I, H],
 activation, b1 [E, N1] | None, b2 [E, H] | None) -> [T, H]``, N1 = 2I, computes per token
 
-    out[t] = sum over slots s of  w[t, s] * (act(x[t] @ w1[e] + b1[e]) @ w2[e] + b2[e]),  e = ids[t, s]
+    out[t] = sum over slots s of  w[t, s] * (act(x[t] @ w1[e] + b1[e]) @ w2[e] + b2[e]),  e = ids[t,
+    s]
 
 Memory and lifetime (the contract; shapes in :mod:`~bcgprof.models.kernels.workspace`):
 
@@ -56,7 +57,9 @@ def _empty(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return like.new_empty(shape)
 
 
-def _check(x, topk_ids, topk_weights, w1, w2, activation, b1, b2) -> tuple[int, int, int, int, int, int]:
+def _check(
+    x, topk_ids, topk_weights, w1, w2, activation, b1, b2
+) -> tuple[int, int, int, int, int, int]:
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if x.dim() != 2 or w1.dim() != 3 or w2.dim() != 3:
@@ -65,11 +68,19 @@ def _check(x, topk_ids, topk_weights, w1, w2, activation, b1, b2) -> tuple[int, 
     E, _, N1 = w1.shape
     I = w2.shape[1]
     if tuple(w1.shape) != (E, H, N1) or tuple(w2.shape) != (E, I, H) or N1 != 2 * I:
-        raise ValueError(f"shapes do not fit: x {tuple(x.shape)}, w1 {tuple(w1.shape)} (want [E, H, 2I]), "
-                         f"w2 {tuple(w2.shape)} (want [E, I, H])")
-    if topk_ids.dim() != 2 or topk_ids.shape[0] != T or tuple(topk_weights.shape) != tuple(topk_ids.shape):
-        raise ValueError(f"topk_ids and topk_weights must both be [T={T}, k], got {tuple(topk_ids.shape)} "
-                         f"and {tuple(topk_weights.shape)}")
+        raise ValueError(
+            f"shapes do not fit: x {tuple(x.shape)}, w1 {tuple(w1.shape)} (want [E, H, 2I]), "
+            f"w2 {tuple(w2.shape)} (want [E, I, H])"
+        )
+    if (
+        topk_ids.dim() != 2
+        or topk_ids.shape[0] != T
+        or tuple(topk_weights.shape) != tuple(topk_ids.shape)
+    ):
+        raise ValueError(
+            f"topk_ids and topk_weights must both be [T={T}, k], got {tuple(topk_ids.shape)} "
+            f"and {tuple(topk_weights.shape)}"
+        )
     if topk_ids.dtype.is_floating_point or topk_ids.dtype == torch.bool:
         raise ValueError(f"topk_ids must be an integer tensor, got {topk_ids.dtype}")
     if w1.dtype != x.dtype or w2.dtype != x.dtype:
@@ -107,12 +118,20 @@ def fused_experts(
     "triton" or "reference".
     """
     T, H, N1, I, E, k = _check(x, topk_ids, topk_weights, w1, w2, activation, b1, b2)
-    if out is not None and (tuple(out.shape) != (T, H) or out.dtype != x.dtype or out.device != x.device
-                            or not out.is_contiguous()):
-        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape {(T, H)} on {x.device}")
+    if out is not None and (
+        tuple(out.shape) != (T, H)
+        or out.dtype != x.dtype
+        or out.device != x.device
+        or not out.is_contiguous()
+    ):
+        raise ValueError(
+            f"out must be a contiguous {x.dtype} tensor of shape {(T, H)} on {x.device}"
+        )
     mode = choose(x.device, backend)
     if mode == REFERENCE:
-        y = fused_experts_reference(x, topk_ids, topk_weights, w1, w2, activation, b1, b2, alpha, limit)
+        y = fused_experts_reference(
+            x, topk_ids, topk_weights, w1, w2, activation, b1, b2, alpha, limit
+        )
         return y if out is None else out.copy_(y)
     ws = moe_workspace_shapes(T, k, H, N1, I, E)
     if T == 0 or k == 0:
@@ -136,7 +155,9 @@ def fused_experts(
     weights = topk_weights.reshape(-1)  # [T*k]
     if not weights.is_contiguous():
         weights = weights.contiguous()
-    _triton_moe.gemm(cache2, w2, b2, cache3, routing, a_row_div=1, block_m=ws.block_m, weights=weights)
+    _triton_moe.gemm(
+        cache2, w2, b2, cache3, routing, a_row_div=1, block_m=ws.block_m, weights=weights
+    )
     _triton_moe.moe_sum(cache3.view(T, k, H), out)
     return out
 
@@ -150,15 +171,21 @@ def check_mxfp4(x, w1_blocks, w1_scales, w2_blocks, w2_scales) -> tuple[int, int
 
     if x.dtype not in (torch.bfloat16, torch.float32):
         raise ValueError(f"MXFP4 experts run with bfloat16 or float32 activations, got {x.dtype}")
-    for name, t in (("w1_blocks", w1_blocks), ("w1_scales", w1_scales), ("w2_blocks", w2_blocks),
-                    ("w2_scales", w2_scales)):
+    for name, t in (
+        ("w1_blocks", w1_blocks),
+        ("w1_scales", w1_scales),
+        ("w2_blocks", w2_blocks),
+        ("w2_scales", w2_scales),
+    ):
         if t.dtype != torch.uint8:
             raise ValueError(f"{name} must be uint8, got {t.dtype}")
     E, N1, H = mxfp4.packed_dims(w1_blocks.shape, w1_scales.shape)
     E2, H2, I = mxfp4.packed_dims(w2_blocks.shape, w2_scales.shape)
     if E2 != E or x.shape[-1] != H2 or x.shape[-1] != H or N1 != 2 * I:
-        raise ValueError(f"packed shapes do not fit x {tuple(x.shape)}: w1_blocks {tuple(w1_blocks.shape)} "
-                         f"(want [E, 2I, H/32, 16]), w2_blocks {tuple(w2_blocks.shape)} (want [E, H, I/32, 16])")
+        raise ValueError(
+            f"packed shapes do not fit x {tuple(x.shape)}: w1_blocks {tuple(w1_blocks.shape)} "
+            f"(want [E, 2I, H/32, 16]), w2_blocks {tuple(w2_blocks.shape)} (want [E, H, I/32, 16])"
+        )
     return E, N1, I
 
 
@@ -211,14 +238,28 @@ def fused_experts_mxfp4(
 
         w1 = dequantize_mxfp4(w1_blocks, w1_scales, dtype=x.dtype, device=x.device)  # [E, H, N1]
         w2 = dequantize_mxfp4(w2_blocks, w2_scales, dtype=x.dtype, device=x.device)  # [E, I, H]
-        y = fused_experts_reference(x, topk_ids, topk_weights, w1, w2, activation, b1, b2, alpha, limit)
+        y = fused_experts_reference(
+            x, topk_ids, topk_weights, w1, w2, activation, b1, b2, alpha, limit
+        )
         return y if out is None else out.copy_(y)
-    if topk_ids.dim() != 2 or topk_ids.shape[0] != T or tuple(topk_weights.shape) != tuple(topk_ids.shape):
-        raise ValueError(f"topk_ids and topk_weights must both be [T={T}, k], got {tuple(topk_ids.shape)} "
-                         f"and {tuple(topk_weights.shape)}")
-    if out is not None and (tuple(out.shape) != (T, H) or out.dtype != x.dtype or out.device != x.device
-                            or not out.is_contiguous()):
-        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape {(T, H)} on {x.device}")
+    if (
+        topk_ids.dim() != 2
+        or topk_ids.shape[0] != T
+        or tuple(topk_weights.shape) != tuple(topk_ids.shape)
+    ):
+        raise ValueError(
+            f"topk_ids and topk_weights must both be [T={T}, k], got {tuple(topk_ids.shape)} "
+            f"and {tuple(topk_weights.shape)}"
+        )
+    if out is not None and (
+        tuple(out.shape) != (T, H)
+        or out.dtype != x.dtype
+        or out.device != x.device
+        or not out.is_contiguous()
+    ):
+        raise ValueError(
+            f"out must be a contiguous {x.dtype} tensor of shape {(T, H)} on {x.device}"
+        )
     k = topk_ids.shape[1]
     ws = moe_workspace_shapes(T, k, H, N1, I, E)
     if T == 0 or k == 0:
@@ -234,7 +275,9 @@ def fused_experts_mxfp4(
         return out
     from bcgprof.models.kernels import _triton_moe
 
-    _triton_moe.gemm_mxfp4(x, w1_blocks, w1_scales, b1, cache1, routing, a_row_div=k, block_m=ws.block_m)
+    _triton_moe.gemm_mxfp4(
+        x, w1_blocks, w1_scales, b1, cache1, routing, a_row_div=k, block_m=ws.block_m
+    )
     if activation == "silu":
         silu_and_mul(cache1, out=cache2, backend="triton")
     else:
@@ -242,8 +285,17 @@ def fused_experts_mxfp4(
     weights = topk_weights.reshape(-1)  # [T*k]
     if not weights.is_contiguous():
         weights = weights.contiguous()
-    _triton_moe.gemm_mxfp4(cache2, w2_blocks, w2_scales, b2, cache3, routing, a_row_div=1, block_m=ws.block_m,
-                           weights=weights)
+    _triton_moe.gemm_mxfp4(
+        cache2,
+        w2_blocks,
+        w2_scales,
+        b2,
+        cache3,
+        routing,
+        a_row_div=1,
+        block_m=ws.block_m,
+        weights=weights,
+    )
     _triton_moe.moe_sum(cache3.view(T, k, H), out)
     return out
 
@@ -251,7 +303,9 @@ def fused_experts_mxfp4(
 # --------------------------------------------------------------------------- reference
 
 
-def grouped_mm_f32(a: torch.Tensor, w: torch.Tensor, sorted_e: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+def grouped_mm_f32(
+    a: torch.Tensor, w: torch.Tensor, sorted_e: torch.Tensor, offs: torch.Tensor
+) -> torch.Tensor:
     """[M, K] rows grouped by expert (``sorted_e`` [M], ends ``offs`` [E]) times w [E, K, N],
     accumulated in float32 -> float32 [M, N]. No host synchronisation."""
     a32, w32 = a.float(), w.float()
@@ -287,7 +341,10 @@ def fused_experts_reference(
     flat = topk_ids.reshape(-1).long()  # [T*k]
     order = torch.argsort(flat, stable=True)  # [T*k] sorted position -> row t*k+s
     sorted_e = flat[order]
-    offs = torch.searchsorted(sorted_e, torch.arange(E, device=x.device), right=True).to(torch.int32)  # [E]
+    # [E]
+    offs = torch.searchsorted(sorted_e, torch.arange(E, device=x.device), right=True).to(
+        torch.int32
+    )
     h = grouped_mm_f32(x[order // k], w1, sorted_e, offs)  # [T*k, N1] float32
     if b1 is not None:
         h += b1.float()[sorted_e]

@@ -38,9 +38,8 @@ class OgsRouting(NamedTuple):
     scatter_indx: torch.Tensor  # [T*k] int32: row t*k+s -> sorted position
     hist: torch.Tensor  # [E] int32: rows per expert
     token_offs_raw: torch.Tensor  # [E+1] int32: rows before each expert
-    token_offs_pad: (
-        torch.Tensor
-    )  # [len(BLOCK_MS), E+1] int32: tiles before each expert, per BLOCK_M
+    # [len(BLOCK_MS), E+1] int32: tiles before each expert, per BLOCK_M
+    token_offs_pad: torch.Tensor
     block_pid_map: torch.Tensor  # [len(BLOCK_MS), tiles] int32: block << 16 | expert, -1 if none
     top_k: int
 
@@ -73,9 +72,10 @@ def ogs_routing(logits: torch.Tensor, k: int, ws: OgsWorkspace | None = None) ->
     sorted_e = flat[order]  # [T*k] expert of each sorted position
     del ids, flat
     experts = torch.arange(E, device=dev)
+    # [E]
     counts = torch.searchsorted(sorted_e, experts, right=True) - torch.searchsorted(
         sorted_e, experts
-    )  # [E]
+    )
     del sorted_e, experts
 
     hist = torch.zeros(ws.hist, dtype=INDEX_DTYPE, device=dev)

@@ -46,6 +46,8 @@ def align_routing(topk_ids: torch.Tensor, ws: MoEWorkspace) -> Routing:
     sorted_ids.scatter_(0, slot, order.to(METADATA_DTYPE))
     tile_starts = torch.arange(ws.expert_ids[0], device=dev) * bm
     # tiles past the last expert's end are never read; clamp keeps their id in range
-    expert_ids = torch.searchsorted(padded_ends, tile_starts, right=True, out_int32=True).clamp_(max=max(E - 1, 0))
+    expert_ids = torch.searchsorted(padded_ends, tile_starts, right=True, out_int32=True).clamp_(
+        max=max(E - 1, 0)
+    )
     num_post = padded_ends[-1:].to(METADATA_DTYPE)
     return Routing(sorted_ids, expert_ids, num_post)

@@ -90,8 +90,11 @@ class MoEWorkspace:
             n = 1
             for d in shape:
                 n *= d
-            item = METADATA_DTYPE.itemsize if name in ("sorted_ids", "expert_ids", "num_tokens_post_padded") \
+            item = (
+                METADATA_DTYPE.itemsize
+                if name in ("sorted_ids", "expert_ids", "num_tokens_post_padded")
                 else dtype.itemsize
+            )
             sizes[name] = n * item
         return sizes
 
@@ -114,7 +117,13 @@ def moe_workspace_shapes(T: int, k: int, H: int, N1: int, I: int, E: int) -> MoE
     if rows < E:  # at most `rows` experts hold a row, each padded to one tile
         padded = min(padded, rows * bm)
     return MoEWorkspace(
-        tokens=T, top_k=k, hidden=H, n1=N1, intermediate=I, num_experts=E, block_m=bm,
+        tokens=T,
+        top_k=k,
+        hidden=H,
+        n1=N1,
+        intermediate=I,
+        num_experts=E,
+        block_m=bm,
         sorted_ids=(padded,),
         expert_ids=(cdiv(padded, bm),),
         num_tokens_post_padded=(1,),

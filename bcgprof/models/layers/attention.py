@@ -49,7 +49,15 @@ def attention(
     """
     out = torch.empty_like(q)  # [T, Hq, D]
     graph_break(
-        attention_core, q, k, v, out, scale=scale, window=window, sinks=sinks, block_q=ATTN_BLOCK_Q,
+        attention_core,
+        q,
+        k,
+        v,
+        out,
+        scale=scale,
+        window=window,
+        sinks=sinks,
+        block_q=ATTN_BLOCK_Q,
         tile_elems=ATTN_TILE_ELEMS,
     )
     return out
@@ -81,8 +89,17 @@ def attention_core(
         if flash_lse_supported(q):
             sdpa_causal_sinks(q, k, v, out, scale=scale, sinks=sinks)
             return
-    chunked_attention(q, k, v, out, scale=scale, window=window, sinks=sinks, block_q=block_q,
-                       tile_elems=tile_elems)
+    chunked_attention(
+        q,
+        k,
+        v,
+        out,
+        scale=scale,
+        window=window,
+        sinks=sinks,
+        block_q=block_q,
+        tile_elems=tile_elems,
+    )
 
 
 def _expand_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
@@ -110,14 +127,24 @@ def flash_causal_with_lse(qh, kh, vh, scale: float) -> tuple[torch.Tensor, torch
     scores: out [1, H, T, D], lse [1, H, T] float32. The public SDPA does not return
     the lse, so this calls the aten op SDPA itself dispatches to (CUDA or CPU)."""
     if qh.is_cuda:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(qh, kh, vh, 0.0, True, False, scale=scale)[:2]
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
+            qh, kh, vh, 0.0, True, False, scale=scale
+        )[:2]
     else:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh, 0.0, True, scale=scale)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            qh, kh, vh, 0.0, True, scale=scale
+        )
     return out, lse
 
 
 def sdpa_causal_sinks(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, scale: float, sinks: torch.Tensor
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float,
+    sinks: torch.Tensor,
 ) -> None:
     """Full causal attention with sinks from one flash kernel call.
 
@@ -133,7 +160,9 @@ def sdpa_causal_sinks(
     out.mul_(keep.t()[..., None])  # computed in float32, rounded once into out's dtype
 
 
-def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, scale: float) -> None:
+def sdpa_causal(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, scale: float
+) -> None:
     """Causal SDPA with KV heads expanded to the query heads.
 
     ``enable_gqa=True`` sent 16k-token prefill to the math kernel, which asks for a full
@@ -194,7 +223,13 @@ def chunked_attention(
         qe = min(qs + block_q, T)
         bq = qe - qs
         # [bq, Hq, D] -> [Hkv, G * bq, D]: query head h = kv * G + g reads KV head kv
-        qf = q[qs:qe].to(torch.float32).view(bq, Hkv, G, D).permute(1, 2, 0, 3).reshape(Hkv, G * bq, D)
+        qf = (
+            q[qs:qe]
+            .to(torch.float32)
+            .view(bq, Hkv, G, D)
+            .permute(1, 2, 0, 3)
+            .reshape(Hkv, G * bq, D)
+        )
         qf = qf * scale  # scale the queries once instead of every score tile (never q in place)
         m = torch.full((Hkv, G * bq, 1), neg_inf, dtype=torch.float32, device=q.device)
         l = torch.zeros((Hkv, G * bq, 1), dtype=torch.float32, device=q.device)
@@ -267,7 +302,14 @@ class Attention(nn.Module):
     is all-reduced over the ranks.
     """
 
-    def __init__(self, args: ModelArgs, layer_idx: int, *, sinks: bool = False, norm_fp32_weight: bool = False):
+    def __init__(
+        self,
+        args: ModelArgs,
+        layer_idx: int,
+        *,
+        sinks: bool = False,
+        norm_fp32_weight: bool = False,
+    ):
         super().__init__()
         self.layer_idx = layer_idx
         self.tp_rank, self.tp_size = args.tp_rank, args.tp_size
@@ -281,7 +323,9 @@ class Attention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim**-0.5
         self.window = args.window(layer_idx)
-        self.qkv_proj = nn.Linear(args.hidden_size, self.q_size + 2 * self.kv_size, bias=args.attention_bias)
+        self.qkv_proj = nn.Linear(
+            args.hidden_size, self.q_size + 2 * self.kv_size, bias=args.attention_bias
+        )
         self.o_proj = nn.Linear(self.q_size, args.hidden_size, bias=args.attention_bias)
         self.q_norm: RMSNorm | None
         self.k_norm: RMSNorm | None
@@ -291,11 +335,17 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if sinks else None
-        # decode: this layer's (K, V) cache, [seqs, Hkv, context, D] each (bcgprof.models.kvcache.attach)
+        # decode: this layer's (K, V) cache, [seqs, Hkv, context, D] each
+        # (bcgprof.models.kvcache.attach)
         self.kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Prefill (no cache): T tokens attend to each other. Decode (a cache attached):
         token t of the batch is sequence t's new token at ``positions[t]``; it is written to
         the cache and attends over the sequence's cached tokens."""
@@ -311,10 +361,14 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:  # both or neither (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        o = attention(q, k, v.contiguous(), scale=self.scale, window=self.window, sinks=self.sinks)  # [T, Hq, D]
-        return row_parallel_linear(o.view(T, self.q_size), self.o_proj, self.tp_rank, self.tp_size)  # [T, hidden]
+        # [T, Hq, D]
+        o = attention(q, k, v.contiguous(), scale=self.scale, window=self.window, sinks=self.sinks)
+        # [T, hidden]
+        return row_parallel_linear(o.view(T, self.q_size), self.o_proj, self.tp_rank, self.tp_size)
 
-    def _decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def _decode(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         B = x.shape[0]
         qkv = self.qkv_proj(x)  # [B, (Hq + 2 Hkv) D]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -327,9 +381,12 @@ class Attention(nn.Module):
         assert self.kv_cache is not None  # forward decodes only with a cache attached
         k_cache, v_cache = self.kv_cache
         write_kv(k_cache, v_cache, k, v, positions)  # inside the graph: static shapes, no sync
-        o = decode_attention(q, k_cache, v_cache, positions, scale=self.scale, window=self.window,
-                             sinks=self.sinks)  # [B, Hq, D]
-        return row_parallel_linear(o.view(B, self.q_size), self.o_proj, self.tp_rank, self.tp_size)  # [B, hidden]
+        # [B, Hq, D]
+        o = decode_attention(
+            q, k_cache, v_cache, positions, scale=self.scale, window=self.window, sinks=self.sinks
+        )
+        # [B, hidden]
+        return row_parallel_linear(o.view(B, self.q_size), self.o_proj, self.tp_rank, self.tp_size)
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         H, q, kv, D = self.qkv_proj.in_features, self.q_size, self.kv_size, self.head_dim
@@ -337,21 +394,44 @@ class Attention(nn.Module):
         q_src = slice(self.head_start * D, self.head_start * D + q)  # this rank's rows of q_proj
         kv_src = slice(self.kv_head_start * D, self.kv_head_start * D + kv)
         bias = self.qkv_proj.bias is not None
-        for name, lo, n, full, src in (("q_proj", 0, q, full_q, q_src), ("k_proj", q, kv, full_kv, kv_src),
-                                       ("v_proj", q + kv, kv, full_kv, kv_src)):
+        for name, lo, n, full, src in (
+            ("q_proj", 0, q, full_q, q_src),
+            ("k_proj", q, kv, full_kv, kv_src),
+            ("v_proj", q + kv, kv, full_kv, kv_src),
+        ):
             shard = src if self.tp_size > 1 else ()
-            yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.qkv_proj.weight", (slice(lo, lo + n),),
-                                   (full, H), shard and (shard,))
+            yield CheckpointTarget(
+                f"{ckpt}.{name}.weight",
+                f"{param}.qkv_proj.weight",
+                (slice(lo, lo + n),),
+                (full, H),
+                shard and (shard,),
+            )
             if bias:
-                yield CheckpointTarget(f"{ckpt}.{name}.bias", f"{param}.qkv_proj.bias", (slice(lo, lo + n),),
-                                       (full,), shard and (shard,))
+                yield CheckpointTarget(
+                    f"{ckpt}.{name}.bias",
+                    f"{param}.qkv_proj.bias",
+                    (slice(lo, lo + n),),
+                    (full,),
+                    shard and (shard,),
+                )
         cols = (slice(None), q_src) if self.tp_size > 1 else ()
-        yield CheckpointTarget(f"{ckpt}.o_proj.weight", f"{param}.o_proj.weight", (), (H, full_q), cols)
+        yield CheckpointTarget(
+            f"{ckpt}.o_proj.weight", f"{param}.o_proj.weight", (), (H, full_q), cols
+        )
         if self.o_proj.bias is not None:
             yield CheckpointTarget(f"{ckpt}.o_proj.bias", f"{param}.o_proj.bias", (), (H,))
         if self.q_norm is not None:
             for name in ("q_norm", "k_norm"):
-                yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.{name}.weight", (), (self.head_dim,))
+                yield CheckpointTarget(
+                    f"{ckpt}.{name}.weight", f"{param}.{name}.weight", (), (self.head_dim,)
+                )
         if self.sinks is not None:
-            heads = (slice(self.head_start, self.head_start + self.num_heads),) if self.tp_size > 1 else ()
-            yield CheckpointTarget(f"{ckpt}.sinks", f"{param}.sinks", (), (self.total_heads,), heads)
+            heads = (
+                (slice(self.head_start, self.head_start + self.num_heads),)
+                if self.tp_size > 1
+                else ()
+            )
+            yield CheckpointTarget(
+                f"{ckpt}.sinks", f"{param}.sinks", (), (self.total_heads,), heads
+            )

@@ -22,8 +22,13 @@ from bcgprof.bcg.breaks import graph_break
 DECODE_BLOCK = 1024  # context slots per block of the online softmax
 
 
-def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-             positions: torch.Tensor) -> None:
+def write_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+) -> None:
     """Store each sequence's new key and value: ``cache[b, :, positions[b]] = k[b]``.
 
     k_cache, v_cache [S, Hkv, C, D]; k, v [B, Hkv, D] (B <= S); positions [B].
@@ -33,22 +38,50 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     v_cache[rows, :, positions] = v
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor, *,
-                     scale: float, window: int | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Attention of each sequence's new token over its cache, through the graph-break point.
 
     q [B, Hq, D]; k_cache, v_cache [S, Hkv, C, D] (rows 0..B-1 used); positions [B].
     Returns [B, Hq, D], allocated before the break.
     """
     out = torch.empty_like(q)  # [B, Hq, D]
-    graph_break(decode_attention_core, q, k_cache, v_cache, positions, out, scale=scale, window=window, sinks=sinks)
+    graph_break(
+        decode_attention_core,
+        q,
+        k_cache,
+        v_cache,
+        positions,
+        out,
+        scale=scale,
+        window=window,
+        sinks=sinks,
+    )
     return out
 
 
-def decode_attention_core(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
-                          out: torch.Tensor, *, scale: float, window: int | None, sinks: torch.Tensor | None,
-                          block: int = DECODE_BLOCK) -> None:
-    """Blocked online-softmax attention over the cache; writes ``out``. Capturable: static shapes, no sync."""
+def decode_attention_core(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    positions: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float,
+    window: int | None,
+    sinks: torch.Tensor | None,
+    block: int = DECODE_BLOCK,
+) -> None:
+    """Blocked online-softmax attention over the cache; writes ``out``. Capturable: static
+    shapes, no sync."""
     B, Hq, D = q.shape
     Hkv, C = k_cache.shape[1], k_cache.shape[2]
     G = Hq // Hkv
@@ -61,7 +94,8 @@ def decode_attention_core(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     acc = torch.zeros((B, Hkv, G, D), dtype=torch.float32, device=q.device)
     for start in range(0, C, block):
         stop = min(start + block, C)
-        s = torch.matmul(qg, k_rows[:, :, start:stop].transpose(-1, -2)).float().mul_(scale)  # [B, Hkv, G, blk]
+        # [B, Hkv, G, blk]
+        s = torch.matmul(qg, k_rows[:, :, start:stop].transpose(-1, -2)).float().mul_(scale)
         slots = torch.arange(start, stop, device=q.device).view(1, 1, 1, -1)
         blocked = slots > pos
         if window is not None:
@@ -80,10 +114,18 @@ def decode_attention_core(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     out.copy_((acc / l).view(B, Hq, D))
 
 
-def reference_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
-                               *, scale: float, window: int | None = None,
-                               sinks: torch.Tensor | None = None) -> torch.Tensor:
-    """Plain float32 softmax over each sequence's visible slots, one sequence at a time (tests only)."""
+def reference_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Plain float32 softmax over each sequence's visible slots, one sequence at a time (tests
+    only)."""
     B, Hq, D = q.shape
     Hkv = k_cache.shape[1]
     G = Hq // Hkv
@@ -91,8 +133,8 @@ def reference_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     for b in range(B):
         p = int(positions[b])
         lo = 0 if window is None else max(0, p - window + 1)
-        k = k_cache[b, :, lo:p + 1].float().repeat_interleave(G, dim=0)  # [Hq, n, D]
-        v = v_cache[b, :, lo:p + 1].float().repeat_interleave(G, dim=0)
+        k = k_cache[b, :, lo : p + 1].float().repeat_interleave(G, dim=0)  # [Hq, n, D]
+        v = v_cache[b, :, lo : p + 1].float().repeat_interleave(G, dim=0)
         s = torch.einsum("hd,hnd->hn", q[b].float(), k) * scale  # [Hq, n]
         if sinks is not None:
             s = torch.cat([s, sinks.float().view(Hq, 1)], dim=-1)

@@ -22,12 +22,21 @@ class DenseMLP(nn.Module):
     the output is all-reduced over the ranks.
     """
 
-    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False, *, tp_rank: int = 0,
-                 tp_size: int = 1):
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        bias: bool = False,
+        *,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+    ):
         super().__init__()
         if intermediate_size % tp_size:
-            raise ModelConfigError(f"intermediate_size {intermediate_size} is not divisible by {tp_size} "
-                                   "tensor-parallel ranks")
+            raise ModelConfigError(
+                f"intermediate_size {intermediate_size} is not divisible by {tp_size} "
+                "tensor-parallel ranks"
+            )
         self.hidden_size = hidden_size
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.total_intermediate_size = intermediate_size
@@ -40,7 +49,10 @@ class DenseMLP(nn.Module):
         # As SGLang's LlamaMLP: gate_up [T, 2I] is held until the down projection returns,
         # beside the activation [T, I] and then down's output [T, H]
         gate_up = self.gate_up_proj(x)  # [T, 2I]
-        return row_parallel_linear(silu_and_mul(gate_up), self.down_proj, self.tp_rank, self.tp_size)  # [T, H]
+        # [T, H]
+        return row_parallel_linear(
+            silu_and_mul(gate_up), self.down_proj, self.tp_rank, self.tp_size
+        )
 
     def checkpoint_entries(self, ckpt: str, param: str) -> Iterator[CheckpointTarget]:
         H, I, full = self.hidden_size, self.intermediate_size, self.total_intermediate_size
@@ -48,11 +60,23 @@ class DenseMLP(nn.Module):
         src, cols = ((rows,), (slice(None), rows)) if self.tp_size > 1 else ((), ())
         bias = self.down_proj.bias is not None
         for name, lo in (("gate_proj", 0), ("up_proj", I)):
-            yield CheckpointTarget(f"{ckpt}.{name}.weight", f"{param}.gate_up_proj.weight", (slice(lo, lo + I),),
-                                   (full, H), src)
+            yield CheckpointTarget(
+                f"{ckpt}.{name}.weight",
+                f"{param}.gate_up_proj.weight",
+                (slice(lo, lo + I),),
+                (full, H),
+                src,
+            )
             if bias:
-                yield CheckpointTarget(f"{ckpt}.{name}.bias", f"{param}.gate_up_proj.bias", (slice(lo, lo + I),),
-                                       (full,), src)
-        yield CheckpointTarget(f"{ckpt}.down_proj.weight", f"{param}.down_proj.weight", (), (H, full), cols)
+                yield CheckpointTarget(
+                    f"{ckpt}.{name}.bias",
+                    f"{param}.gate_up_proj.bias",
+                    (slice(lo, lo + I),),
+                    (full,),
+                    src,
+                )
+        yield CheckpointTarget(
+            f"{ckpt}.down_proj.weight", f"{param}.down_proj.weight", (), (H, full), cols
+        )
         if bias:
             yield CheckpointTarget(f"{ckpt}.down_proj.bias", f"{param}.down_proj.bias", (), (H,))

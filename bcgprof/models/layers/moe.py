@@ -33,13 +33,23 @@ class TopKRouter(nn.Module):
     reference router. Replicated on every tensor-parallel rank.
     """
 
-    def __init__(self, hidden_size: int, num_experts: int, top_k: int, *, bias: bool = False,
-                 softmax_before_topk: bool = False, softmax_dtype: torch.dtype | None = None,
-                 renormalize: bool = False):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_experts: int,
+        top_k: int,
+        *,
+        bias: bool = False,
+        softmax_before_topk: bool = False,
+        softmax_dtype: torch.dtype | None = None,
+        renormalize: bool = False,
+    ):
         super().__init__()
         if not softmax_before_topk and (softmax_dtype is not None or renormalize):
-            raise ValueError("softmax_dtype and renormalize apply when softmax_before_topk is set: "
-                             "a softmax over the k chosen already sums to one")
+            raise ValueError(
+                "softmax_dtype and renormalize apply when softmax_before_topk is set: "
+                "a softmax over the k chosen already sums to one"
+            )
         self.num_experts = num_experts
         self.top_k = top_k
         self.softmax_before_topk = softmax_before_topk

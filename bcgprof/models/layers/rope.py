@@ -13,7 +13,9 @@ from torch import nn
 from bcgprof.errors import ModelConfigError
 
 
-def rope_parameters(config: dict, layer_type: str | None = None, default_theta: float = 10000.0) -> dict:
+def rope_parameters(
+    config: dict, layer_type: str | None = None, default_theta: float = 10000.0
+) -> dict:
     """One RoPE description from either config dialect.
 
     Published configs say ``rope_theta`` plus ``rope_scaling`` (a dict or null, its type
@@ -26,9 +28,15 @@ def rope_parameters(config: dict, layer_type: str | None = None, default_theta: 
     params = config.get("rope_parameters")
     if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
         nested = {k: v for k, v in params.items() if isinstance(v, dict)}
-        key = layer_type if layer_type in nested else ("full_attention" if "full_attention" in nested else None)
+        key = (
+            layer_type
+            if layer_type in nested
+            else ("full_attention" if "full_attention" in nested else None)
+        )
         if key is None:
-            raise ModelConfigError(f"rope_parameters has no entry for layer type {layer_type!r}: {sorted(nested)}")
+            raise ModelConfigError(
+                f"rope_parameters has no entry for layer type {layer_type!r}: {sorted(nested)}"
+            )
         params = nested[key]
     merged: dict = {}
     if isinstance(config.get("rope_scaling"), dict):
@@ -49,7 +57,9 @@ def rope_parameters(config: dict, layer_type: str | None = None, default_theta: 
     return merged
 
 
-def rope_inv_freq(params: dict, head_dim: int, max_position_embeddings: int) -> tuple[torch.Tensor, float]:
+def rope_inv_freq(
+    params: dict, head_dim: int, max_position_embeddings: int
+) -> tuple[torch.Tensor, float]:
     """Inverse frequencies ``[head_dim // 2]`` (float32, CPU) and the cos/sin scale.
 
     Follows transformers' ``ROPE_INIT_FUNCTIONS`` for default, linear, llama3 and yarn.
@@ -108,7 +118,9 @@ def rope_inv_freq(params: dict, head_dim: int, max_position_embeddings: int) -> 
         extra_factor = 1 - ramp
         inv = interpolation * (1 - extra_factor) + extrapolation * extra_factor
         return inv, float(attention_factor)
-    raise ModelConfigError(f"rope_type {rope_type!r} is not supported (default, linear, llama3, yarn)")
+    raise ModelConfigError(
+        f"rope_type {rope_type!r} is not supported (default, linear, llama3, yarn)"
+    )
 
 
 class RotaryEmbedding(nn.Module):
@@ -129,11 +141,15 @@ class RotaryEmbedding(nn.Module):
         # computed on the host whatever the default device (on meta it would have no values, and
         # its first arithmetic there imports torch's compiler stack), then placed like the module
         with torch.device("cpu"):
-            inv_freq, self.attention_scaling = rope_inv_freq(self.params, head_dim, max_position_embeddings)
+            inv_freq, self.attention_scaling = rope_inv_freq(
+                self.params, head_dim, max_position_embeddings
+            )
         self.register_buffer("inv_freq", inv_freq.to(torch.empty(0).device), persistent=False)
 
     def reset_buffers(self) -> None:
-        inv_freq, self.attention_scaling = rope_inv_freq(self.params, self.head_dim, self.max_position_embeddings)
+        inv_freq, self.attention_scaling = rope_inv_freq(
+            self.params, self.head_dim, self.max_position_embeddings
+        )
         if self.inv_freq.device.type != "meta":
             inv_freq = inv_freq.to(self.inv_freq.device)
         else:
