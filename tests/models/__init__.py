@@ -1,2 +1,2 @@
-"""The model families and kernels on the CPU: transformers reference models, Triton's interpreter and
-gloo process groups (tensor parallelism)."""
+"""The model families and kernels on the CPU: transformers reference models, Triton's interpreter
+and gloo process groups (tensor parallelism)."""

@@ -23,7 +23,9 @@ FAMILIES = family_names()
 
 def _cache(S=5, Hkv=2, C=37, D=16, seed=0, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(S, Hkv, C, D, generator=g).to(dtype), torch.randn(S, Hkv, C, D, generator=g).to(dtype)
+    return torch.randn(S, Hkv, C, D, generator=g).to(dtype), torch.randn(
+        S, Hkv, C, D, generator=g
+    ).to(dtype)
 
 
 @pytest.mark.parametrize("window", [None, 4])
@@ -33,11 +35,16 @@ def test_the_blocked_core_equals_a_plain_softmax_over_the_visible_slots(window, 
     k_cache, v_cache = _cache()
     B, Hq, D = 4, 8, 16
     q = torch.randn(B, Hq, D, generator=torch.Generator().manual_seed(1))
-    positions = torch.tensor([0, 3, 17, 36])  # first slot, inside the first block, across blocks, the last slot
+    # first slot, inside the first block, across blocks, the last slot
+    positions = torch.tensor([0, 3, 17, 36])
     s = torch.randn(Hq) if sinks else None
     out = torch.full_like(q, float("nan"))
-    decode_attention_core(q, k_cache, v_cache, positions, out, scale=0.25, window=window, sinks=s, block=block)
-    ref = reference_decode_attention(q, k_cache, v_cache, positions, scale=0.25, window=window, sinks=s)
+    decode_attention_core(
+        q, k_cache, v_cache, positions, out, scale=0.25, window=window, sinks=s, block=block
+    )
+    ref = reference_decode_attention(
+        q, k_cache, v_cache, positions, scale=0.25, window=window, sinks=s
+    )
     assert torch.isfinite(out).all()
     tol = attention_close(q, k_cache, v_cache, scale=0.25, keys=k_cache.shape[2], sinks=s)
     torch.testing.assert_close(out, ref, **tol)
@@ -64,22 +71,29 @@ def test_cache_sizing_follows_the_formula():
     expected = len(model.layers) * 2 * 6 * a.num_kv_heads * 40 * a.head_dim * 4  # fp32
     assert kvcache.cache_bytes(model, seqs=6, context=40) == expected
     cache = kvcache.allocate(model, 6, 40, torch.device("cpu"), torch.Generator().manual_seed(0))
-    assert cache.nbytes == expected and tuple(cache.k[0].shape) == (6, a.num_kv_heads, 40, a.head_dim)
+    assert cache.nbytes == expected and tuple(cache.k[0].shape) == (
+        6,
+        a.num_kv_heads,
+        40,
+        a.head_dim,
+    )
     per_token = kvcache.kv_bytes_per_token(len(model.layers), a.num_kv_heads, a.head_dim, 4)
     assert expected == per_token * 6 * 40
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_decoding_token_by_token_equals_prefill(family):
-    """Sequence b decodes its tokens one step at a time; the last step's output equals a prefill of the
-    whole prefix at its last token (causal attention, windows and sinks included)."""
+    """Sequence b decodes its tokens one step at a time; the last step's output equals a prefill of
+    the whole prefix at its last token (causal attention, windows and sinks included)."""
     torch.manual_seed(0)
     model = model_class(family)(tiny_config(family)).eval()
     randomize_(model, 0)
     vocab = model.args.vocab_size
     B, steps, context = 3, 12, 16  # longer than gpt-oss's tiny window of 8
     tokens = torch.randint(0, vocab, (B, steps))
-    cache = kvcache.allocate(model, B, context, torch.device("cpu"), torch.Generator().manual_seed(1))
+    cache = kvcache.allocate(
+        model, B, context, torch.device("cpu"), torch.Generator().manual_seed(1)
+    )
     kvcache.attach(model, cache)
     with torch.no_grad():
         for t in range(steps):
@@ -89,7 +103,9 @@ def test_decoding_token_by_token_equals_prefill(family):
         for b in range(B):
             ref = model(tokens[b], torch.arange(steps))[-1]
             # the same sums in another order (one token vs a prefill's many): a reordering apart
-            torch.testing.assert_close(out[b], ref, **model_close(model.args, keys=steps, scale=ref.abs().max().item()))
+            torch.testing.assert_close(
+                out[b], ref, **model_close(model.args, keys=steps, scale=ref.abs().max().item())
+            )
 
 
 def test_sequences_at_different_positions_decode_independently():
@@ -101,18 +117,25 @@ def test_sequences_at_different_positions_decode_independently():
     with torch.no_grad():
         together = model(ids, positions)
         # sequence 1 alone: its cache row becomes row 0 of a one-sequence cache
-        kvcache.attach(model, kvcache.KVCache([k[1:2].clone() for k in cache.k], [v[1:2].clone() for v in cache.v],
-                                              1, 16))
+        kvcache.attach(
+            model,
+            kvcache.KVCache(
+                [k[1:2].clone() for k in cache.k], [v[1:2].clone() for v in cache.v], 1, 16
+            ),
+        )
         alone = model(ids[1:2], positions[1:2])
     # a batch of four and one sequence take different float32 kernels: a reordering apart
     tol = model_close(model.args, keys=cache.context, scale=alone.abs().max().item())
     torch.testing.assert_close(together[1], alone[0], **tol)
 
 
-@pytest.mark.parametrize("report, model", [("gpt-oss-20b-h200-decode", "gpt-oss-20b"),
-                                           ("llama-3.1-8b-h200-decode", "Llama-3.1-8B")])
+@pytest.mark.parametrize(
+    "report, model",
+    [("gpt-oss-20b-h200-decode", "gpt-oss-20b"), ("llama-3.1-8b-h200-decode", "Llama-3.1-8B")],
+)
 def test_estimate_matches_the_retained_outputs_measured_in_decode(report, model):
-    """The committed H200 decode captures: each bucket keeps batch x hidden x dtype bytes, as estimate says."""
+    """The committed H200 decode captures: each bucket keeps batch x hidden x dtype bytes, as
+    estimate says."""
     from bcgprof.analysis.estimate import estimate_output_buffers
     from bcgprof.report import read_report
     from bcgprof.spec import resolve_model
@@ -132,6 +155,10 @@ def test_a_kv_cache_that_does_not_fit_is_one_line_with_both_figures():
     with pytest.raises(CaptureError) as info:
         check_cache_fits(128 << 30, 120 << 30, 256, 4096)
     text = str(info.value)
-    assert "needs 128.00 GiB" in text and "120.00 GiB of GPU memory is free" in text and "--context-len" in text
+    assert (
+        "needs 128.00 GiB" in text
+        and "120.00 GiB of GPU memory is free" in text
+        and "--context-len" in text
+    )
     assert "\n" not in text
     check_cache_fits(1 << 30, 2 << 30, 8, 128)  # fits: no error

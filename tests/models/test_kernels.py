@@ -18,7 +18,8 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():  # tests/conftest.py does this first; here for running the file alone
+# tests/conftest.py does this first; here for running the file alone
+if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
@@ -67,7 +68,9 @@ interpreted = pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")
 # --------------------------------------------------------------------------- helpers
 
 
-def moe_case(T=17, E=8, k=2, H=20, I=12, dtype=torch.float32, bias=True, transposed=False, empty=(), seed=0):
+def moe_case(
+    T=17, E=8, k=2, H=20, I=12, dtype=torch.float32, bias=True, transposed=False, empty=(), seed=0
+):
     """Random inputs of fused_experts; experts in ``empty`` get no token."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(T, H, generator=g).to(dtype)
@@ -109,6 +112,7 @@ def clamped64(alpha, limit):
     def act(h):
         gate, up = h[..., 0::2].clamp(max=limit), h[..., 1::2].clamp(-limit, limit)
         return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+
     return act
 
 
@@ -136,8 +140,16 @@ TOL = {torch.float32: 1e-5, BF16: 1e-2, torch.float16: 2e-3}
 class Watch(TorchDispatchMode):
     """Records what an op sequence does: host syncs, boolean indexing, created tensors."""
 
-    SYNC = frozenset({aten._local_scalar_dense.default, aten.nonzero.default, aten.bincount.default,
-                      aten.is_nonzero.default, aten.equal.default, aten.masked_select.default})
+    SYNC = frozenset(
+        {
+            aten._local_scalar_dense.default,
+            aten.nonzero.default,
+            aten.bincount.default,
+            aten.is_nonzero.default,
+            aten.equal.default,
+            aten.masked_select.default,
+        }
+    )
 
     def __init__(self):
         super().__init__()
@@ -149,7 +161,9 @@ class Watch(TorchDispatchMode):
         if func in self.SYNC:
             self.forbidden.append(str(func))
         if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default) and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()) if i is not None
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool
+            for i in (args[1] or ())
+            if i is not None
         ):
             self.forbidden.append(f"{func} with a boolean mask")
         if not func.is_view:
@@ -191,7 +205,9 @@ def test_activation_references_match_the_unfused_activations():
     want = old_swiglu(x)  # elementwise: the activation's own roundings apart
     torch.testing.assert_close(silu_and_mul_reference(x), want, **activation_close(want))
     want = old_clamped(x, 1.702, 7.0)
-    torch.testing.assert_close(clamped_swiglu_reference(x, 1.702, 7.0), want, **activation_close(want))
+    torch.testing.assert_close(
+        clamped_swiglu_reference(x, 1.702, 7.0), want, **activation_close(want)
+    )
     # bf16: the fused form rounds once, the unfused one after every op; they stay close
     xb = x.to(BF16)
     assert rel_err(silu_and_mul_reference(xb), old_swiglu(xb)) < 1e-2
@@ -231,11 +247,19 @@ def test_reference_moe_matches_a_naive_float64_loop(activation, transposed):
     got = fused_experts_reference(**case, activation=activation, alpha=alpha, limit=limit)
     want = naive_moe(**case, act=act)
     assert got.dtype == torch.float32
-    terms = mlp_terms(hidden=case["w1"].shape[1], intermediate=case["w2"].shape[1], experts=case["topk_ids"].shape[1])
-    torch.testing.assert_close(got.double(), want, **close(torch.float32, reduction=terms, scale=want.abs().max().item()))
+    terms = mlp_terms(
+        hidden=case["w1"].shape[1],
+        intermediate=case["w2"].shape[1],
+        experts=case["topk_ids"].shape[1],
+    )
+    torch.testing.assert_close(
+        got.double(), want, **close(torch.float32, reduction=terms, scale=want.abs().max().item())
+    )
     # bf16 inputs: against the float64 loop over the same (bf16-valued) inputs
-    bf = {k: (v.to(BF16) if v is not None and v.is_floating_point() and k != "topk_weights" else v)
-          for k, v in case.items()}
+    bf = {
+        k: (v.to(BF16) if v is not None and v.is_floating_point() and k != "topk_weights" else v)
+        for k, v in case.items()
+    }
     got = fused_experts_reference(**bf, activation=activation, alpha=alpha, limit=limit)
     assert got.dtype == BF16
     assert rel_err(got, naive_moe(**bf, act=act)) < 2e-2
@@ -254,7 +278,9 @@ def test_reference_moe_is_sync_free_and_deterministic(H, I):
 
 def test_fused_experts_on_cpu_takes_the_reference():
     case = moe_case(dtype=BF16)
-    assert torch.equal(fused_experts(**case, activation="silu"), fused_experts_reference(**case, activation="silu"))
+    assert torch.equal(
+        fused_experts(**case, activation="silu"), fused_experts_reference(**case, activation="silu")
+    )
 
 
 def test_fused_experts_checks_its_arguments():
@@ -310,7 +336,8 @@ def test_workspace_matches_the_engine_table_for_qwen3_30b_a3b_at_16k():
 
 def test_workspace_is_tokens_times_top_k_never_experts():
     small, many = _ws_bytes(256, 2, 64, 32, 8), _ws_bytes(256, 2, 64, 32, 128)
-    assert small["cache13"] == many["cache13"] == 2 * small["cache2"]  # 512 x max(64, 64) vs 512 x 32
+    # 512 x max(64, 64) vs 512 x 32
+    assert small["cache13"] == many["cache13"] == 2 * small["cache2"]
     assert small["cache2"] == many["cache2"] and small["output"] == many["output"]
     assert many["sorted_ids"] == (512 + 128 * 15) * 4  # only the padding grows with E
     ws = moe_workspace_shapes(3, 2, 8, 8, 4, 64)  # T*k = 6 < E: at most 6 experts hold a row
@@ -324,7 +351,10 @@ def test_meta_fused_experts_allocates_exactly_the_workspace():
     w = torch.empty(T, k, dtype=BF16, device="meta")
     w1 = torch.empty(E, H, 2 * I, dtype=BF16, device="meta")
     w2 = torch.empty(E, I, H, dtype=BF16, device="meta")
-    b1, b2 = torch.empty(E, 2 * I, dtype=BF16, device="meta"), torch.empty(E, H, dtype=BF16, device="meta")
+    b1, b2 = (
+        torch.empty(E, 2 * I, dtype=BF16, device="meta"),
+        torch.empty(E, H, dtype=BF16, device="meta"),
+    )
     watch = Watch()
     with watch:
         out = fused_experts(x, ids, w, w1, w2, "clamped_swiglu", b1, b2)
@@ -344,7 +374,10 @@ def test_meta_fused_experts_in_place_allocates_no_output():
     T, E, k, H, I = 256, 8, 2, 64, 32
     x = torch.empty(T, H, dtype=BF16, device="meta")
     ids, w = torch.empty(T, k, dtype=torch.long, device="meta"), torch.empty(T, k, device="meta")
-    w1, w2 = torch.empty(E, H, 2 * I, dtype=BF16, device="meta"), torch.empty(E, I, H, dtype=BF16, device="meta")
+    w1, w2 = (
+        torch.empty(E, H, 2 * I, dtype=BF16, device="meta"),
+        torch.empty(E, I, H, dtype=BF16, device="meta"),
+    )
     watch = Watch()
     with watch:
         out = fused_experts(x, ids, w, w1, w2, out=x)
@@ -394,9 +427,13 @@ def test_routing_metadata_is_sync_free():
 @pytest.mark.parametrize("shape", [(1, 2), (7, 26), (3, 5, 130), (33, 2 * 257)])
 def test_triton_activations_equal_the_reference(dtype, shape):
     x = (torch.randn(shape) * 4).to(dtype)
-    for fused, ref in ((silu_and_mul, silu_and_mul_reference),
-                       (lambda t, **kw: clamped_swiglu(t, 1.702, 2.5, **kw),
-                        lambda t: clamped_swiglu_reference(t, 1.702, 2.5))):
+    for fused, ref in (
+        (silu_and_mul, silu_and_mul_reference),
+        (
+            lambda t, **kw: clamped_swiglu(t, 1.702, 2.5, **kw),
+            lambda t: clamped_swiglu_reference(t, 1.702, 2.5),
+        ),
+    ):
         got, want = fused(x, backend="triton"), ref(x)
         assert got.shape == want.shape and got.dtype == dtype
         if dtype == torch.float32:  # sigmoid/exp may differ in the last float32 places
@@ -438,7 +475,9 @@ MOE_CASES = [
 
 @interpreted
 @pytest.mark.parametrize("T, E, k, H, I, dtype, bias, transposed, activation, empty", MOE_CASES)
-def test_triton_fused_experts_equals_the_reference(T, E, k, H, I, dtype, bias, transposed, activation, empty):
+def test_triton_fused_experts_equals_the_reference(
+    T, E, k, H, I, dtype, bias, transposed, activation, empty
+):
     case = moe_case(T, E, k, H, I, dtype, bias, transposed, empty, seed=T * 31 + E)
     got = fused_experts(**case, activation=activation, limit=1.5, backend="triton")
     want = fused_experts_reference(**case, activation=activation, limit=1.5)
@@ -504,6 +543,7 @@ def test_triton_gemm_falls_back_to_a_smaller_configuration(monkeypatch):
                 if kw["BLOCK_N"] > 64:
                     raise OutOfResources(300_000, 232_448, "shared memory")
                 return real[grid](*args, **kw)
+
             return launch
 
     monkeypatch.setattr(_triton_moe, "_moe_gemm_kernel", TooBig())
@@ -517,7 +557,7 @@ def test_triton_gemm_falls_back_to_a_smaller_configuration(monkeypatch):
     assert seen == [64, 64]
 
 
-# --------------------------------------------------------------------------- Triton, compiled for Hopper
+# ---------------------------------------------------------------------- Triton, compiled for Hopper
 
 _COMPILE_SCRIPT = r"""
 import sys
@@ -539,37 +579,46 @@ def build(fn, sig, consts, ones, warps, stages):
     consts = {**{n: 1 for n in ones}, **consts}
     for n in consts:
         sig[n] = "constexpr"
-    attrs = {(i,): D for i, n in enumerate(names) if n not in consts and (sig[n].startswith("*") or n.startswith("stride"))}
+    attrs = {(i,): D for i, n in enumerate(names)
+             if n not in consts and (sig[n].startswith("*") or n.startswith("stride"))}
     try:
         src = ASTSource(fn, sig, consts, attrs)
     except TypeError as e:
         print("SKIP", repr(e)); sys.exit(0)
-    return triton.compile(src, target=target, options=dict(num_warps=warps, num_stages=stages))
+    return triton.compile(src, target=target,
+                          options=dict(num_warps=warps, num_stages=stages))
 
-gemm = {n: "i32" for n in ["N", "K", "num_rows", "num_tiles_m", "stride_am", "stride_ak", "stride_be",
-        "stride_bk", "stride_bn", "stride_bias_e", "stride_bias_n", "stride_cm", "stride_cn"]}
+gemm = {n: "i32" for n in ["N", "K", "num_rows", "num_tiles_m", "stride_am", "stride_ak",
+        "stride_be", "stride_bk", "stride_bn", "stride_bias_e", "stride_bias_n", "stride_cm",
+        "stride_cn"]}
 for layout in ("row-major", "transposed"):
     for bm in (16, 32, 64, 128):
         for gemm2 in (False, True):
             cfg = tm.gemm_config(bm, torch.bfloat16)
-            sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "bias_ptr": "*bf16", "c_ptr": "*bf16", "weight_ptr": "*fp32",
-                   "sorted_ids_ptr": "*i32", "expert_ids_ptr": "*i32", "num_post_ptr": "*i32", **gemm}
-            ones = {"stride_ak", "stride_cn", "stride_bias_n", "stride_bn" if layout == "row-major" else "stride_bk"}
+            sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "bias_ptr": "*bf16", "c_ptr": "*bf16",
+                   "weight_ptr": "*fp32", "sorted_ids_ptr": "*i32", "expert_ids_ptr": "*i32",
+                   "num_post_ptr": "*i32", **gemm}
+            ones = {"stride_ak", "stride_cn", "stride_bias_n",
+                    "stride_bn" if layout == "row-major" else "stride_bk"}
             k = build(tm._moe_gemm_kernel, sig,
-                      dict(A_ROW_DIV=1 if gemm2 else 4, HAS_BIAS=True, MUL_WEIGHT=gemm2, EVEN_K=True, UPCAST=False,
-                           SOFT_BF16=False, BLOCK_M=bm, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
-                           GROUP_M=cfg.GROUP_M), ones, cfg.num_warps, cfg.num_stages)
+                      dict(A_ROW_DIV=1 if gemm2 else 4, HAS_BIAS=True, MUL_WEIGHT=gemm2,
+                           EVEN_K=True, UPCAST=False, SOFT_BF16=False, BLOCK_M=bm,
+                           BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M), ones,
+                      cfg.num_warps,
+                      cfg.num_stages)
             ir = k.asm["ttgir"]
             assert k.metadata.shared <= 160 * 1024, (layout, bm, k.metadata.shared)
             assert "async_copy_global_to_local" in ir, (layout, bm, "loads are not pipelined")
             if bm >= 64:
                 assert "warp_group_dot" in ir, (layout, bm, "no wgmma")
-act = {"x_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "I": "i32", "stride_xm": "i32", "stride_om": "i32"}
+act = {"x_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "I": "i32", "stride_xm": "i32",
+       "stride_om": "i32"}
 build(ta._silu_and_mul_kernel, act, dict(SOFT_BF16=False, BLOCK_M=4, BLOCK_N=1024), (), 4, 3)
 build(ta._clamped_swiglu_kernel, {**act, "alpha": "fp32", "limit": "fp32"},
       dict(SOFT_BF16=False, BLOCK_M=4, BLOCK_N=1024), (), 4, 3)
-build(tm._moe_sum_kernel, {"c_ptr": "*bf16", "out_ptr": "*bf16", "T": "i32", "H": "i32", "stride_ct": "i32",
-      "stride_cs": "i32", "stride_ot": "i32"}, dict(TOP_K=8, SOFT_BF16=False, BLOCK_T=4, BLOCK_H=1024), (), 4, 3)
+build(tm._moe_sum_kernel, {"c_ptr": "*bf16", "out_ptr": "*bf16", "T": "i32", "H": "i32",
+      "stride_ct": "i32", "stride_cs": "i32", "stride_ot": "i32"},
+      dict(TOP_K=8, SOFT_BF16=False, BLOCK_T=4, BLOCK_H=1024), (), 4, 3)
 print("OK")
 """
 
@@ -590,8 +639,15 @@ def test_triton_kernels_compile_for_hopper(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True,
-                         timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if run.stdout.startswith("SKIP"):
         pytest.skip(run.stdout.strip())
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout + run.stderr[-3000:]
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), (
+        run.stdout + run.stderr[-3000:]
+    )

@@ -44,7 +44,8 @@ def test_dummy_load_is_seeded_and_on_the_device_in_the_dtype(tiny_dir):
 
 
 def test_dtype_default_and_override(tiny_dir):
-    path = tiny_dir("qwen3_moe", torch_dtype=None, dtype="bfloat16")  # transformers 5 writes "dtype"
+    # transformers 5 writes "dtype"
+    path = tiny_dir("qwen3_moe", torch_dtype=None, dtype="bfloat16")
     model = load(path, device="cpu")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert model.rotary["r0"].inv_freq.dtype == torch.float32
@@ -75,7 +76,9 @@ def test_num_layers_out_of_range(tiny_dir, n):
 def test_safetensors_needs_a_checkpoint_directory():
     with pytest.raises(ModelConfigError, match="preset with no checkpoint"):
         load("gpt-oss-20b", weights="safetensors", device="cpu")
-    with pytest.raises(ModelConfigError, match="one of 'dummy', 'one-layer', 'safetensors', got 'random'"):
+    with pytest.raises(
+        ModelConfigError, match="one of 'dummy', 'one-layer', 'safetensors', got 'random'"
+    ):
         load("gpt-oss-20b", weights="random", device="cpu")
 
 
@@ -85,9 +88,17 @@ def test_safetensors_from_a_directory_without_weights(tiny_dir):
 
 
 def test_unsupported_architecture_lists_the_supported(tmp_path):
-    path = write_config(tmp_path / "m", {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
-                                         "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                         "vocab_size": 100})
+    path = write_config(
+        tmp_path / "m",
+        {
+            "architectures": ["MistralForCausalLM"],
+            "model_type": "mistral",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "vocab_size": 100,
+        },
+    )
     for call in (lambda: load(path, device="cpu"), lambda: build_meta(path)):
         with pytest.raises(ModelConfigError) as err:
             call()
@@ -104,7 +115,11 @@ def test_unsupported_activation_and_layer_type(tmp_path):
     with pytest.raises(ModelConfigError, match="hidden_act 'gelu'"):
         build_meta(write_config(tmp_path / "a", tiny_config("llama", hidden_act="gelu")))
     with pytest.raises(ModelConfigError, match="chunked_attention"):
-        build_meta(write_config(tmp_path / "b", tiny_config("gpt_oss", layer_types=["chunked_attention"] * 4)))
+        build_meta(
+            write_config(
+                tmp_path / "b", tiny_config("gpt_oss", layer_types=["chunked_attention"] * 4)
+            )
+        )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
@@ -171,14 +186,18 @@ def test_llama_and_qwen3_checkpoint_shapes():
 def test_load_checkpoint_tensor_places_slices_and_checks(tiny_dir):
     model = load(tiny_dir("qwen3_moe"), device="cpu")
     gate = torch.randn(32, 64)
-    model.load_checkpoint_tensor("model.layers.0.mlp.experts.3.gate_proj.weight", gate.to(torch.bfloat16))
+    model.load_checkpoint_tensor(
+        "model.layers.0.mlp.experts.3.gate_proj.weight", gate.to(torch.bfloat16)
+    )
     experts = model.layers[0].mlp.experts
     assert torch.equal(experts.gate_up_proj[3, :32], gate.to(torch.bfloat16).float())
     k = torch.randn(32, 64)
     model.load_checkpoint_tensor("model.layers.1.self_attn.k_proj.weight", k)
     qkv = model.layers[1].self_attn.qkv_proj.weight
     assert torch.equal(qkv[64:96], k)  # q rows (4 heads x 16) first, then k, then v
-    with pytest.raises(ModelConfigError, match="unexpected checkpoint tensor model.layers.0.mlp.experts.16"):
+    with pytest.raises(
+        ModelConfigError, match="unexpected checkpoint tensor model.layers.0.mlp.experts.16"
+    ):
         model.load_checkpoint_tensor("model.layers.0.mlp.experts.16.gate_proj.weight", gate)
     with pytest.raises(ModelConfigError, match=r"has shape \(64, 32\), expected \(32, 64\)"):
         model.load_checkpoint_tensor("model.layers.0.mlp.experts.3.gate_proj.weight", gate.T)

@@ -28,6 +28,7 @@ aten = torch.ops.aten
 def _seeded():
     torch.manual_seed(0)
 
+
 # ops that read a device value on the host or size their output by the values
 HOST_SYNC = {
     aten._local_scalar_dense.default,  # .item(), bool(t), int(t), .tolist()
@@ -68,7 +69,9 @@ class Watch(TorchDispatchMode):
             self.forbidden.append(str(func))
         # boolean-mask indexing runs nonzero inside the kernel
         if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default) and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()) if i is not None
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool
+            for i in (args[1] or ())
+            if i is not None
         ):
             self.forbidden.append(f"{func} with a boolean mask")
         if func.is_view:  # a view allocates nothing
@@ -152,8 +155,16 @@ def test_preset_moe_transients_are_tokens_times_top_k(name):
 def test_moe_transients_scale_with_top_k_not_with_experts():
     # many experts, few per token: a dense T x E x H (or I) tensor would dwarf T x k x 2I
     T, E, k, H, I = 256, 128, 2, 64, 32
-    model = tiny("gpt_oss", num_local_experts=E, num_experts_per_tok=k, experts_per_token=k,
-                 hidden_size=H, intermediate_size=I, num_hidden_layers=2, layer_types=None)
+    model = tiny(
+        "gpt_oss",
+        num_local_experts=E,
+        num_experts_per_tok=k,
+        experts_per_token=k,
+        hidden_size=H,
+        intermediate_size=I,
+        num_hidden_layers=2,
+        layer_types=None,
+    )
     watch = run_watched(model, *inputs(256, T))
     largest, where = watch.largest
     params = max(p.numel() for p in model.parameters())
@@ -171,8 +182,17 @@ def test_chunked_attention_never_builds_a_t_by_t_matrix(window, sinks):
     out = torch.empty_like(q)
     watch = Watch()
     with watch:
-        chunked_attention(q, k, v, out, scale=0.3, window=window, sinks=torch.zeros(Hq) if sinks else None,
-                          block_q=64, tile_elems=Hq * 64 * 128)
+        chunked_attention(
+            q,
+            k,
+            v,
+            out,
+            scale=0.3,
+            window=window,
+            sinks=torch.zeros(Hq) if sinks else None,
+            block_q=64,
+            tile_elems=Hq * 64 * 128,
+        )
     largest, where = watch.largest
     assert largest <= max(Hq * 64 * 128, T * Hq * D), where  # one tile, or a [T, H, D] tensor
     assert largest < T * T, where

@@ -19,7 +19,15 @@ from bcgprof.models import load
 from bcgprof.models.layers import attention as attention_layer
 from bcgprof.spec import family_names
 
-from .test_models_tiny import close, hf_hidden, hf_model, inputs, save_checkpoint, tiny_config, write_config
+from .test_models_tiny import (
+    close,
+    hf_hidden,
+    hf_model,
+    inputs,
+    save_checkpoint,
+    tiny_config,
+    write_config,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -47,7 +55,9 @@ def _check(tmp_path, config, T=200, offset=0, num_layers=None, published_config=
     ckpt = save_checkpoint(hf, tmp_path / "ckpt")
     if published_config:  # our published-dialect config.json instead of the transformers-5 one
         write_config(ckpt, config)
-    ours = load(ckpt, weights="safetensors", device="cpu", dtype=torch.float32, num_layers=num_layers)
+    ours = load(
+        ckpt, weights="safetensors", device="cpu", dtype=torch.float32, num_layers=num_layers
+    )
     if num_layers is not None:
         hf.model.layers = hf.model.layers[:num_layers]
     ids, pos = inputs(config["vocab_size"], T, offset, seed)
@@ -60,7 +70,9 @@ def _check(tmp_path, config, T=200, offset=0, num_layers=None, published_config=
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("published_config", [True, False], ids=["published-config", "transformers5-config"])
+@pytest.mark.parametrize(
+    "published_config", [True, False], ids=["published-config", "transformers5-config"]
+)
 def test_matches_transformers(tmp_path, small_blocks, family, published_config):
     config = tiny_config(family)
     small_blocks(config["num_attention_heads"])
@@ -92,10 +104,19 @@ def test_qwen3_sliding_layers(tmp_path, small_blocks):
 
 
 def test_qwen3_moe_dense_layers_and_no_renorm(tmp_path):
-    config = tiny_config("qwen3_moe", mlp_only_layers=[1], norm_topk_prob=False, num_experts=32, num_experts_per_tok=8)
+    config = tiny_config(
+        "qwen3_moe",
+        mlp_only_layers=[1],
+        norm_topk_prob=False,
+        num_experts=32,
+        num_experts_per_tok=8,
+    )
     ours, _ = _check(tmp_path, config, T=64)
-    assert [type(layer.mlp).__name__ for layer in ours.layers] == ["Qwen3MoeSparseBlock", "DenseMLP",
-                                                                    "Qwen3MoeSparseBlock"]
+    assert [type(layer.mlp).__name__ for layer in ours.layers] == [
+        "Qwen3MoeSparseBlock",
+        "DenseMLP",
+        "Qwen3MoeSparseBlock",
+    ]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -103,7 +124,9 @@ def test_truncated_stack_matches_truncated_transformers(tmp_path, family):
     config = tiny_config(family)
     ours, _ = _check(tmp_path, config, T=40, num_layers=2)
     assert len(ours.layers) == 2
-    assert all(int(n.split(".")[2]) < 2 for n in ours.checkpoint_shapes() if n.startswith("model.layers."))
+    assert all(
+        int(n.split(".")[2]) < 2 for n in ours.checkpoint_shapes() if n.startswith("model.layers.")
+    )
 
 
 def test_gpt_oss_mxfp4_checkpoint(tmp_path):
@@ -113,8 +136,15 @@ def test_gpt_oss_mxfp4_checkpoint(tmp_path):
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     config = tiny_config("gpt_oss")
-    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
-                                     "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    }
     hf = hf_model({k: v for k, v in config.items() if k != "quantization_config"})
     E, H, I = config["num_local_experts"], config["hidden_size"], config["intermediate_size"]
     gen = torch.Generator().manual_seed(5)
@@ -124,8 +154,12 @@ def test_gpt_oss_mxfp4_checkpoint(tmp_path):
     for i in range(config["num_hidden_layers"]):
         pre = f"model.layers.{i}.mlp.experts"
         for proj, rows, cols in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
-            blocks = torch.randint(0, 256, (E, rows, cols // 32, 16), dtype=torch.uint8, generator=gen)
-            scales = torch.randint(121, 126, (E, rows, cols // 32), dtype=torch.uint8, generator=gen)
+            blocks = torch.randint(
+                0, 256, (E, rows, cols // 32, 16), dtype=torch.uint8, generator=gen
+            )
+            scales = torch.randint(
+                121, 126, (E, rows, cols // 32), dtype=torch.uint8, generator=gen
+            )
             deq = convert_moe_packed_tensors(blocks.clone(), scales.clone(), dtype=torch.float32)
             assert deq.shape == hf.get_parameter(f"{pre}.{proj}").shape
             with torch.no_grad():
@@ -148,4 +182,6 @@ def test_qwen3_moe_checkpoint_is_per_expert(tmp_path):
     names = set(load_file(str(ckpt / "model.safetensors")))
     assert "model.layers.0.mlp.experts.15.down_proj.weight" in names
     assert "model.layers.0.mlp.gate.weight" in names
-    assert json.loads((ckpt / "config.json").read_text())["rope_parameters"]["rope_type"] == "default"
+    assert (
+        json.loads((ckpt / "config.json").read_text())["rope_parameters"]["rope_type"] == "default"
+    )

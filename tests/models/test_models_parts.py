@@ -26,7 +26,14 @@ from bcgprof.models.qwen3_moe import make_router as qwen3_moe_router
 from bcgprof.spec import family_names, resolve_model
 
 from .test_models_tiny import inputs, randomize_, tiny_config
-from tolerances import ACTIVATION_TERMS, TRANSCENDENTAL_ULPS, attention_close, close, mlp_terms, model_close
+from tolerances import (
+    ACTIVATION_TERMS,
+    TRANSCENDENTAL_ULPS,
+    attention_close,
+    close,
+    mlp_terms,
+    model_close,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -44,8 +51,17 @@ def qkv(T=70, Hq=8, Hkv=2, D=16, seed=0, dtype=torch.float32):
 
 def chunked(q, k, v, *, window=None, sinks=None, block_q=16, block_k=24):
     out = torch.empty_like(q)
-    chunked_attention(q, k, v, out, scale=q.shape[-1] ** -0.5, window=window, sinks=sinks, block_q=block_q,
-                       tile_elems=q.shape[1] * block_q * block_k)
+    chunked_attention(
+        q,
+        k,
+        v,
+        out,
+        scale=q.shape[-1] ** -0.5,
+        window=window,
+        sinks=sinks,
+        block_q=block_q,
+        tile_elems=q.shape[1] * block_q * block_k,
+    )
     return out
 
 
@@ -66,7 +82,9 @@ def test_chunked_attention_matches_reference(window, with_sinks, blocks):
     sinks = torch.randn(8, generator=torch.Generator().manual_seed(3)) * 2 if with_sinks else None
     want = reference_attention(q, k, v, scale=0.25, window=window, sinks=sinks)
     got = chunked(q, k, v, window=window, sinks=sinks, block_q=blocks[0], block_k=blocks[1])
-    torch.testing.assert_close(got, want, **attention_close(q, k, v, scale=0.25, keys=len(k), sinks=sinks))
+    torch.testing.assert_close(
+        got, want, **attention_close(q, k, v, scale=0.25, keys=len(k), sinks=sinks)
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -76,7 +94,9 @@ def test_attention_core_leaves_its_inputs_alone(dtype):
     before = [t.clone() for t in (q, k, v, sinks)]
     for block_q, window, s in ((1, None, sinks), (1, 3, None), (4, None, None)):
         out = torch.empty_like(q)
-        attention_core(q, k, v, out, scale=0.3, window=window, sinks=s, block_q=block_q, tile_elems=8)
+        attention_core(
+            q, k, v, out, scale=0.3, window=window, sinks=s, block_q=block_q, tile_elems=8
+        )
         assert all(torch.equal(a, b) for a, b in zip(before, (q, k, v, sinks)))
     sdpa_causal_sinks(q, k, v, out, scale=0.3, sinks=sinks)
     sdpa_causal(q, k, v, out, scale=0.3)
@@ -91,18 +111,31 @@ def test_sinks_match_transformers_eager_attention_and_change_the_output():
     module = torch.nn.Module()
     module.num_key_value_groups, module.sinks, module.training = 4, sinks, False
     causal = torch.full((40, 40), float("-inf")).triu(1)[None, None]
-    hf, _ = eager_attention_forward(module, q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                    v.transpose(0, 1)[None], causal, scaling=0.25)
+    hf, _ = eager_attention_forward(
+        module,
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        causal,
+        scaling=0.25,
+    )
     got = chunked(q, k, v, sinks=sinks)
     tol = attention_close(q, k, v, scale=0.25, keys=len(k), sinks=sinks)
     torch.testing.assert_close(got, hf[0], **tol)
     no_sinks = chunked(q, k, v)
-    # a sink only adds to the denominator: same direction, shrunk by exp(lse) / (exp(lse) + exp(sink))
+    # a sink only adds to the denominator: same direction, shrunk by exp(lse) / (exp(lse) +
+    # exp(sink))
     assert not torch.allclose(got, no_sinks, **tol)
-    scores = torch.einsum("thd,shd->hts", q, k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)) * 0.25 + causal[0, 0]
+    scores = (
+        torch.einsum("thd,shd->hts", q, k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)) * 0.25
+        + causal[0, 0]
+    )
     shrink = torch.sigmoid(scores.logsumexp(-1) - sinks[:, None]).T  # [T, heads]
-    torch.testing.assert_close(got, shrink[..., None] * no_sinks, **attention_close(q, k, v, scale=0.25, keys=len(k),
-                                                                                    sinks=sinks, depth=2))
+    torch.testing.assert_close(
+        got,
+        shrink[..., None] * no_sinks,
+        **attention_close(q, k, v, scale=0.25, keys=len(k), sinks=sinks, depth=2),
+    )
     ratio = got / no_sinks
     assert (ratio > 0).all() and (ratio < 1).all()
     # head 4 (sink 5) is shrunk much more than head 5 (sink -5)
@@ -129,8 +162,11 @@ def test_sdpa_path_matches_reference_on_cpu():
     q, k, v = qkv(T=33)
     out = torch.empty_like(q)
     sdpa_causal(q, k, v, out, scale=0.3)
-    torch.testing.assert_close(out, reference_attention(q, k, v, scale=0.3), **attention_close(q, k, v, scale=0.3,
-                                                                                                keys=len(k)))
+    torch.testing.assert_close(
+        out,
+        reference_attention(q, k, v, scale=0.3),
+        **attention_close(q, k, v, scale=0.3, keys=len(k)),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -142,12 +178,16 @@ def test_flash_sinks_path_matches_reference_on_cpu(dtype):
     out = torch.empty_like(q)
     sdpa_causal_sinks(q, k, v, out, scale=0.25, sinks=sinks)
     want = reference_attention(q.float(), k.float(), v.float(), scale=0.25, sinks=sinks)
-    tol = attention_close(q.float(), k.float(), v.float(), scale=0.25, keys=len(k), sinks=sinks)  # float32 sums
-    if dtype == torch.bfloat16:  # and three bf16 roundings: the probabilities, the flash output, its rescaling
+    # float32 sums
+    tol = attention_close(q.float(), k.float(), v.float(), scale=0.25, keys=len(k), sinks=sinks)
+    # and three bf16 roundings: the probabilities, the flash output, its rescaling
+    if dtype == torch.bfloat16:
         bf16 = close(dtype, reduction=3, scale=v.abs().max().item())
         tol = {key: tol[key] + bf16[key] for key in tol}
     torch.testing.assert_close(out.float(), want, **tol)
-    torch.testing.assert_close(out.float(), chunked(q.float(), k.float(), v.float(), sinks=sinks), **tol)
+    torch.testing.assert_close(
+        out.float(), chunked(q.float(), k.float(), v.float(), sinks=sinks), **tol
+    )
 
 
 def test_attention_goes_through_one_graph_break_and_writes_a_preallocated_output():
@@ -173,7 +213,12 @@ def test_gpt_oss_layers_alternate_sliding_and_full():
     del config["layer_types"]
     model = model_class("gpt_oss")(config)
     assert [layer.self_attn.window for layer in model.layers] == [8, None, 8, None]
-    config["layer_types"] = ["full_attention", "full_attention", "sliding_attention", "full_attention"]
+    config["layer_types"] = [
+        "full_attention",
+        "full_attention",
+        "sliding_attention",
+        "full_attention",
+    ]
     model = model_class("gpt_oss")(config)
     assert [layer.self_attn.window for layer in model.layers] == [None, None, 8, None]
     assert all(layer.self_attn.sinks is not None for layer in model.layers)
@@ -208,7 +253,9 @@ def test_rope_matches_transformers(name, rope_type):
     inv, factor = rope_inv_freq(params, head_dim, config["max_position_embeddings"])
     # transformers' float32 ops in its order, no sum to reorder: apart by at most pow's ulps and the
     # ramp's few roundings; relative alone (atol 0), the frequencies being positive
-    torch.testing.assert_close(inv, hf_inv, **close(torch.float32, reduction=TRANSCENDENTAL_ULPS + 8, scale=0.0))
+    torch.testing.assert_close(
+        inv, hf_inv, **close(torch.float32, reduction=TRANSCENDENTAL_ULPS + 8, scale=0.0)
+    )
     assert factor == pytest.approx(hf_factor, rel=1e-12)
     if rope_type == "yarn":
         assert factor == pytest.approx(0.1 * math.log(32.0) + 1.0)  # YaRN's attention scaling
@@ -223,16 +270,21 @@ def test_rope_cos_sin_match_transformers_rotary_embedding():
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     pos = torch.tensor([0, 1, 7, 4095, 4096, 8191, 100000, 131071])
-    for name, cfg_cls, rope_cls, full in (("gpt-oss-20b", GptOssConfig, GptOssRotaryEmbedding, False),
-                                          ("Llama-3.1-8B", LlamaConfig, LlamaRotaryEmbedding, True)):
+    for name, cfg_cls, rope_cls, full in (
+        ("gpt-oss-20b", GptOssConfig, GptOssRotaryEmbedding, False),
+        ("Llama-3.1-8B", LlamaConfig, LlamaRotaryEmbedding, True),
+    ):
         config = resolve_model(name).config
         hf = rope_cls(cfg_cls(**{k: v for k, v in config.items() if k != "architectures"}))
         cos_ref, sin_ref = hf(torch.zeros(1, dtype=torch.float32), pos[None])
         rope = build_meta(name, num_layers=1).rotary["r0"].to_empty(device="cpu")
         cos, sin = rope(pos)
         half = cos.shape[-1]
-        # the same float32 angle (one product) in both: cos/sin's ulps and the attention factor's rounding
-        tol = close(torch.float32, reduction=TRANSCENDENTAL_ULPS + 1, scale=cos_ref.abs().max().item())
+        # the same float32 angle (one product) in both: cos/sin's ulps and the attention factor's
+        # rounding
+        tol = close(
+            torch.float32, reduction=TRANSCENDENTAL_ULPS + 1, scale=cos_ref.abs().max().item()
+        )
         torch.testing.assert_close(cos, cos_ref[0, :, :half], **tol)
         torch.testing.assert_close(sin, sin_ref[0, :, :half], **tol)
         if full:  # Llama repeats the frequencies for the two halves
@@ -244,9 +296,16 @@ def test_both_config_dialects_give_identical_outputs():
     params = dict(published["rope_scaling"], rope_theta=150000.0)
     flat = {k: v for k, v in published.items() if k not in ("rope_theta", "rope_scaling")}
     new = dict(flat, rope_parameters=params)
-    nested = dict(flat, rope_parameters={"sliding_attention": params, "full_attention": dict(params)})
-    legacy = dict(published, rope_scaling={**{k: v for k, v in params.items() if k not in ("rope_type", "rope_theta")},
-                                           "type": "yarn"})
+    nested = dict(
+        flat, rope_parameters={"sliding_attention": params, "full_attention": dict(params)}
+    )
+    legacy = dict(
+        published,
+        rope_scaling={
+            **{k: v for k, v in params.items() if k not in ("rope_type", "rope_theta")},
+            "type": "yarn",
+        },
+    )
     ids, pos = inputs(256, 60)
     outs = []
     for config in (published, new, nested, legacy):
@@ -261,17 +320,28 @@ def test_both_config_dialects_give_identical_outputs():
 def test_rope_dialect_details():
     # theta default when absent, original context defaulting to max_position_embeddings
     assert rope_parameters({"max_position_embeddings": 10})["rope_theta"] == 10000.0
-    p = rope_parameters({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}, "max_position_embeddings": 64,
-                         "rope_theta": 5.0})
+    p = rope_parameters(
+        {
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+            "max_position_embeddings": 64,
+            "rope_theta": 5.0,
+        }
+    )
     assert p["original_max_position_embeddings"] == 64 and p["rope_theta"] == 5.0
-    per_type = {"rope_parameters": {"full_attention": {"rope_theta": 1e6, "rope_type": "default"},
-                                    "sliding_attention": {"rope_theta": 1e4, "rope_type": "default"}}}
+    per_type = {
+        "rope_parameters": {
+            "full_attention": {"rope_theta": 1e6, "rope_type": "default"},
+            "sliding_attention": {"rope_theta": 1e4, "rope_type": "default"},
+        }
+    }
     assert rope_parameters(per_type, "sliding_attention")["rope_theta"] == 1e4
     assert rope_parameters(per_type, "full_attention")["rope_theta"] == 1e6
     from bcgprof.errors import ModelConfigError
 
     with pytest.raises(ModelConfigError, match="rope_type 'dynamic' is not supported"):
-        rope_inv_freq(rope_parameters({"rope_scaling": {"type": "dynamic", "factor": 2.0}}), 16, 100)
+        rope_inv_freq(
+            rope_parameters({"rope_scaling": {"type": "dynamic", "factor": 2.0}}), 16, 100
+        )
 
 
 def test_rope_buffers_stay_float32_through_casts_and_meta():
@@ -301,7 +371,9 @@ def test_qwen3_has_qk_norms_and_they_matter(family):
         before = model(ids, pos)
         model.layers[1].self_attn.k_norm.weight.mul_(3.0)
         after = model(ids, pos)
-    assert not torch.allclose(before, after, **model_close(model.args, keys=len(ids), scale=before.abs().max().item()))
+    assert not torch.allclose(
+        before, after, **model_close(model.args, keys=len(ids), scale=before.abs().max().item())
+    )
     assert "q_norm" not in str(tiny_model("llama"))
 
 
@@ -319,14 +391,21 @@ def test_clamped_swiglu_by_hand():
         g, u = min(g, limit), max(-limit, min(u, limit))  # gate clamped above only, up both ways
         want.append((u + 1) * g / (1 + math.exp(-alpha * g)))
     want = torch.tensor(want)  # float64 math rounded once to float32: one more rounding
-    torch.testing.assert_close(got, want, **close(torch.float32, reduction=ACTIVATION_TERMS + 1,
-                                                  scale=want.abs().max().item()))
-    assert got[0].item() == pytest.approx((-7 + 1) * -10 / (1 + math.exp(17.02)), rel=1e-5)  # gate -10 kept
-    assert got[5].item() == pytest.approx(8 * 7 / (1 + math.exp(-1.702 * 7)), rel=1e-6)  # both clamped to 7
+    torch.testing.assert_close(
+        got,
+        want,
+        **close(torch.float32, reduction=ACTIVATION_TERMS + 1, scale=want.abs().max().item()),
+    )
+    # gate -10 kept
+    assert got[0].item() == pytest.approx((-7 + 1) * -10 / (1 + math.exp(17.02)), rel=1e-5)
+    # both clamped to 7
+    assert got[5].item() == pytest.approx(8 * 7 / (1 + math.exp(-1.702 * 7)), rel=1e-6)
 
 
 def test_gpt_oss_router_bias_and_topk_softmax():
-    args = model_class("gpt_oss")(tiny_config("gpt_oss", num_local_experts=4, num_experts_per_tok=2)).args
+    args = model_class("gpt_oss")(
+        tiny_config("gpt_oss", num_local_experts=4, num_experts_per_tok=2)
+    ).args
     router = gpt_oss_router(args)
     with torch.no_grad():
         router.weight.zero_()
@@ -335,7 +414,8 @@ def test_gpt_oss_router_bias_and_topk_softmax():
     x = torch.zeros(2, 64)
     x[0, 0], x[1, 0] = 1.0, 10.0
     route = router(x)
-    # token 0: logits [6, 2, 3, 4] -> experts 0 (bias decides) and 3; token 1: [15, 20, 30, 40] -> 3, 2
+    # token 0: logits [6, 2, 3, 4] -> experts 0 (bias decides) and 3; token 1: [15, 20, 30, 40] ->
+    # 3, 2
     assert route.ids.tolist() == [[0, 3], [3, 2]]
     torch.testing.assert_close(route.weights[0], torch.softmax(torch.tensor([6.0, 4.0]), 0))
     torch.testing.assert_close(route.weights[1], torch.softmax(torch.tensor([40.0, 30.0]), 0))
@@ -361,8 +441,9 @@ def test_qwen3_moe_router_norm_topk_prob(norm):
     gen = torch.Generator().manual_seed(7)
     with torch.no_grad():
         router.weight.copy_(torch.randn(router.weight.shape, generator=gen) * 0.1)
-    hf = Qwen3MoeTopKRouter(Qwen3MoeConfig(hidden_size=64, num_experts=128, num_experts_per_tok=8,
-                                           norm_topk_prob=norm))
+    hf = Qwen3MoeTopKRouter(
+        Qwen3MoeConfig(hidden_size=64, num_experts=128, num_experts_per_tok=8, norm_topk_prob=norm)
+    )
     hf.load_state_dict(router.state_dict())
     x = torch.randn(40, 64, generator=gen)
     _, scores, ids = hf(x)
@@ -371,7 +452,12 @@ def test_qwen3_moe_router_norm_topk_prob(norm):
     # the logits' hidden terms count |logit| times through the exp, the softmax sums over every
     # expert, the renormalisation over the top k
     logit = max(1, math.ceil((x.abs() @ router.weight.abs().T).max().item()))
-    terms = config["hidden_size"] * logit + config["num_experts"] + config["num_experts_per_tok"] + TRANSCENDENTAL_ULPS
+    terms = (
+        config["hidden_size"] * logit
+        + config["num_experts"]
+        + config["num_experts_per_tok"]
+        + TRANSCENDENTAL_ULPS
+    )
     torch.testing.assert_close(route.weights, scores, **close(torch.float32, reduction=terms))
     sums = route.weights.sum(-1)
     if norm:
@@ -417,13 +503,19 @@ def _clamped(alpha, limit):
 
 def test_fused_experts_matches_naive_loop():
     x, route, w1, w2, b1, b2 = _moe_case(empty_experts=(0, 5, 15))
-    got = fused_experts(x, route.ids, route.weights, w1, w2, "clamped_swiglu", b1, b2, alpha=1.702, limit=1.0)
+    got = fused_experts(
+        x, route.ids, route.weights, w1, w2, "clamped_swiglu", b1, b2, alpha=1.702, limit=1.0
+    )
     want = _naive_moe(x, route, w1, w2, _clamped(1.702, 1.0), b1, b2)
     terms = mlp_terms(hidden=w1.shape[1], intermediate=w2.shape[1], experts=route.ids.shape[1])
-    torch.testing.assert_close(got, want, **close(torch.float32, reduction=terms, scale=want.abs().max().item()))
+    torch.testing.assert_close(
+        got, want, **close(torch.float32, reduction=terms, scale=want.abs().max().item())
+    )
     got = fused_experts(x, route.ids, route.weights, w1, w2, "silu")
     want = _naive_moe(x, route, w1, w2, silu_and_mul)
-    torch.testing.assert_close(got, want, **close(torch.float32, reduction=terms, scale=want.abs().max().item()))
+    torch.testing.assert_close(
+        got, want, **close(torch.float32, reduction=terms, scale=want.abs().max().item())
+    )
 
 
 def test_moe_forward_is_bit_identical_run_to_run():

@@ -121,17 +121,30 @@ TINY = {
 }
 
 # a preset's sizes cut down: every field that sizes the model, where the preset has it
-SHRUNK = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32,
-          "num_experts": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "experts_per_token": 2}
+SHRUNK = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "moe_intermediate_size": 32,
+    "num_experts": 8,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "experts_per_token": 2,
+}
 
 
 def shrunk_preset(family: str) -> dict:
     """The family's first preset with its sizes cut down to :data:`SHRUNK`, in float32."""
     config = read_config(presets_dir() / f"{get_family(family).presets[0]}.json")
-    config.update({k: v for k, v in SHRUNK.items() if k in config or k in ("head_dim", "num_key_value_heads")})
+    config.update(
+        {k: v for k, v in SHRUNK.items() if k in config or k in ("head_dim", "num_key_value_heads")}
+    )
     if config.get("layer_types"):
-        config["layer_types"] = config["layer_types"][:SHRUNK["num_hidden_layers"]]
+        config["layer_types"] = config["layer_types"][: SHRUNK["num_hidden_layers"]]
     if isinstance(config.get("sliding_window"), int):
         config["sliding_window"] = 8
     config.pop("dtype", None)
@@ -165,7 +178,9 @@ def hf_model(config: dict, seed: int = 0):
     import transformers
 
     model_cls = getattr(transformers, config["architectures"][0])
-    kwargs = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    kwargs = {
+        k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")
+    }
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
     hf_config._attn_implementation = "eager"
     torch.manual_seed(seed)

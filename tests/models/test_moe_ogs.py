@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-if not torch.cuda.is_available():  # tests/conftest.py does this first; here for running the file alone
+# tests/conftest.py does this first; here for running the file alone
+if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
@@ -108,7 +109,9 @@ def case(T=17, E=8, k=2, H=40, I=24, dtype=BF16, bias=True, seed=0, empty=()):
     for e in empty:
         logits[:, e] = -1e4
     return dict(
-        x=torch.randn(T, H, generator=g).to(dtype), logits=logits.to(dtype), k=k,
+        x=torch.randn(T, H, generator=g).to(dtype),
+        logits=logits.to(dtype),
+        k=k,
         w1=(torch.randn(E, H, 2 * I, generator=g) * 0.3).to(dtype),
         w2=(torch.randn(E, I, H, generator=g) * 0.3).to(dtype),
         b1=torch.randn(E, 2 * I, generator=g).to(dtype) if bias else None,
@@ -136,8 +139,17 @@ def run(c: dict, fn=experts_ogs, **kw) -> torch.Tensor:
 def fused(c: dict, **kw) -> torch.Tensor:
     """The fused-bf16 path on the same routing (torch.topk, softmax over the k chosen)."""
     top, ids = c["logits"].topk(c["k"], dim=-1)
-    return fused_experts_reference(c["x"], ids, torch.softmax(top, dim=-1), c["w1"], c["w2"], "clamped_swiglu",
-                                   c["b1"], c["b2"], **kw)
+    return fused_experts_reference(
+        c["x"],
+        ids,
+        torch.softmax(top, dim=-1),
+        c["w1"],
+        c["w2"],
+        "clamped_swiglu",
+        c["b1"],
+        c["b2"],
+        **kw,
+    )
 
 
 class Live(TorchDispatchMode):
@@ -213,10 +225,18 @@ def test_routing_keeps_exactly_the_workspace_tensors_and_is_sync_free():
         r = ogs_routing(logits, k)
     assert watch.forbidden == []
     ws = ogs_workspace_shapes(T, k, 8, 8, E)
-    kept = {"hist": r.hist, "combined_indx": r.gather_indx, "gate_scal": r.gate_scal, "token_offs": r.token_offs_raw,
-            "block_pid_map": r.block_pid_map}
+    kept = {
+        "hist": r.hist,
+        "combined_indx": r.gather_indx,
+        "gate_scal": r.gate_scal,
+        "token_offs": r.token_offs_raw,
+        "block_pid_map": r.block_pid_map,
+    }
     assert r.gather_indx.untyped_storage().data_ptr() == r.scatter_indx.untyped_storage().data_ptr()
-    assert r.token_offs_raw.untyped_storage().data_ptr() == r.token_offs_pad.untyped_storage().data_ptr()
+    assert (
+        r.token_offs_raw.untyped_storage().data_ptr()
+        == r.token_offs_pad.untyped_storage().data_ptr()
+    )
     for name, t in kept.items():
         assert t.untyped_storage().nbytes() == ws.nbytes(logits.dtype)[name], name
     assert torch.equal(ogs_routing(logits, k).gather_indx, r.gather_indx)  # deterministic
@@ -236,13 +256,29 @@ def test_routing_checks_its_arguments():
 
 def _meta(T, E, k, H, I, dtype=BF16):
     empty = lambda *shape, dt=dtype: torch.empty(*shape, dtype=dt, device="meta")  # noqa: E731
-    return dict(x=empty(T, H), logits=empty(T, E), k=k, w1=empty(E, H, 2 * I), w2=empty(E, I, H),
-                b1=empty(E, 2 * I), b2=empty(E, H))
+    return dict(
+        x=empty(T, H),
+        logits=empty(T, E),
+        k=k,
+        w1=empty(E, H, 2 * I),
+        w2=empty(E, I, H),
+        b1=empty(E, 2 * I),
+        b2=empty(E, H),
+    )
 
 
-# docs/engine-memory.md, the sglang-mxfp4 table: gpt-oss-20b at 16384 tokens (k 4, H = I = 2880, E 32)
-DOCS_20B = {"hist": 2_048, "combined_indx": 524_288, "gate_scal": 131_072, "token_offs": 10_240,
-            "block_pid_map": 73_728, "intermediate": 377_487_360, "output": 94_371_840, "scratch": 377_487_360}
+# docs/engine-memory.md, the sglang-mxfp4 table: gpt-oss-20b at 16384 tokens (k 4, H = I = 2880, E
+# 32)
+DOCS_20B = {
+    "hist": 2_048,
+    "combined_indx": 524_288,
+    "gate_scal": 131_072,
+    "token_offs": 10_240,
+    "block_pid_map": 73_728,
+    "intermediate": 377_487_360,
+    "output": 94_371_840,
+    "scratch": 377_487_360,
+}
 
 
 def test_workspace_bytes_are_the_docs_table():
@@ -267,9 +303,15 @@ def test_meta_live_set_at_16k_is_the_workspace(E, weights):
     T, k, H, I = 16384, 4, 2880, 2880
     c = _meta(T, E, k, H, I)
     ws = ogs_workspace_shapes(T, k, H, I, E)
-    p = {name: torch.empty(*shape, dtype=torch.uint8, device="meta") for name, shape in (  # MXFP4 experts
-        ("w1_blocks", (E, 2 * I, H // 32, 16)), ("w1_scales", (E, 2 * I, H // 32)),
-        ("w2_blocks", (E, H, I // 32, 16)), ("w2_scales", (E, H, I // 32)))}
+    p = {
+        name: torch.empty(*shape, dtype=torch.uint8, device="meta")
+        for name, shape in (  # MXFP4 experts
+            ("w1_blocks", (E, 2 * I, H // 32, 16)),
+            ("w1_scales", (E, 2 * I, H // 32)),
+            ("w2_blocks", (E, H, I // 32, 16)),
+            ("w2_scales", (E, H, I // 32)),
+        )
+    }
     with Live() as live:
         routing = ogs_routing(c["logits"], k)
         assert live.live == ws.routing_bytes(BF16)  # its temporaries are gone
@@ -284,10 +326,13 @@ def test_meta_live_set_at_16k_is_the_workspace(E, weights):
     assert out.shape == (T, H) and out.device.type == "meta"
 
 
-@pytest.mark.parametrize("model, fused_peak, ogs_peak", [
-    ("gpt-oss-20b", 1_420_707_844, 1_138_446_336),
-    ("gpt-oss-120b", 1_420_726_268, 1_141_592_064),
-])
+@pytest.mark.parametrize(
+    "model, fused_peak, ogs_peak",
+    [
+        ("gpt-oss-20b", 1_420_707_844, 1_138_446_336),
+        ("gpt-oss-120b", 1_420_726_268, 1_141_592_064),
+    ],
+)
 def test_layer_stack_live_peak_at_16k_is_the_docs_table(model, fused_peak, ogs_peak):
     # two layers (the second's input is held by the loop, as at any depth) forward on meta: the
     # whole stack's live bytes at its peak, the MoE's. fused-bf16's is the peak the H200's floor
@@ -295,7 +340,10 @@ def test_layer_stack_live_peak_at_16k_is_the_docs_table(model, fused_peak, ogs_p
     peaks = {}
     for moe in ("fused-bf16", "sglang-mxfp4"):
         stack = build_meta(model, num_layers=2, moe=moe).to(BF16)
-        ids, positions = torch.zeros(16384, dtype=torch.long, device="meta"), torch.arange(16384, device="meta")
+        ids, positions = (
+            torch.zeros(16384, dtype=torch.long, device="meta"),
+            torch.arange(16384, device="meta"),
+        )
         with torch.no_grad(), Live() as live:
             out = stack(ids, positions)
         peaks[moe] = live.peak
@@ -314,7 +362,8 @@ def test_interpreted_live_set_is_the_workspace():
         before = live.mark()
         out = experts_ogs(c["x"], routing, c["w1"], c["w2"], c["b1"], c["b2"], backend="triton")
         assert live.peak - before == ws.peak_bytes(BF16, with_routing=False)
-        gc.collect()  # the interpreter's frames hold the last launch's arguments in a reference cycle
+        # the interpreter's frames hold the last launch's arguments in a reference cycle
+        gc.collect()
         assert live.live - before == ws.nbytes(BF16)["output"] == out.untyped_storage().nbytes()
 
 
@@ -356,19 +405,29 @@ def test_triton_at_every_tile_height(monkeypatch, block_m):
 
 
 @interpreted
-@pytest.mark.parametrize("T, E, k, H, I, dtype", [(17, 4, 2, 64, 32, BF16), (33, 8, 4, 96, 64, torch.float32)])
+@pytest.mark.parametrize(
+    "T, E, k, H, I, dtype", [(17, 4, 2, 64, 32, BF16), (33, 8, 4, 96, 64, torch.float32)]
+)
 def test_packed_weights_equal_the_bf16_weights_they_dequantise_to(T, E, k, H, I, dtype):
     c = case(T, E, k, H, I, dtype, seed=H)
     p = packed(E, H, I, seed=T)
-    c.update(w1=dequantize_mxfp4(p["w1_blocks"], p["w1_scales"], dtype=dtype),
-             w2=dequantize_mxfp4(p["w2_blocks"], p["w2_scales"], dtype=dtype))
+    c.update(
+        w1=dequantize_mxfp4(p["w1_blocks"], p["w1_scales"], dtype=dtype),
+        w2=dequantize_mxfp4(p["w2_blocks"], p["w2_scales"], dtype=dtype),
+    )
     routing = ogs_routing(c["logits"], k)
-    got = experts_ogs_mxfp4(c["x"], routing, **p, b1=c["b1"], b2=c["b2"], limit=1.5, backend="triton")
-    want = experts_ogs(c["x"], routing, c["w1"], c["w2"], c["b1"], c["b2"], limit=1.5, backend="triton")
+    got = experts_ogs_mxfp4(
+        c["x"], routing, **p, b1=c["b1"], b2=c["b2"], limit=1.5, backend="triton"
+    )
+    want = experts_ogs(
+        c["x"], routing, c["w1"], c["w2"], c["b1"], c["b2"], limit=1.5, backend="triton"
+    )
     assert rel_err(got, want) <= bound(dtype, H, I, k, 3), rel_err(got, want)
     # on the CPU without a backend: dequantise, then the reference
-    assert torch.equal(experts_ogs_mxfp4(c["x"], routing, **p, b1=c["b1"], b2=c["b2"], limit=1.5),
-                       experts_ogs_reference(c["x"], routing, c["w1"], c["w2"], c["b1"], c["b2"], limit=1.5))
+    assert torch.equal(
+        experts_ogs_mxfp4(c["x"], routing, **p, b1=c["b1"], b2=c["b2"], limit=1.5),
+        experts_ogs_reference(c["x"], routing, c["w1"], c["w2"], c["b1"], c["b2"], limit=1.5),
+    )
 
 
 def test_experts_check_their_arguments():
@@ -389,7 +448,9 @@ def test_cpu_takes_the_reference_and_the_fused_path_is_unchanged():
     assert torch.equal(run(c), run(c, fn=experts_ogs_reference))
     top, ids = c["logits"].topk(c["k"], dim=-1)
     weights = torch.softmax(top, dim=-1)
-    plain = fused_experts(c["x"], ids, weights, c["w1"], c["w2"], "clamped_swiglu", c["b1"], c["b2"])
+    plain = fused_experts(
+        c["x"], ids, weights, c["w1"], c["w2"], "clamped_swiglu", c["b1"], c["b2"]
+    )
     assert torch.equal(plain, fused(c))
 
 
@@ -454,17 +515,23 @@ def test_kernels_compile_for_hopper(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600
+    )
     if run.stdout.startswith("SKIP"):
         pytest.skip(run.stdout.strip())
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout + run.stderr[-3000:]
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), (
+        run.stdout + run.stderr[-3000:]
+    )
 
 
 # --------------------------------------------------------------------------- the model
 
 
 def test_only_families_sglang_runs_through_its_mxfp4_moe_build_it():
-    assert sorted(f for f in family_names() if model_class(f).sglang_mxfp4_moe) == sorted(SGLANG_MXFP4_FAMILIES)
+    assert sorted(f for f in family_names() if model_class(f).sglang_mxfp4_moe) == sorted(
+        SGLANG_MXFP4_FAMILIES
+    )
     with pytest.raises(ModelConfigError, match="no SGLang MXFP4 MoE"):
         build_meta("Qwen3-30B-A3B", num_layers=1, moe="sglang-mxfp4")
     with pytest.raises(ModelConfigError, match="moe must be one of"):
@@ -479,8 +546,11 @@ def test_tiny_gpt_oss_forward_is_the_same_with_either_moe(tmp_path):
     with torch.no_grad():
         for a, b in zip(plain.parameters(), ogs.parameters(), strict=True):
             assert torch.equal(a, b)
-            if a.dim() >= 1 and a.is_floating_point():  # dummy biases are zero: make everything matter
-                a.add_(0.05 * torch.randn(a.shape, generator=torch.Generator().manual_seed(a.numel())))
+            # dummy biases are zero: make everything matter
+            if a.dim() >= 1 and a.is_floating_point():
+                a.add_(
+                    0.05 * torch.randn(a.shape, generator=torch.Generator().manual_seed(a.numel()))
+                )
                 b.copy_(a)
         ids, pos = inputs(plain.args.vocab_size, 40)
         model_forward_close(ogs(ids, pos), plain(ids, pos), plain.args)
@@ -501,15 +571,22 @@ def test_tensor_parallel_shards_sum_to_the_unsharded_experts():
         want = mlp.experts(x, ogs_routing(mlp.router.logits(x), mlp.top_k))
         parts = []
         for rank in range(2):
-            shard = model_class("gpt_oss")(config, tp_rank=rank, tp_size=2, moe="sglang-mxfp4").eval()
+            shard = model_class("gpt_oss")(
+                config, tp_rank=rank, tp_size=2, moe="sglang-mxfp4"
+            ).eval()
             for name in shard.checkpoint_shapes():
                 shard.load_checkpoint_tensor(name, full.checkpoint_tensor(name))
             sm = shard.layers[0].mlp
             parts.append(sm.experts(x, ogs_routing(sm.router.logits(x), sm.top_k)))
     assert sm.experts.intermediate_size == full.layers[0].mlp.experts.intermediate_size // 2
-    terms = mlp_terms(hidden=x.shape[1], intermediate=mlp.experts.intermediate_size, experts=mlp.top_k)
-    torch.testing.assert_close(parts[0] + parts[1], want, **close(torch.float32, reduction=terms + 1,
-                                                                 scale=want.abs().max().item()))
+    terms = mlp_terms(
+        hidden=x.shape[1], intermediate=mlp.experts.intermediate_size, experts=mlp.top_k
+    )
+    torch.testing.assert_close(
+        parts[0] + parts[1],
+        want,
+        **close(torch.float32, reduction=terms + 1, scale=want.abs().max().item()),
+    )
 
 
 @interpreted
@@ -535,7 +612,9 @@ def captured(monkeypatch):
 
     def fake(opts, on_event=None, **_):
         calls.append(opts)
-        return bcgprof.measure.runner.CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
+        return bcgprof.measure.runner.CaptureOutcome(
+            out=None, status="complete", exit_code=0, reporter=False
+        )
 
     monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake)
     return calls
@@ -560,7 +639,8 @@ def test_capture_passes_the_moe_on(captured):
     assert [o.moe for o in captured] == ["sglang-mxfp4", "fused-bf16"]
     from bcgprof.options import CaptureOptions
 
-    assert CaptureOptions.from_json(captured[0].to_json()).moe == "sglang-mxfp4"  # as a mode's process gets it
+    # as a mode's process gets it
+    assert CaptureOptions.from_json(captured[0].to_json()).moe == "sglang-mxfp4"
 
 
 def test_run_json_round_trip_of_the_moe(write_report):
@@ -592,4 +672,5 @@ def test_compare_names_a_different_moe():
     run = RunInfo(model="gpt-oss-20b")
     assert run.moe == "fused-bf16" and run_differences(run, run) == []
     assert run_differences(run, dataclasses.replace(run, moe="sglang-mxfp4")) == [
-        "MoE workspaces differ: fused-bf16 vs sglang-mxfp4"]
+        "MoE workspaces differ: fused-bf16 vs sglang-mxfp4"
+    ]

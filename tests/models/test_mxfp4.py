@@ -58,7 +58,8 @@ def test_layout_by_hand():
 
 
 def test_gpt_oss_layouts():
-    # gate_up_proj_blocks [E, 2I, H/32, 16] -> [E, H, 2I]; down_proj_blocks [E, H, I/32, 16] -> [E, I, H]
+    # gate_up_proj_blocks [E, 2I, H/32, 16] -> [E, H, 2I]; down_proj_blocks [E, H, I/32, 16] -> [E,
+    # I, H]
     e, h, i = 32, 2880, 2880
     assert dequantized_shape((e, 2 * i, h // 32, 16), (e, 2 * i, h // 32)) == (e, h, 2 * i)
     assert dequantized_shape((e, h, i // 32, 16)) == (e, i, h)

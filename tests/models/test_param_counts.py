@@ -42,7 +42,9 @@ def test_meta_counts_allocate_nothing_and_bytes_follow_dtype():
 
 def test_truncated_stack_counts_layers():
     # embeddings + final norm + N identical layers: the count is linear in N
-    one, two, four = (count_parameters(models.build_meta("gpt-oss-20b", num_layers=n)) for n in (1, 2, 4))
+    one, two, four = (
+        count_parameters(models.build_meta("gpt-oss-20b", num_layers=n)) for n in (1, 2, 4)
+    )
     per_layer = two - one
     assert four - two == 2 * per_layer
     h, e, i = 2880, 32, 2880

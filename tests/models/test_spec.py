@@ -55,7 +55,9 @@ def test_the_registry_is_the_presets_model_types_with_their_architectures():
     for name, family in fams.items():
         declared = {n for n, c in presets.items() if c["model_type"] == name}
         assert set(family.presets) == declared and family.module == f"bcgprof.models.{name}"
-        assert set(family.architectures) == {a for n in declared for a in presets[n]["architectures"]}
+        assert set(family.architectures) == {
+            a for n in declared for a in presets[n]["architectures"]
+        }
     assert fams["gpt_oss"].presets == ("gpt-oss-120b", "gpt-oss-20b")
 
 
@@ -64,34 +66,61 @@ def test_every_family_class_in_the_model_files_is_registered_and_found():
     for path in sorted(MODELS_DIR.glob("*.py")):
         module = importlib.import_module(f"bcgprof.models.{path.stem}")
         for cls in vars(module).values():
-            if (isinstance(cls, type) and issubclass(cls, DecoderModel) and cls.__module__ == module.__name__
-                    and cls.family):
+            if (
+                isinstance(cls, type)
+                and issubclass(cls, DecoderModel)
+                and cls.__module__ == module.__name__
+                and cls.family
+            ):
                 defined[cls.family] = (path.stem, cls)
     assert sorted(defined) == family_names()
     for name, (stem, cls) in defined.items():
-        assert stem == name and model_class(name) is cls and get_family(name).module_file == MODELS_DIR / f"{stem}.py"
+        assert (
+            stem == name
+            and model_class(name) is cls
+            and get_family(name).module_file == MODELS_DIR / f"{stem}.py"
+        )
 
 
 def test_detection_prefers_the_architecture_and_falls_back_to_the_model_type():
-    assert detect_family({"architectures": ["Foo", "Qwen3MoeForCausalLM"], "model_type": "llama"}, "c") == "qwen3_moe"
+    assert (
+        detect_family({"architectures": ["Foo", "Qwen3MoeForCausalLM"], "model_type": "llama"}, "c")
+        == "qwen3_moe"
+    )
     assert detect_family({"architectures": ["Foo"], "model_type": "qwen3"}, "c") == "qwen3"
     assert detect_family({"model_type": "gpt_oss"}, "c") == "gpt_oss"
-    with pytest.raises(ModelConfigError, match=r"^c: unsupported architecture \[\"Foo\"\]; bcgprof supports "
-                                               "GptOssForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM, "
-                                               "Qwen3MoeForCausalLM$"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"^c: unsupported architecture \[\"Foo\"\]; bcgprof supports "
+        "GptOssForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM, "
+        "Qwen3MoeForCausalLM$",
+    ):
         detect_family({"architectures": ["Foo"], "model_type": "foo"}, "c")
-    with pytest.raises(ModelConfigError, match="unsupported model family 'foo'; bcgprof supports gpt_oss, llama"):
+    with pytest.raises(
+        ModelConfigError, match="unsupported model family 'foo'; bcgprof supports gpt_oss, llama"
+    ):
         get_family("foo")
 
 
-@pytest.mark.parametrize("config, message", [
-    ({"architectures": ["ToyForCausalLM"], "model_type": None}, "model_type must name the family's model file"),
-    ({"architectures": ["ToyForCausalLM"], "model_type": "toy-model"}, "model_type must name"),
-    ({"architectures": "ToyForCausalLM", "model_type": "toy"}, "architectures must be a list of names"),
-    ({"architectures": [], "model_type": "toy"}, "architectures must be a list of names"),
-    ({"architectures": ["LlamaForCausalLM"], "model_type": "toy"}, "architecture LlamaForCausalLM is already "
-                                                                    "family llama's"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {"architectures": ["ToyForCausalLM"], "model_type": None},
+            "model_type must name the family's model file",
+        ),
+        ({"architectures": ["ToyForCausalLM"], "model_type": "toy-model"}, "model_type must name"),
+        (
+            {"architectures": "ToyForCausalLM", "model_type": "toy"},
+            "architectures must be a list of names",
+        ),
+        ({"architectures": [], "model_type": "toy"}, "architectures must be a list of names"),
+        (
+            {"architectures": ["LlamaForCausalLM"], "model_type": "toy"},
+            "architecture LlamaForCausalLM is already family llama's",
+        ),
+    ],
+)
 def test_a_preset_that_names_its_family_badly_is_one_line(tmp_path, monkeypatch, config, message):
     llama = read_config(presets_dir() / "Llama-3.1-8B.json")
     _presets(tmp_path, monkeypatch, {"A-llama": llama, "Z-toy": dict(llama, **config)})
@@ -126,23 +155,33 @@ def test_a_new_family_is_one_model_file_and_one_preset(tmp_path, monkeypatch):
         assert spec.family == "toy"
         check_capturable(spec)
         meta = build_meta(spec, num_layers=1)
-        assert type(meta).__name__ == "ToyModel" and meta.args.family == "toy" and len(meta.layers) == 1
+        assert (
+            type(meta).__name__ == "ToyModel"
+            and meta.args.family == "toy"
+            and len(meta.layers) == 1
+        )
     finally:
         sys.modules.pop("bcgprof.models.toy", None)
 
 
 def test_a_family_without_its_model_file_is_refused_before_capture(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "MODELS_DIR", tmp_path)
-    with pytest.raises(ModelConfigError, match=r"family gpt_oss has no model file \(gpt_oss.py in bcgprof/models\)"):
+    with pytest.raises(
+        ModelConfigError, match=r"family gpt_oss has no model file \(gpt_oss.py in bcgprof/models\)"
+    ):
         check_capturable(resolve_model("gpt-oss-20b"))
 
 
 def test_the_capture_check_names_the_config_of_a_bad_dtype_or_attention(tmp_path):
     for name in ("gpt-oss-20b", "Qwen3-8B"):
         check_capturable(resolve_model(name))
-    for overrides, message in (({"torch_dtype": "int8"}, "unsupported dtype 'int8'"),
-                               ({"num_key_value_heads": 3}, "num_attention_heads 4 is not a multiple of "
-                                                            "num_key_value_heads 3")):
+    for overrides, message in (
+        ({"torch_dtype": "int8"}, "unsupported dtype 'int8'"),
+        (
+            {"num_key_value_heads": 3},
+            "num_attention_heads 4 is not a multiple of num_key_value_heads 3",
+        ),
+    ):
         path = tmp_path / f"{len(message)}.json"
         path.write_text(json.dumps(tiny_config("llama", **overrides)))
         with pytest.raises(ModelConfigError) as info:
@@ -151,7 +190,9 @@ def test_the_capture_check_names_the_config_of_a_bad_dtype_or_attention(tmp_path
 
 
 def test_the_attention_shape_reads_defaults_and_refuses_what_does_not_divide():
-    assert attention_shape({"hidden_size": 64, "num_attention_heads": 4}) == AttentionShape(4, 4, 16)
+    assert attention_shape({"hidden_size": 64, "num_attention_heads": 4}) == AttentionShape(
+        4, 4, 16
+    )
     shape = resolve_model("gpt-oss-20b").attention
     assert (shape.num_heads, shape.num_kv_heads, shape.head_dim) == (64, 8, 64)
     for extra in ({"num_key_value_heads": 0}, {"head_dim": 0}):
@@ -161,11 +202,15 @@ def test_the_attention_shape_reads_defaults_and_refuses_what_does_not_divide():
 
 @pytest.mark.parametrize("family", family_names())
 def test_the_kv_formula_is_what_the_cache_allocates(family):
-    model = model_class(family)(tiny_config(family, num_key_value_heads=1 if family == "llama" else 2))
+    model = model_class(family)(
+        tiny_config(family, num_key_value_heads=1 if family == "llama" else 2)
+    )
     a = model.layers[0].self_attn
     cache = kvcache.allocate(model, seqs=3, context=5, device=torch.device("cpu"))
     width = next(model.parameters()).element_size()
-    expected = kv_cache_bytes(len(model.layers), a.num_kv_heads, a.head_dim, width, seqs=3, context=5)
+    expected = kv_cache_bytes(
+        len(model.layers), a.num_kv_heads, a.head_dim, width, seqs=3, context=5
+    )
     assert cache.nbytes == expected == kvcache.cache_bytes(model, 3, 5)
     assert kv_bytes_per_token(len(model.layers), a.num_kv_heads, a.head_dim, width) * 15 == expected
 

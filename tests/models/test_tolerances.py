@@ -26,10 +26,16 @@ def _orders(x: np.ndarray) -> dict[str, float]:
     n = len(x)
     pad = np.zeros((-n) % 32, dtype=np.float32)
     return {
-        "sequential": float(np.cumsum(x, dtype=np.float32)[-1]),  # left to right, every partial sum rounded
+        "sequential": float(
+            np.cumsum(x, dtype=np.float32)[-1]
+        ),  # left to right, every partial sum rounded
         "reversed": float(np.cumsum(x[::-1], dtype=np.float32)[-1]),
-        "blocked": float(np.cumsum(np.concatenate([x, pad]).reshape(-1, 32).sum(axis=1, dtype=np.float32),
-                                   dtype=np.float32)[-1]),
+        "blocked": float(
+            np.cumsum(
+                np.concatenate([x, pad]).reshape(-1, 32).sum(axis=1, dtype=np.float32),
+                dtype=np.float32,
+            )[-1]
+        ),
         "pairwise": float(np.sum(x, dtype=np.float32)),
         "torch": float(torch.from_numpy(x).sum()),
     }
@@ -39,9 +45,13 @@ def _orders(x: np.ndarray) -> dict[str, float]:
 @pytest.mark.parametrize("kind", ["normal", "positive", "wide"])
 def test_sums_in_any_order_lie_inside_the_bound(n, kind):
     rng = np.random.default_rng(n)
-    x = {"normal": rng.standard_normal(n), "positive": rng.random(n),
-         "wide": rng.standard_normal(n) * 10.0 ** rng.integers(-6, 6, n)}[kind].astype(np.float32)
-    exact = math.fsum(x.astype(np.float64))  # float32 values sum exactly in float64's fsum (to 2^-53)
+    x = {
+        "normal": rng.standard_normal(n),
+        "positive": rng.random(n),
+        "wide": rng.standard_normal(n) * 10.0 ** rng.integers(-6, 6, n),
+    }[kind].astype(np.float32)
+    # float32 values sum exactly in float64's fsum (to 2^-53)
+    exact = math.fsum(x.astype(np.float64))
     magnitude = math.fsum(np.abs(x).astype(np.float64))
     tol = close(torch.float32, reduction=n, scale=magnitude)
     sums = _orders(x)
@@ -55,7 +65,8 @@ def test_sums_in_any_order_lie_inside_the_bound(n, kind):
 @pytest.mark.parametrize("n", [16, 1000, 100_000])
 def test_the_bound_is_attained_within_a_factor_of_four(n):
     # 1 + u rounds to 1 (a tie, to even): left to right, each of the n - 1 terms u is lost, while
-    # summed first they add exactly to (n - 1) u; so the two orders differ by about n u, half the bound
+    # summed first they add exactly to (n - 1) u; so the two orders differ by about n u, half the
+    # bound
     u = eps(torch.float32) / 2
     x = np.array([1.0] + [u] * (n - 1), dtype=np.float32)
     sequential = float(np.cumsum(x, dtype=np.float32)[-1])
@@ -67,7 +78,8 @@ def test_the_bound_is_attained_within_a_factor_of_four(n):
 
 def test_the_bound_follows_the_dtype_depth_and_scale():
     one = close(torch.float32, reduction=1)
-    assert one["rtol"] == pytest.approx(torch.finfo(torch.float32).eps, rel=1e-6)  # two roundings apart
+    # two roundings apart
+    assert one["rtol"] == pytest.approx(torch.finfo(torch.float32).eps, rel=1e-6)
     assert close(torch.bfloat16, reduction=1)["rtol"] == pytest.approx(2.0**-7, rel=1e-2)
     assert close(torch.float16, reduction=1)["rtol"] == pytest.approx(2.0**-10, rel=1e-3)
     deep = close(torch.float32, reduction=64, depth=4, scale=3.0)

@@ -75,8 +75,14 @@ def _models_rank(rank: int, world: int, init_file: str, ckpt_dir: str) -> None:
         from bcgprof import models
 
         full = models.load(ckpt_dir, weights="safetensors", device="cpu", dtype=torch.float32)
-        shard = models.load(ckpt_dir, weights="safetensors", device="cpu", dtype=torch.float32,
-                            tp_rank=rank, tp_size=world)
+        shard = models.load(
+            ckpt_dir,
+            weights="safetensors",
+            device="cpu",
+            dtype=torch.float32,
+            tp_rank=rank,
+            tp_size=world,
+        )
         attn = shard.layers[0].self_attn
         assert (attn.num_heads, attn.num_kv_heads) == (4, 1)
         ids, pos = inputs(256, 17, seed=2)
@@ -93,8 +99,10 @@ def test_sharded_forward_equals_unsharded_for_every_family(tmp_path):
     full = model_class("gpt_oss")(config).eval()
     randomize_(full, seed=3)
     ckpt = write_config(tmp_path / "ckpt", config)
-    save_file({n: full.checkpoint_tensor(n).contiguous() for n in full.checkpoint_shapes()},
-              str(ckpt / "model.safetensors"))
+    save_file(
+        {n: full.checkpoint_tensor(n).contiguous() for n in full.checkpoint_shapes()},
+        str(ckpt / "model.safetensors"),
+    )
     mp.spawn(_models_rank, args=(WORLD, str(tmp_path / "init"), str(ckpt)), nprocs=WORLD, join=True)
 
 
@@ -102,8 +110,14 @@ def test_sharded_forward_equals_unsharded_for_every_family(tmp_path):
 
 
 def _spec(config: dict) -> ModelSpec:
-    return ModelSpec(name="tiny", source="path", config_path=Path("config.json"), checkpoint_dir=None,
-                     family=detect_family(config, "tiny"), config=config)
+    return ModelSpec(
+        name="tiny",
+        source="path",
+        config_path=Path("config.json"),
+        checkpoint_dir=None,
+        family=detect_family(config, "tiny"),
+        config=config,
+    )
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -118,8 +132,14 @@ def test_gpt_oss_120b_shards_split_heads_and_expert_intermediate(tp):
     for s in shards:  # the loader checks a checkpoint against the published shapes
         assert s.checkpoint_shapes() == full.checkpoint_shapes()
     # everything but the replicated parts (embedding, norms, router, o_proj/down biases) is split
-    replicated = sum(p.numel() for n, p in full.named_parameters()
-                     if "embed" in n or "norm" in n or "router" in n or n.endswith(("o_proj.bias", "down_proj_bias")))
+    replicated = sum(
+        p.numel()
+        for n, p in full.named_parameters()
+        if "embed" in n
+        or "norm" in n
+        or "router" in n
+        or n.endswith(("o_proj.bias", "down_proj_bias"))
+    )
     split = sum(p.numel() for p in full.parameters()) - replicated
     for s in shards:
         assert sum(p.numel() for p in s.parameters()) == replicated + split // tp
@@ -127,25 +147,46 @@ def test_gpt_oss_120b_shards_split_heads_and_expert_intermediate(tp):
 
 def test_kv_heads_fewer_than_ranks_are_replicated():
     config = tiny_config("llama", num_attention_heads=8, num_key_value_heads=2)
-    starts = [model_class("llama")(config, tp_rank=r, tp_size=4).layers[0].self_attn.kv_head_start
-              for r in range(4)]
+    starts = [
+        model_class("llama")(config, tp_rank=r, tp_size=4).layers[0].self_attn.kv_head_start
+        for r in range(4)
+    ]
     assert starts == [0, 0, 1, 1]  # query heads 0-3 read KV head 0, heads 4-7 KV head 1
 
 
-@pytest.mark.parametrize("family, overrides, tp, message", [
-    ("gpt_oss", {}, 3, "num_attention_heads 8 is not divisible by 3"),
-    ("llama", {"intermediate_size": 90}, 4, "intermediate_size 90 is not divisible by 4"),
-    ("qwen3_moe", {"moe_intermediate_size": 30}, 4, "expert moe_intermediate_size 30 is not divisible by 4"),
-    ("gpt_oss", {"intermediate_size": 30}, 4, "expert intermediate_size 30 is not divisible by 4"),
-    ("llama", {"num_attention_heads": 6, "num_key_value_heads": 3}, 2,
-     "num_key_value_heads 3 neither divides by 2 nor divides it"),
-])
+@pytest.mark.parametrize(
+    "family, overrides, tp, message",
+    [
+        ("gpt_oss", {}, 3, "num_attention_heads 8 is not divisible by 3"),
+        ("llama", {"intermediate_size": 90}, 4, "intermediate_size 90 is not divisible by 4"),
+        (
+            "qwen3_moe",
+            {"moe_intermediate_size": 30},
+            4,
+            "expert moe_intermediate_size 30 is not divisible by 4",
+        ),
+        (
+            "gpt_oss",
+            {"intermediate_size": 30},
+            4,
+            "expert intermediate_size 30 is not divisible by 4",
+        ),
+        (
+            "llama",
+            {"num_attention_heads": 6, "num_key_value_heads": 3},
+            2,
+            "num_key_value_heads 3 neither divides by 2 nor divides it",
+        ),
+    ],
+)
 def test_splits_that_do_not_divide_fail_in_one_line(family, overrides, tp, message):
     config = tiny_config(family, **overrides)
     with pytest.raises(ModelConfigError, match=message) as info:
         build_meta(_spec(config), tp_rank=0, tp_size=tp)
     assert "\n" not in str(info.value)
-    assert str(info.value).startswith(f"cannot split the {family} stack over {tp} tensor-parallel ranks")
+    assert str(info.value).startswith(
+        f"cannot split the {family} stack over {tp} tensor-parallel ranks"
+    )
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
@@ -153,17 +194,31 @@ def test_check_tensor_parallel_passes_splits_that_work(tp):
     check_tensor_parallel(resolve_model("gpt-oss-120b"), tp)
 
 
-@pytest.mark.parametrize("name, tp, message", [
-    ("gpt-oss-120b", 3, "gpt-oss-120b: cannot split the gpt_oss stack over 3 tensor-parallel ranks: "
-                        "num_attention_heads 64 is not divisible by 3; num_key_value_heads 8 neither divides by 3"),
-    ("Qwen3-30B-A3B", 64, "Qwen3-30B-A3B: cannot split the qwen3_moe stack over 64 tensor-parallel ranks: "
-                          "num_attention_heads 32 is not divisible by 64"),
-])
+@pytest.mark.parametrize(
+    "name, tp, message",
+    [
+        (
+            "gpt-oss-120b",
+            3,
+            "gpt-oss-120b: cannot split the gpt_oss stack over 3 tensor-parallel ranks: "
+            "num_attention_heads 64 is not divisible by 3; num_key_value_heads 8 neither divides "
+            "by 3",
+        ),
+        (
+            "Qwen3-30B-A3B",
+            64,
+            "Qwen3-30B-A3B: cannot split the qwen3_moe stack over 64 tensor-parallel ranks: "
+            "num_attention_heads 32 is not divisible by 64",
+        ),
+    ],
+)
 def test_check_tensor_parallel_names_the_model_in_one_line(name, tp, message):
     with pytest.raises(ModelConfigError) as info:
         check_tensor_parallel(resolve_model(name), tp)
     assert message in str(info.value)
-    assert str(info.value).startswith(f"{name}: ") and str(info.value).endswith("; pick a --tp that divides them")
+    assert str(info.value).startswith(f"{name}: ") and str(info.value).endswith(
+        "; pick a --tp that divides them"
+    )
     assert "\n" not in str(info.value)
 
 
@@ -178,5 +233,7 @@ def test_tp_rank_outside_the_group_and_bad_sizes():
 def test_unsharded_stack_is_unchanged_by_default():
     config = tiny_config("gpt_oss")
     a, b = build_meta(_spec(config)), build_meta(_spec(config), tp_rank=0, tp_size=1)
-    assert [(n, p.shape) for n, p in a.named_parameters()] == [(n, p.shape) for n, p in b.named_parameters()]
+    assert [(n, p.shape) for n, p in a.named_parameters()] == [
+        (n, p.shape) for n, p in b.named_parameters()
+    ]
     assert all(t.source == () for t in a.checkpoint_targets().values())

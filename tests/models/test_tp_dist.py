@@ -32,7 +32,11 @@ BUCKETS = [4, 2, 1]
 
 
 def test_multicast_stays_off_in_the_environment_of_every_rank():
-    expected = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    expected = {
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+    }
     assert tpdist.tp_environment() == expected
     base = {"PATH": "/bin", "NCCL_NVLS_ENABLE": "1"}  # a user's setting does not turn it back on
     env = tpdist.rank_environment(1, 4, 29500, base=base)
@@ -53,15 +57,30 @@ def test_free_port():
     assert 0 < tpdist.free_port() < 65536
 
 
-@pytest.mark.parametrize("tp, gpus, nccl, error, message", [
-    (0, 8, True, CaptureError, "--tp must be a positive number of GPUs, got 0"),
-    (4, 1, True, CaptureError, "asked for --tp 4 but this machine has 1 GPU; pass --tp 1 or less"),
-    (4, 2, True, CaptureError, "asked for --tp 4 but this machine has 2 GPUs"),
-    (2, 0, True, NoGPUError, "asked for --tp 2 but no CUDA device was found"),
-    (2, 2, False, CaptureError, "NCCL is not available in this torch build"),
-    (3, 4, True, ModelConfigError, "gpt-oss-120b: cannot split the gpt_oss stack over 3 tensor-parallel ranks: "
-                                   "num_attention_heads 64 is not divisible by 3"),
-])
+@pytest.mark.parametrize(
+    "tp, gpus, nccl, error, message",
+    [
+        (0, 8, True, CaptureError, "--tp must be a positive number of GPUs, got 0"),
+        (
+            4,
+            1,
+            True,
+            CaptureError,
+            "asked for --tp 4 but this machine has 1 GPU; pass --tp 1 or less",
+        ),
+        (4, 2, True, CaptureError, "asked for --tp 4 but this machine has 2 GPUs"),
+        (2, 0, True, NoGPUError, "asked for --tp 2 but no CUDA device was found"),
+        (2, 2, False, CaptureError, "NCCL is not available in this torch build"),
+        (
+            3,
+            4,
+            True,
+            ModelConfigError,
+            "gpt-oss-120b: cannot split the gpt_oss stack over 3 tensor-parallel ranks: "
+            "num_attention_heads 64 is not divisible by 3",
+        ),
+    ],
+)
 def test_bad_setups_fail_in_one_line(tp, gpus, nccl, error, message):
     spec = resolve_model("gpt-oss-120b")
     with pytest.raises(error) as info:
@@ -99,14 +118,27 @@ def test_cli_capture_tp_on_a_cpu_machine_is_one_line(tmp_path):
 
     from bcgprof.cli import app
 
-    result = CliRunner().invoke(app, ["capture", "--model", "gpt-oss-120b", "--tp", "2", "--buckets", "1,2",
-                                      "--out", str(tmp_path / "r")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "capture",
+            "--model",
+            "gpt-oss-120b",
+            "--tp",
+            "2",
+            "--buckets",
+            "1,2",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+    )
     assert result.exit_code != 0
     lines = [ln for ln in result.output.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "--tp 2" in lines[0], result.output
 
 
-# ---------------------------------------------------------------- the rank loop, with a stand-in capturer
+# ---------------------------------------------------------------- the rank loop, with a stand-in
+# capturer
 
 
 class FakeCapturer:
@@ -116,10 +148,17 @@ class FakeCapturer:
 
     def __init__(self, fn, inputs, buckets, *, mode, rank, **kwargs):
         self.mode, self.rank = mode, rank
-        self.buckets = sorted(buckets, reverse=True)[:1] if mode == "floor" else sorted(buckets, reverse=True)
-        # a pool peak as a floor capture records it (here in every mode, to see rank 0 write both ranks')
-        peak = PoolPeak(pool_bytes=1000 * (rank + 1), peak_live_bytes=600, slack_bytes=1000 * (rank + 1) - 600,
-                        sites=[SiteBytes("layers.N.mlp: act", 400, 2), SiteBytes("model: forward", 200, 1)])
+        self.buckets = (
+            sorted(buckets, reverse=True)[:1] if mode == "floor" else sorted(buckets, reverse=True)
+        )
+        # a pool peak as a floor capture records it (here in every mode, to see rank 0 write both
+        # ranks')
+        peak = PoolPeak(
+            pool_bytes=1000 * (rank + 1),
+            peak_live_bytes=600,
+            slack_bytes=1000 * (rank + 1) - 600,
+            sites=[SiteBytes("layers.N.mlp: act", 400, 2), SiteBytes("model: forward", 200, 1)],
+        )
         self.result = SimpleNamespace(records=[], pool_peak=peak if mode == "per-bucket" else None)
         self.prewarm_ms = 0.0
         self.repeated_runs = 0
@@ -129,18 +168,26 @@ class FakeCapturer:
     def run(self):
         for order, bucket in enumerate(self.buckets):
             failed = (self.rank, bucket) in self.FAIL
-            rec = BucketRecord(mode=self.mode, bucket=bucket, order=order, status="oom" if failed else "ok",
-                               rank=self.rank, pool_bytes=(order + 1) * (self.rank + 1) * 1000,
-                               device_used_delta_bytes=bucket * (self.rank + 1) * 100,
-                               non_torch_delta_bytes=bucket * (self.rank + 1) * 100,
-                               detail="out of memory" if failed else "")
+            rec = BucketRecord(
+                mode=self.mode,
+                bucket=bucket,
+                order=order,
+                status="oom" if failed else "ok",
+                rank=self.rank,
+                pool_bytes=(order + 1) * (self.rank + 1) * 1000,
+                device_used_delta_bytes=bucket * (self.rank + 1) * 100,
+                non_torch_delta_bytes=bucket * (self.rank + 1) * 100,
+                detail="out of memory" if failed else "",
+            )
             self.result.records.append(rec)
             yield rec
             if failed:
                 return
 
     def verify(self, which, refill=None, seed=0):
-        checked = [r for r in self.result.records if r.bucket in (max(self.buckets), min(self.buckets))]
+        checked = [
+            r for r in self.result.records if r.bucket in (max(self.buckets), min(self.buckets))
+        ]
         for r in checked:
             r.replay_max_abs_diff = 0.0
         return checked
@@ -152,8 +199,14 @@ class FakeCapturer:
 def _fake_workload(spec, *, tp_rank, **kwargs):
     if os.environ.get("BCGPROF_TEST_FAIL_BUILD") == str(tp_rank):
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    return SimpleNamespace(fn=None, inputs=[], refill=None, build_s=0.1, parameter_bytes=10 * (tp_rank + 1),
-                           kv_cache_bytes=0)
+    return SimpleNamespace(
+        fn=None,
+        inputs=[],
+        refill=None,
+        build_s=0.1,
+        parameter_bytes=10 * (tp_rank + 1),
+        kv_cache_bytes=0,
+    )
 
 
 def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) -> None:
@@ -186,21 +239,38 @@ def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) ->
 
 def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
     out = tmp_path / "report"
-    ReportWriter(out, RunInfo(model="gpt-oss-20b", config_hash="348b8e61e22f5315", buckets=BUCKETS,
-                              modes=["per-bucket", "shared", "floor"], tp=2))
-    mp.spawn(_rank_loop, args=(WORLD, str(tmp_path / "init"), str(out), str(tmp_path)), nprocs=WORLD, join=True)
+    ReportWriter(
+        out,
+        RunInfo(
+            model="gpt-oss-20b",
+            config_hash="348b8e61e22f5315",
+            buckets=BUCKETS,
+            modes=["per-bucket", "shared", "floor"],
+            tp=2,
+        ),
+    )
+    mp.spawn(
+        _rank_loop,
+        args=(WORLD, str(tmp_path / "init"), str(out), str(tmp_path)),
+        nprocs=WORLD,
+        join=True,
+    )
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
-    # the same decision on both ranks: ok, out of memory in shared, the floor's build failed on rank 1
+    # the same decision on both ranks: ok, out of memory in shared, the floor's build failed on rank
+    # 1
     for res in results:
         assert res["codes"] == {"per-bucket": 0, "shared": 3, "floor": 3}
 
     report = read_report(out)
     rows = {(r.mode, r.rank, r.bucket): r for r in report.buckets}
-    assert sorted(k for k in rows if k[0] == "per-bucket") == [("per-bucket", rk, b) for rk in (0, 1) for b in (1, 2, 4)]
+    assert sorted(k for k in rows if k[0] == "per-bucket") == [
+        ("per-bucket", rk, b) for rk in (0, 1) for b in (1, 2, 4)
+    ]
     # replay checks of both ranks land in the report rank 0 wrote
-    assert [rows[("per-bucket", rk, b)].replay_max_abs_diff for rk in (0, 1) for b in (1, 2, 4)] == [
-        0.0, None, 0.0, 0.0, None, 0.0]
+    assert [
+        rows[("per-bucket", rk, b)].replay_max_abs_diff for rk in (0, 1) for b in (1, 2, 4)
+    ] == [0.0, None, 0.0, 0.0, None, 0.0]
     # shared: both ranks stop after the bucket rank 1 failed; nothing captured for bucket 1
     assert sorted(k[1:] for k in rows if k[0] == "shared") == [(0, 2), (0, 4), (1, 2), (1, 4)]
     assert rows[("shared", 1, 2)].status == "oom" and rows[("shared", 0, 2)].status == "ok"
@@ -212,13 +282,22 @@ def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
     assert pb["sum"].device_used_bytes == 700 + 1400
     # the pool peaks of both ranks, sites then slack, summing to each rank's pool bytes
     sites = [(s.rank, s.kind, s.site, s.bytes) for s in report.sites]
-    assert sites == [(0, "site", "layers.N.mlp: act", 400), (0, "site", "model: forward", 200),
-                     (0, "slack", "pool bytes not live at the peak (allocator slack)", 400),
-                     (1, "site", "layers.N.mlp: act", 400), (1, "site", "model: forward", 200),
-                     (1, "slack", "pool bytes not live at the peak (allocator slack)", 1400)]
-    assert {s.bucket for s in report.sites} == {4} and {s.mode for s in report.sites} == {"per-bucket"}
+    assert sites == [
+        (0, "site", "layers.N.mlp: act", 400),
+        (0, "site", "model: forward", 200),
+        (0, "slack", "pool bytes not live at the peak (allocator slack)", 400),
+        (1, "site", "layers.N.mlp: act", 400),
+        (1, "site", "model: forward", 200),
+        (1, "slack", "pool bytes not live at the peak (allocator slack)", 1400),
+    ]
+    assert {s.bucket for s in report.sites} == {4} and {s.mode for s in report.sites} == {
+        "per-bucket"
+    }
     # timings of every rank in run.json
-    assert [t["parameter_bytes"] for t in report.run.extra["modes"]["per-bucket"]["ranks"]] == [10, 20]
+    assert [t["parameter_bytes"] for t in report.run.extra["modes"]["per-bucket"]["ranks"]] == [
+        10,
+        20,
+    ]
 
     # rank 0 speaks for the group: one progress event per bucket step, naming the failing rank
     ev0 = results[0]["events"]
@@ -226,13 +305,17 @@ def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
     assert [(e["bucket"], e["status"]) for e in shared] == [(4, "ok"), (2, "oom")]
     assert shared[1]["detail"] == "rank 1: out of memory"
     floor_error = [e for e in ev0 if e["event"] == "error" and e["mode"] == "floor"]
-    assert floor_error and floor_error[0]["message"].startswith("rank 1: RuntimeError: CUDA out of memory")
+    assert floor_error and floor_error[0]["message"].startswith(
+        "rank 1: RuntimeError: CUDA out of memory"
+    )
 
 
 def _lockstep_rank(rank: int, world: int, init_file: str, results: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        mine = [SimpleNamespace(status="ok", bucket=b, rank=rank) for b in range(3 if rank == 0 else 5)]
+        mine = [
+            SimpleNamespace(status="ok", bucket=b, rank=rank) for b in range(3 if rank == 0 else 5)
+        ]
         group = tpdist.RankGroup(rank, world, torch.device("cpu"), None)
         steps = [[(r.rank, r.bucket) for r in rows] for rows in mode_loop.lockstep(mine, group)]
         Path(results, f"lock{rank}.json").write_text(json.dumps(steps))
@@ -241,7 +324,9 @@ def _lockstep_rank(rank: int, world: int, init_file: str, results: str) -> None:
 
 
 def test_lockstep_stops_every_rank_when_one_runs_out_of_records(tmp_path):
-    mp.spawn(_lockstep_rank, args=(WORLD, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(
+        _lockstep_rank, args=(WORLD, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True
+    )
     steps = [json.loads((tmp_path / f"lock{r}.json").read_text()) for r in range(WORLD)]
     assert steps[0] == steps[1]
     assert steps[0][:3] == [[[0, b], [1, b]] for b in range(3)]

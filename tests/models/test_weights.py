@@ -26,10 +26,18 @@ from bcgprof.models.weights import (
 
 from tolerances import model_close
 
-reference_dequant = pytest.importorskip("transformers.integrations.mxfp4").convert_moe_packed_tensors
+reference_dequant = pytest.importorskip(
+    "transformers.integrations.mxfp4"
+).convert_moe_packed_tensors
 
-CONFIG = {"hidden_size": 64, "intermediate_size": 32, "num_local_experts": 2, "vocab_size": 50,
-          "num_hidden_layers": 2, "initializer_range": 0.05}
+CONFIG = {
+    "hidden_size": 64,
+    "intermediate_size": 32,
+    "num_local_experts": 2,
+    "vocab_size": 50,
+    "num_hidden_layers": 2,
+    "initializer_range": 0.05,
+}
 EXPERTS = ("gate_up_proj", "down_proj")
 
 
@@ -53,8 +61,11 @@ class TinyLayer(nn.Module):
             "post_attention_layernorm": lambda: _holder(weight=_param(h)),
             "mlp": lambda: _holder(
                 router=nn.Linear(h, e, bias=True),
-                experts=_holder(gate_up_proj=_param(e, h, 2 * i), gate_up_proj_bias=_param(e, 2 * i),
-                                down_proj=_param(e, i, h)),
+                experts=_holder(
+                    gate_up_proj=_param(e, h, 2 * i),
+                    gate_up_proj_bias=_param(e, 2 * i),
+                    down_proj=_param(e, i, h),
+                ),
             ),
         }
         for name in reversed(parts) if reverse else parts:
@@ -71,7 +82,9 @@ class Tiny(nn.Module):
         h, i, e = config["hidden_size"], config["intermediate_size"], config["num_local_experts"]
         parts = {
             "embed_tokens": lambda: nn.Embedding(config["vocab_size"], h),
-            "layers": lambda: nn.ModuleList(TinyLayer(h, i, e, reverse) for _ in range(self.num_layers)),
+            "layers": lambda: nn.ModuleList(
+                TinyLayer(h, i, e, reverse) for _ in range(self.num_layers)
+            ),
             "norm": lambda: _holder(weight=_param(h)),
         }
         for name in reversed(parts) if reverse else parts:
@@ -84,7 +97,11 @@ class Tiny(nn.Module):
 
     def ignores_checkpoint_name(self, name):
         m = re.match(r"model\.layers\.(\d+)\.", name)
-        return name.startswith("lm_head.") or "rotary_emb" in name or (m is not None and int(m[1]) >= self.num_layers)
+        return (
+            name.startswith("lm_head.")
+            or "rotary_emb" in name
+            or (m is not None and int(m[1]) >= self.num_layers)
+        )
 
     def load_checkpoint_tensor(self, name, tensor):
         self.get_parameter(name.removeprefix("model.")).copy_(tensor)
@@ -133,11 +150,16 @@ def test_dummy_values_are_sensible():
         elif name.endswith("bias"):
             assert torch.equal(p, torch.zeros_like(p)), name
         elif p.numel() >= 1000:  # enough samples for the statistics to be tight
-            assert abs(p.mean().item()) < 0.01 and p.std().item() == pytest.approx(0.05, rel=0.1), name  # initializer_range
+            # initializer_range
+            assert abs(p.mean().item()) < 0.01 and p.std().item() == pytest.approx(0.05, rel=0.1), (
+                name
+            )
         else:
             assert 0 < p.abs().max() < 0.25, name
     # parameters of the same shape are not copies of each other
-    assert not torch.equal(params["layers.0.self_attn.q_proj.weight"], params["layers.1.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        params["layers.0.self_attn.q_proj.weight"], params["layers.1.self_attn.q_proj.weight"]
+    )
     assert torch.equal(m.inv_freq, torch.full((8,), 7.0))  # buffers untouched
 
 
@@ -157,7 +179,11 @@ def test_dummy_in_the_modules_dtype_and_healthy_in_bf16():
     # a residual stack of these weights stays finite and of order one
     x = m.embed_tokens(torch.arange(50))
     for layer in m.layers:
-        h = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype) * layer.input_layernorm.weight
+        h = (
+            x
+            * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype)
+            * layer.input_layernorm.weight
+        )
         x = x + layer.self_attn.q_proj(h)
     assert torch.isfinite(x).all() and x.float().std() < 10
 
@@ -208,8 +234,12 @@ def random_checkpoint(model: Tiny, *, mxfp4=True, extras=True, seed=0):
         stem = name.rsplit(".", 1)[-1]
         if mxfp4 and stem in EXPERTS:
             e, rows_out, cols = shape  # dequantised [E, G*32, R] <- packed [E, R, G, 16]
-            blocks = torch.randint(0, 256, (e, cols, rows_out // 32, 16), dtype=torch.uint8, generator=gen)
-            scales = torch.randint(118, 131, (e, cols, rows_out // 32), dtype=torch.uint8, generator=gen)
+            blocks = torch.randint(
+                0, 256, (e, cols, rows_out // 32, 16), dtype=torch.uint8, generator=gen
+            )
+            scales = torch.randint(
+                118, 131, (e, cols, rows_out // 32), dtype=torch.uint8, generator=gen
+            )
             tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
             want[name] = reference_dequant(blocks.clone(), scales.clone()).float()
         else:
@@ -218,13 +248,18 @@ def random_checkpoint(model: Tiny, *, mxfp4=True, extras=True, seed=0):
     if extras:  # what a published checkpoint holds beyond our stack
         tensors["lm_head.weight"] = torch.randn(50, 64).to(torch.bfloat16)
         tensors[f"model.layers.{model.num_layers}.self_attn.q_proj.weight"] = torch.randn(64, 64)
-        tensors[f"model.layers.{model.num_layers}.mlp.experts.down_proj_blocks"] = torch.zeros(2, 64, 1, 16, dtype=torch.uint8)
-        tensors[f"model.layers.{model.num_layers}.mlp.experts.down_proj_scales"] = torch.zeros(2, 64, 1, dtype=torch.uint8)
+        tensors[f"model.layers.{model.num_layers}.mlp.experts.down_proj_blocks"] = torch.zeros(
+            2, 64, 1, 16, dtype=torch.uint8
+        )
+        tensors[f"model.layers.{model.num_layers}.mlp.experts.down_proj_scales"] = torch.zeros(
+            2, 64, 1, dtype=torch.uint8
+        )
     return tensors, want
 
 
 def write_sharded(tmp_path, tensors, shards=2, by=None):
-    """Shards + index file; ``by(name) -> shard number`` decides placement (default: round robin)."""
+    """Shards + index file; ``by(name) -> shard number`` decides placement (default: round
+    robin)."""
     names = sorted(tensors)
     by = by or (lambda n: names.index(n) % shards)
     weight_map = {}
@@ -233,7 +268,9 @@ def write_sharded(tmp_path, tensors, shards=2, by=None):
         part = {n: tensors[n] for n in names if by(n) == k}
         save_file(part, tmp_path / fname)
         weight_map.update({n: fname for n in part})
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
 
 
 def assert_loaded(model, want):
@@ -266,8 +303,12 @@ def test_sharded_with_index(tmp_path):
     tensors, want = random_checkpoint(model)
     # a blocks + scales pair split over two shards must still meet
     pair = "model.layers.0.mlp.experts.gate_up_proj"
-    write_sharded(tmp_path, tensors, shards=3,
-                  by=lambda n: 2 if n == pair + "_scales" else 0 if n == pair + "_blocks" else len(n) % 2)
+    write_sharded(
+        tmp_path,
+        tensors,
+        shards=3,
+        by=lambda n: 2 if n == pair + "_scales" else 0 if n == pair + "_blocks" else len(n) % 2,
+    )
     (tmp_path / "stray.safetensors").write_bytes(b"not named by the index: never opened")
     load_safetensors(model, tmp_path)
     assert_loaded(model, want)
@@ -279,7 +320,10 @@ def test_fewer_layers_than_the_checkpoint(tmp_path):
     save_file(tensors, tmp_path / "model.safetensors")
     short = tiny(num_layers=1)
     load_safetensors(short, tmp_path)
-    assert torch.equal(short.layers[0].self_attn.q_proj.weight, tensors["model.layers.0.self_attn.q_proj.weight"].float())
+    assert torch.equal(
+        short.layers[0].self_attn.q_proj.weight,
+        tensors["model.layers.0.self_attn.q_proj.weight"].float(),
+    )
 
 
 class Tracker:
@@ -396,8 +440,12 @@ def test_shape_mismatch_names_both_shapes(tmp_path):
     model = tiny()
     tensors, _ = random_checkpoint(model)
     tensors["model.layers.1.self_attn.q_proj.weight"] = torch.zeros(32, 64)
-    tensors["model.layers.0.mlp.experts.down_proj_blocks"] = torch.zeros(2, 64, 2, 16, dtype=torch.uint8)
-    tensors["model.layers.0.mlp.experts.down_proj_scales"] = torch.zeros(2, 64, 2, dtype=torch.uint8)
+    tensors["model.layers.0.mlp.experts.down_proj_blocks"] = torch.zeros(
+        2, 64, 2, 16, dtype=torch.uint8
+    )
+    tensors["model.layers.0.mlp.experts.down_proj_scales"] = torch.zeros(
+        2, 64, 2, dtype=torch.uint8
+    )
     save_file(tensors, tmp_path / "model.safetensors")
     message = load_error(model, tmp_path)
     assert "model.layers.1.self_attn.q_proj.weight [32, 64] vs [64, 64]" in message
@@ -423,7 +471,11 @@ def test_all_problems_in_one_message_before_any_data_is_read(tmp_path, monkeypat
     write_sharded(tmp_path, tensors)
     monkeypatch.setattr(safetensors, "safe_open", Tracker(safetensors.safe_open, fail_on_read=True))
     message = load_error(model, tmp_path)
-    assert "model.embed_tokens.weight" in message and "model.extra" in message and "[65] vs [64]" in message
+    assert (
+        "model.embed_tokens.weight" in message
+        and "model.extra" in message
+        and "[65] vs [64]" in message
+    )
     for n, p in model.named_parameters():
         assert torch.equal(p, before[n]), n
 
@@ -477,10 +529,22 @@ def tiny_gpt_oss(tmp_path, num_layers=3, extra_layers=1, seed=0):
 
     H, I, E, V, heads, kv, d = 64, 64, 4, 100, 4, 2, 16
     config = json.loads((presets_dir() / "gpt-oss-20b.json").read_text())
-    config.update(hidden_size=H, intermediate_size=I, num_attention_heads=heads, num_key_value_heads=kv, head_dim=d,
-                  num_local_experts=E, num_experts_per_tok=2, experts_per_token=2, num_hidden_layers=num_layers,
-                  vocab_size=V, pad_token_id=V - 1, eos_token_id=V - 2, sliding_window=4,
-                  layer_types=["sliding_attention", "full_attention"] * num_layers)
+    config.update(
+        hidden_size=H,
+        intermediate_size=I,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=d,
+        num_local_experts=E,
+        num_experts_per_tok=2,
+        experts_per_token=2,
+        num_hidden_layers=num_layers,
+        vocab_size=V,
+        pad_token_id=V - 1,
+        eos_token_id=V - 2,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"] * num_layers,
+    )
     config["layer_types"] = config["layer_types"][:num_layers]
     (tmp_path / "config.json").write_text(json.dumps(config))
 
@@ -489,25 +553,45 @@ def tiny_gpt_oss(tmp_path, num_layers=3, extra_layers=1, seed=0):
     def rn(*shape, std=0.1):
         return (torch.randn(*shape, generator=gen) * std).to(torch.bfloat16)
 
-    tensors = {"model.embed_tokens.weight": rn(V, H, std=1.0), "model.norm.weight": 1 + rn(H), "lm_head.weight": rn(V, H)}
+    tensors = {
+        "model.embed_tokens.weight": rn(V, H, std=1.0),
+        "model.norm.weight": 1 + rn(H),
+        "lm_head.weight": rn(V, H),
+    }
     experts = {}
     for i in range(num_layers + extra_layers):
         p = f"model.layers.{i}."
-        tensors.update({
-            p + "input_layernorm.weight": 1 + rn(H), p + "post_attention_layernorm.weight": 1 + rn(H),
-            p + "self_attn.q_proj.weight": rn(heads * d, H), p + "self_attn.q_proj.bias": rn(heads * d),
-            p + "self_attn.k_proj.weight": rn(kv * d, H), p + "self_attn.k_proj.bias": rn(kv * d),
-            p + "self_attn.v_proj.weight": rn(kv * d, H), p + "self_attn.v_proj.bias": rn(kv * d),
-            p + "self_attn.o_proj.weight": rn(H, heads * d), p + "self_attn.o_proj.bias": rn(H),
-            p + "self_attn.sinks": rn(heads, std=1.0),
-            p + "mlp.router.weight": rn(E, H, std=1.0), p + "mlp.router.bias": rn(E),
-            p + "mlp.experts.gate_up_proj_bias": rn(E, 2 * I), p + "mlp.experts.down_proj_bias": rn(E, H),
-        })
+        tensors.update(
+            {
+                p + "input_layernorm.weight": 1 + rn(H),
+                p + "post_attention_layernorm.weight": 1 + rn(H),
+                p + "self_attn.q_proj.weight": rn(heads * d, H),
+                p + "self_attn.q_proj.bias": rn(heads * d),
+                p + "self_attn.k_proj.weight": rn(kv * d, H),
+                p + "self_attn.k_proj.bias": rn(kv * d),
+                p + "self_attn.v_proj.weight": rn(kv * d, H),
+                p + "self_attn.v_proj.bias": rn(kv * d),
+                p + "self_attn.o_proj.weight": rn(H, heads * d),
+                p + "self_attn.o_proj.bias": rn(H),
+                p + "self_attn.sinks": rn(heads, std=1.0),
+                p + "mlp.router.weight": rn(E, H, std=1.0),
+                p + "mlp.router.bias": rn(E),
+                p + "mlp.experts.gate_up_proj_bias": rn(E, 2 * I),
+                p + "mlp.experts.down_proj_bias": rn(E, H),
+            }
+        )
         # packed as published: gate_up [E, 2I, H/32, 16], down [E, H, I/32, 16]
         for name, rows, cols in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
-            blocks = torch.randint(0, 256, (E, rows, cols // 32, 16), dtype=torch.uint8, generator=gen)
-            scales = torch.randint(118, 124, (E, rows, cols // 32), dtype=torch.uint8, generator=gen)
-            tensors[f"{p}mlp.experts.{name}_blocks"], tensors[f"{p}mlp.experts.{name}_scales"] = blocks, scales
+            blocks = torch.randint(
+                0, 256, (E, rows, cols // 32, 16), dtype=torch.uint8, generator=gen
+            )
+            scales = torch.randint(
+                118, 124, (E, rows, cols // 32), dtype=torch.uint8, generator=gen
+            )
+            tensors[f"{p}mlp.experts.{name}_blocks"], tensors[f"{p}mlp.experts.{name}_scales"] = (
+                blocks,
+                scales,
+            )
             experts[f"{p}mlp.experts.{name}"] = reference_dequant(blocks.clone(), scales.clone())
     save_file(tensors, tmp_path / "model.safetensors")
     return config, tensors, experts
@@ -523,15 +607,25 @@ def test_gpt_oss_mxfp4_checkpoint_loads_and_matches_transformers(tmp_path):
     for i in range(L):
         for name in EXPERTS:
             got = ours.get_parameter(f"layers.{i}.mlp.experts.{name}")
-            assert torch.equal(got, experts[f"model.layers.{i}.mlp.experts.{name}"].float()), (i, name)
+            assert torch.equal(got, experts[f"model.layers.{i}.mlp.experts.{name}"].float()), (
+                i,
+                name,
+            )
 
     # the same weights in transformers' own gpt-oss, experts from its reference dequantisation
-    hf_config = transformers.GptOssConfig(**{k: v for k, v in config.items() if k != "quantization_config"},
-                                          attn_implementation="eager")
+    hf_config = transformers.GptOssConfig(
+        **{k: v for k, v in config.items() if k != "quantization_config"},
+        attn_implementation="eager",
+    )
     theirs = transformers.GptOssForCausalLM(hf_config).float().eval()
-    state = {k: v for k, v in {**tensors, **experts}.items()
-             if not k.endswith(("_blocks", "_scales")) and not k.startswith(f"model.layers.{L}.")}
-    missing, unexpected = theirs.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    state = {
+        k: v
+        for k, v in {**tensors, **experts}.items()
+        if not k.endswith(("_blocks", "_scales")) and not k.startswith(f"model.layers.{L}.")
+    }
+    missing, unexpected = theirs.load_state_dict(
+        {k: v.float() for k, v in state.items()}, strict=False
+    )
     assert not missing and not unexpected
     ids = torch.randint(0, config["vocab_size"], (12,), generator=torch.Generator().manual_seed(1))
     positions = torch.arange(12)
@@ -539,7 +633,9 @@ def test_gpt_oss_mxfp4_checkpoint_loads_and_matches_transformers(tmp_path):
         want = theirs.model(input_ids=ids[None], position_ids=positions[None]).last_hidden_state[0]
         got = ours(ids, positions)
     # MXFP4 values are exact in float32, so both run the same float32 sums in their own orders
-    torch.testing.assert_close(got, want, **model_close(ours.args, keys=len(ids), scale=want.abs().max().item()))
+    torch.testing.assert_close(
+        got, want, **model_close(ours.args, keys=len(ids), scale=want.abs().max().item())
+    )
 
 
 def test_gpt_oss_mxfp4_checkpoint_in_bf16_and_truncated(tmp_path):
@@ -567,5 +663,6 @@ def test_gpt_oss_checkpoint_for_another_config_is_refused(tmp_path):
     assert "\n" not in message
     # 3 layers x (router weight and bias, 2 expert tensors and their biases); the first few shown
     assert "18 with a different shape (checkpoint vs model): " in message
-    assert "model.layers.0.mlp.experts.down_proj [4, 64, 64] vs [8, 64, 64]" in message  # named after dequantising
+    # named after dequantising
+    assert "model.layers.0.mlp.experts.down_proj [4, 64, 64] vs [8, 64, 64]" in message
     assert "and 15 more" in message
