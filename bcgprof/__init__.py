@@ -11,7 +11,8 @@ def __getattr__(name):
         from bcgprof.measure import capture
 
         return getattr(capture, name)
-    if name == "read_frames":  # a report's tables as typed pandas DataFrames (bcgprof.report.frames)
+    # a report's tables as typed pandas DataFrames (bcgprof.report.frames)
+    if name == "read_frames":
         from bcgprof.report.frames import read_frames
 
         return read_frames
@@ -21,13 +22,16 @@ def __getattr__(name):
 
 
 def _read_report(path):
-    """``bcgprof.read_frames`` under its old name, with a warning (``bcgprof.report.read_report`` is the
-    reader that returns a Report)."""
+    """``bcgprof.read_frames`` under its old name, with a warning (``bcgprof.report.read_report`` is
+    the reader that returns a Report)."""
     import warnings
 
     from bcgprof.report.frames import read_frames
 
-    warnings.warn("bcgprof.read_report is deprecated and will be removed in the next release; use "
-                  "bcgprof.read_frames for DataFrames, or bcgprof.report.read_report for a Report",
-                  FutureWarning, stacklevel=2)
+    warnings.warn(
+        "bcgprof.read_report is deprecated and will be removed in the next release; use "
+        "bcgprof.read_frames for DataFrames, or bcgprof.report.read_report for a Report",
+        FutureWarning,
+        stacklevel=2,
+    )
     return read_frames(path)

@@ -10,14 +10,20 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 # what users and config.json files write -> canonical name
 ALIASES = {
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
 }
 
 
 def canonical(name: object) -> str:
-    """``torch.bfloat16``, ``bf16``, ``BFloat16`` ... -> ``bfloat16``; ModelConfigError otherwise."""
+    """``torch.bfloat16``, ``bf16``, ``BFloat16`` ... -> ``bfloat16``; ModelConfigError
+    otherwise."""
     text = str(name).replace("torch.", "").strip().lower()
     if text not in ALIASES:
         raise ModelConfigError(f"unsupported dtype {name!r}; use one of {', '.join(DTYPE_BYTES)}")

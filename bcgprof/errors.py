@@ -80,7 +80,8 @@ def failure_exit_code(e: BaseException) -> int:
 
 
 def one_line(e: BaseException, limit: int = 300) -> str:
-    """``Type: first line of the message`` (a BcgprofError's message as it is), at most ``limit`` characters."""
+    """``Type: first line of the message`` (a BcgprofError's message as it is), at most ``limit``
+    characters."""
     if isinstance(e, BcgprofError):
         return str(e)
     lines = str(e).strip().splitlines()

@@ -1,4 +1,5 @@
-"""Input files a user names (``advise --lengths``): regular files only, of bounded size, read as a stream.
+"""Input files a user names (``advise --lengths``): regular files only, of bounded size, read as a
+stream.
 
 A path can name anything: ``/dev/zero`` (endless), ``/dev/urandom`` (endless and not text), a
 FIFO (blocks forever on open), a directory. Each is refused in one line before a byte is read;
@@ -17,14 +18,18 @@ from typing import IO, Literal
 
 from bcgprof.errors import BcgprofError
 
-DIRECTORY, SPECIAL = "a directory", "a device, FIFO or socket"  # what a path that is not a regular file is
+DIRECTORY, SPECIAL = (
+    "a directory",
+    "a device, FIFO or socket",
+)  # what a path that is not a regular file is
 Reason = Literal["missing", "unreadable", "not regular", "too large"]
 
 
 class Refused(Exception):
     """Why :func:`open_capped` opened nothing, for its caller to say in its own words: ``reason`` is
-    ``"missing"``, ``"unreadable"`` (``detail``: the system's reason), ``"not regular"`` (``detail``:
-    :data:`DIRECTORY` or :data:`SPECIAL`) or ``"too large"`` (``size``: the file's bytes)."""
+    ``"missing"``, ``"unreadable"`` (``detail``: the system's reason), ``"not regular"``
+    (``detail``: :data:`DIRECTORY` or :data:`SPECIAL`) or ``"too large"`` (``size``: the file's
+    bytes)."""
 
     def __init__(self, reason: Reason, detail: str = "", size: int = 0) -> None:
         super().__init__(reason, detail, size)
@@ -39,11 +44,13 @@ MISSING, REGULAR, BROKEN_LINK = "missing", "a regular file", "a symbolic link to
 
 
 def kind_of(path: Path) -> tuple[str, str]:
-    """What ``path`` names, without ever raising: ``(kind, "")`` with ``kind`` one of :data:`MISSING`,
-    :data:`REGULAR`, :data:`DIRECTORY`, :data:`SPECIAL` or :data:`BROKEN_LINK`, or ``("unreadable", reason)``
-    when the system cannot look (a name too long, a loop of links, a directory without permission, a NUL
-    byte). One ``stat`` (and an ``lstat`` for a missing name); every path a user names is looked at
-    through this or :func:`open_capped`, so no such name reaches a command as an ``OSError``."""
+    """What ``path`` names, without ever raising: ``(kind, "")`` with ``kind`` one of
+    :data:`MISSING`, :data:`REGULAR`, :data:`DIRECTORY`, :data:`SPECIAL` or :data:`BROKEN_LINK`, or
+    ``("unreadable", reason)`` when the system cannot look (a name too long, a loop of links, a
+    directory without permission, a NUL byte). One ``stat`` (and an ``lstat`` for a missing name);
+    every path a user names is looked at through this or :func:`open_capped`, so no such name
+    reaches a command as an
+    ``OSError``."""
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -69,7 +76,8 @@ def _open_capped_fd(path: Path, max_bytes: int) -> int:
     if info.st_size > max_bytes:
         raise Refused("too large", size=info.st_size)
     try:
-        # O_NONBLOCK: should the file have been swapped for a FIFO since the check, opening it cannot hang.
+        # O_NONBLOCK: should the file have been swapped for a FIFO since the check, opening it
+        # cannot hang.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise Refused("unreadable", e.strerror or str(e)) from None
@@ -94,7 +102,8 @@ def open_capped_bytes(path: Path, max_bytes: int) -> IO[bytes]:
 
 
 def open_regular_text(path: Path, what: str, max_bytes: int) -> IO[str]:
-    """Open ``path`` for reading as UTF-8 text (a BOM is skipped) if it is a regular file of at most ``max_bytes``."""
+    """Open ``path`` for reading as UTF-8 text (a BOM is skipped) if it is a regular file of at
+    most ``max_bytes``."""
     try:
         return open_capped(path, max_bytes)
     except Refused as r:
@@ -106,6 +115,8 @@ def open_regular_text(path: Path, what: str, max_bytes: int) -> IO[str]:
             kind = r.detail if r.detail == DIRECTORY else f"not a regular file ({r.detail})"
             message = f"{what} {path} is {kind}; name a regular file"
         else:
-            message = (f"{what} {path} is {r.size} bytes, over the cap of {max_bytes} bytes "
-                       f"({max_bytes // 2 ** 20} MiB); pass a smaller file")
+            message = (
+                f"{what} {path} is {r.size} bytes, over the cap of {max_bytes} bytes "
+                f"({max_bytes // 2**20} MiB); pass a smaller file"
+            )
         raise BcgprofError(message) from None

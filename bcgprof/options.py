@@ -37,7 +37,8 @@ from bcgprof.vocab import (
 # The words of each choice, from bcgprof.vocab (modes in the order they run and are shown).
 MODES = words(Mode)
 DEFAULT_MODES = MODES
-# The words a recorded report's mode column holds instead (bcgprof record), and every word a report may hold.
+# The words a recorded report's mode column holds instead (bcgprof record), and every word a report
+# may hold.
 RECORD_GROUPS = words(RecordGroup)
 REPORT_MODES = MODES + RECORD_GROUPS
 SOURCES = words(Source)
@@ -65,15 +66,35 @@ RUN_STATUSES = words(RunStatus)  # of a whole run (run.json)
 DEFAULT_MODEL = "gpt-oss-20b"
 
 # The options the bucket loop reads (bcgprof.measure.capture): what a Python API call may change.
-LOOP_OPTIONS = ("warmup", "warmup_output", "warmup_repeat", "break_repeat", "sample_interval_ms", "order", "graph",
-                "verify", "snapshot", "executables")
+LOOP_OPTIONS = (
+    "warmup",
+    "warmup_output",
+    "warmup_repeat",
+    "break_repeat",
+    "sample_interval_ms",
+    "order",
+    "graph",
+    "verify",
+    "snapshot",
+    "executables",
+)
 
 
 # CaptureOptions' fields that hold a word of a vocab enum
-_CHOICE_FIELDS = (("weights", Weights), ("experts", Experts), ("phase", Phase), ("warmup_output", WarmupOutput),
-                  ("warmup_repeat", WarmupRepeat), ("break_repeat", BreakRepeat), ("address_layout", AddressLayout),
-                  ("verify", Verify), ("graph", GraphKind), ("order", Order),
-                  ("executables", Executables), ("moe", Moe))
+_CHOICE_FIELDS = (
+    ("weights", Weights),
+    ("experts", Experts),
+    ("phase", Phase),
+    ("warmup_output", WarmupOutput),
+    ("warmup_repeat", WarmupRepeat),
+    ("break_repeat", BreakRepeat),
+    ("address_layout", AddressLayout),
+    ("verify", Verify),
+    ("graph", GraphKind),
+    ("order", Order),
+    ("executables", Executables),
+    ("moe", Moe),
+)
 
 
 def mode_index(mode: str) -> int:
@@ -110,7 +131,8 @@ class CaptureOptions:
     break_repeat: str = BreakRepeat.REQUESTS.value  # one of BREAK_REPEATS
     address_layout: str = AddressLayout.FIXED.value  # one of ADDRESS_LAYOUTS
     device: str = "cuda:0"
-    out: Optional[Path | str] = None  # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
+    # None: reports/<model>-<timestamp>; from_json gives a Path, run_capture a str
+    out: Optional[Path | str] = None
     verify: str = Verify.SMALLEST_LARGEST.value  # one of VERIFY_CHOICES
     in_process: bool = False
     sample_interval_ms: float = 2.0  # the NVML peak sampler's interval
@@ -118,27 +140,38 @@ class CaptureOptions:
     seed: int = 0
     graph: str = GraphKind.BREAKABLE.value  # one of GRAPH_KINDS
     order: str = Order.LARGEST_FIRST.value  # one of ORDERS
-    snapshot: bool = False  # write each mode's allocator snapshot (memory_viz pickle) into the report
+    # write each mode's allocator snapshot (memory_viz pickle) into the report
+    snapshot: bool = False
     command: str = ""  # the command line, recorded in run.json
     executables: str = Executables.PER_SEGMENT.value  # one of EXECUTABLES
     moe: str = Moe.FUSED_BF16.value  # one of MOE_BACKENDS: the MoE's workspace
 
     def __post_init__(self) -> None:
-        for name, enum in ((f, e) for f, e in _CHOICE_FIELDS if e in RENAMED):  # an old word: the word now
+        # an old word: the word now
+        for name, enum in ((f, e) for f, e in _CHOICE_FIELDS if e in RENAMED):
             word = getattr(self, name)
             if isinstance(word, str) and current(enum, word) != word:
-                warnings.warn(f"{name}={word!r} is deprecated and will be removed in the next release; use "
-                              f"{name}={current(enum, word)!r}", FutureWarning, stacklevel=3)
+                warnings.warn(
+                    f"{name}={word!r} is deprecated and will be removed in the next release; use "
+                    f"{name}={current(enum, word)!r}",
+                    FutureWarning,
+                    stacklevel=3,
+                )
                 setattr(self, name, current(enum, word))
-        if self.tp > 1:  # a run made of requests would skip the forward's collectives, which other ranks wait in
+        # a run made of requests would skip the forward's collectives, which other ranks wait in
+        if self.tp > 1:
             self.warmup_repeat = WarmupRepeat.EAGER.value
-            self.break_repeat = BreakRepeat.EAGER.value  # no rank records the allocator's history to repeat
-        if self.snapshot:  # the snapshot's stacks must name the op that allocated, never the repeater
+            # no rank records the allocator's history to repeat
+            self.break_repeat = BreakRepeat.EAGER.value
+        # the snapshot's stacks must name the op that allocated, never the repeater
+        if self.snapshot:
             self.break_repeat = BreakRepeat.EAGER.value
 
     def to_json(self) -> str:
         """The options as one JSON line (how a mode's process receives them)."""
-        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+        data = {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()
+        }
         return json.dumps(data)
 
     @classmethod

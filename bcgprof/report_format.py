@@ -1,4 +1,5 @@
-"""Human formatting of report figures (bytes in MiB/GiB, percentages, times) and byte sizes typed by users.
+"""Human formatting of report figures (bytes in MiB/GiB, percentages, times) and byte sizes typed by
+users.
 
 Tables show these strings; machine formats (json, csv) keep the integers.
 """
@@ -11,16 +12,26 @@ from typing import Optional
 from bcgprof.errors import BcgprofError
 
 KIB = 1024
-MIB = 1024 ** 2
-GIB = 1024 ** 3
-TIB = 1024 ** 4
+MIB = 1024**2
+GIB = 1024**3
+TIB = 1024**4
 
-_UNITS = {"b": 1, "k": KIB, "kib": KIB, "m": MIB, "mib": MIB, "g": GIB, "gib": GIB, "t": TIB,
-          "tib": TIB}  # no "": a size needs its unit
+_UNITS = {
+    "b": 1,
+    "k": KIB,
+    "kib": KIB,
+    "m": MIB,
+    "mib": MIB,
+    "g": GIB,
+    "gib": GIB,
+    "t": TIB,
+    "tib": TIB,
+}  # no "": a size needs its unit
 
 
 def fmt_bytes(n: Optional[int], *, signed: bool = False) -> str:
-    """``1.23 GiB`` at or above 1 GiB, otherwise MiB (``512.0 MiB``, ``0.02 MiB``); ``-`` for unknown.
+    """``1.23 GiB`` at or above 1 GiB, otherwise MiB (``512.0 MiB``, ``0.02 MiB``); ``-`` for
+    unknown.
 
     ``signed`` puts ``+`` before growth, for deltas.
     """
@@ -69,7 +80,7 @@ def pct_change(old: Optional[float], new: Optional[float]) -> Optional[float]:
     return 100.0 * (new - old) / abs(old)
 
 
-MAX_PARSED_BYTES = 2 ** 60  # 1 EiB: larger sizes are typing mistakes
+MAX_PARSED_BYTES = 2**60  # 1 EiB: larger sizes are typing mistakes
 
 
 def plain_number_text(text: str) -> bool:
@@ -94,11 +105,15 @@ def parse_bytes(text: str, *, what: str = "size") -> int:
     if m and not unit:
         number = m.group(1)
         example = f"{number}GiB or {number}MiB" if len(number) <= 6 else "2.5GiB or 512MiB"
-        raise BcgprofError(f"{what} {number[:40]!r} has no unit; write e.g. {example} "
-                           f"(units: {SIZE_UNITS}, all binary)")
+        raise BcgprofError(
+            f"{what} {number[:40]!r} has no unit; write e.g. {example} "
+            f"(units: {SIZE_UNITS}, all binary)"
+        )
     if not m or unit not in _UNITS:
-        raise BcgprofError(f"{what} {shown} is not a size; write e.g. 16MiB, 1.5GiB or 512KiB "
-                           f"(units: {SIZE_UNITS}, all binary)")
+        raise BcgprofError(
+            f"{what} {shown} is not a size; write e.g. 16MiB, 1.5GiB or 512KiB "
+            f"(units: {SIZE_UNITS}, all binary)"
+        )
     number = m.group(1)
     if len(number) > 30 or float(number) * _UNITS[unit] > MAX_PARSED_BYTES:
         raise BcgprofError(f"{what} {shown} is too large; write e.g. 16MiB, 1.5GiB or 512KiB")

@@ -11,14 +11,16 @@ import re
 
 MAX_FIELD_CHARS = 300  # a field longer than this is shown cut, with an ellipsis
 
-# C0 controls (CR, LF, TAB, ESC, BEL, ...), DEL and C1 controls (CSI, OSC, ...); printable folds tabs and newlines
-# to spaces first, and report fields holding any of these are refused (report.codec).
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # and lone surrogates: no encoder writes them
+# C0 controls (CR, LF, TAB, ESC, BEL, ...), DEL and C1 controls (CSI, OSC, ...); printable folds
+# tabs and newlines to spaces first, and report fields holding any of these are refused
+# (report.codec). and lone surrogates: no encoder writes them
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 REPLACEMENT = "\N{REPLACEMENT CHARACTER}"
 
 
 def printable(text: object, limit: int = MAX_FIELD_CHARS) -> str:
-    """``text`` with control characters replaced (tabs and newlines by spaces), cut to ``limit`` characters."""
+    """``text`` with control characters replaced (tabs and newlines by spaces), cut to ``limit``
+    characters."""
     s = str(text)
     if len(s) > 4 * limit:  # never scan megabytes to print a few hundred characters
         s = s[: 4 * limit]
@@ -28,8 +30,9 @@ def printable(text: object, limit: int = MAX_FIELD_CHARS) -> str:
 
 
 def displayable(text: object) -> str:
-    """``text`` with every control character replaced (tabs and newlines by spaces), never cut: what a view
-    shows of a path, which can hold anything (``ESC ]0;`` retitles a window, ``ESC [2J`` clears it)."""
+    """``text`` with every control character replaced (tabs and newlines by spaces), never cut: what
+    a view shows of a path, which can hold anything (``ESC ]0;`` retitles a window, ``ESC [2J``
+    clears it)."""
     s = str(text)
     if not CONTROL.search(s):
         return s

@@ -23,17 +23,19 @@ else:  # pragma: no cover - Python 3.10
 
 
 class Mode(StrEnum):
-    """How a capture keeps each bucket's output (the order here is the order modes run and are shown)."""
+    """How a capture keeps each bucket's output (the order here is the order modes run and are
+    shown)."""
 
     PER_BUCKET = "per-bucket"  # each bucket keeps its own output tensor, in the pool
     SHARED = "shared"  # one max-size output buffer outside the pool; each bucket keeps a view
-    SHARED_LARGEST = "shared-largest"  # the largest bucket's own output (in the pool) is the shared buffer
+    # the largest bucket's own output (in the pool) is the shared buffer
+    SHARED_LARGEST = "shared-largest"
     FLOOR = "floor"  # the largest bucket alone
 
 
 class RecordGroup(StrEnum):
-    """What the rows of a recorded report (``bcgprof record``) stand for in place of a :class:`Mode`:
-    the phase of the recorded program's graphs, as an engine adapter knows it."""
+    """What the rows of a recorded report (``bcgprof record``) stand for in place of a
+    :class:`Mode`: the phase of the recorded program's graphs, as an engine adapter knows it."""
 
     PREFILL = "prefill"  # prefill (extend) graphs, by token count
     DECODE = "decode"  # decode graphs, by batch size
@@ -48,12 +50,14 @@ class RecordGroup(StrEnum):
 class Source(StrEnum):
     """How a report was made (run.json ``source``)."""
 
-    CAPTURE = "capture"  # bcgprof capture: bcgprof's own replica of a model, every mode in a fresh process
+    # bcgprof capture: bcgprof's own replica of a model, every mode in a fresh process
+    CAPTURE = "capture"
     RECORD = "record"  # bcgprof record: another program's captures, seen from inside its processes
 
 
 class ListMode(StrEnum):
-    """The modes that capture a whole bucket list (every :class:`Mode` but the floor): what a server runs."""
+    """The modes that capture a whole bucket list (every :class:`Mode` but the floor): what a
+    server runs."""
 
     PER_BUCKET = Mode.PER_BUCKET.value
     SHARED = Mode.SHARED.value
@@ -110,7 +114,8 @@ class Weights(StrEnum):
     """Where a capture's weights come from."""
 
     DUMMY = "dummy"
-    ONE_LAYER = "one-layer"  # dummy values, one layer's set used by every layer: any depth fits one GPU
+    # dummy values, one layer's set used by every layer: any depth fits one GPU
+    ONE_LAYER = "one-layer"
     SAFETENSORS = "safetensors"
 
 
@@ -118,7 +123,8 @@ class Experts(StrEnum):
     """How a capture's MoE expert weights are held."""
 
     BF16 = "bf16"  # in the activations' dtype (gpt-oss's MXFP4 checkpoints dequantised)
-    PACKED = "packed"  # gpt-oss's MXFP4 blocks and scales as stored, decoded inside the fused MoE's GEMMs
+    # gpt-oss's MXFP4 blocks and scales as stored, decoded inside the fused MoE's GEMMs
+    PACKED = "packed"
 
 
 class Moe(StrEnum):
@@ -191,8 +197,12 @@ def words(enum: type[Enum]) -> tuple[str, ...]:
 # An old word still reads from a report and still parses on the command line (with a warning) for
 # one release; nothing writes it.
 RENAMED: dict[type[Enum], dict[str, str]] = {
-    Weights: {"shared": Weights.ONE_LAYER.value},  # not the shared mode: every layer shares one layer's set
-    WarmupRepeat: {"replayed": WarmupRepeat.REQUESTS.value},  # a replay is a graph's: nothing is replayed
+    Weights: {
+        "shared": Weights.ONE_LAYER.value
+    },  # not the shared mode: every layer shares one layer's set
+    WarmupRepeat: {
+        "replayed": WarmupRepeat.REQUESTS.value
+    },  # a replay is a graph's: nothing is replayed
     BreakRepeat: {"replayed": BreakRepeat.REQUESTS.value},
 }
 
