@@ -69,32 +69,38 @@ def test_accepted_variants_read_like_the_original(cls, tmp_path):
         result = run("show", path, "-f", "json")
         assert result.exit_code == 0, (variant.name, result.stderr)
         data = json.loads(result.stdout)
-        assert {k: v for k, v in data.items() if k != "report"} == {k: v for k, v in expected.items() if k != "report"}
+        assert {k: v for k, v in data.items() if k != "report"} == {
+            k: v for k, v in expected.items() if k != "report"
+        }
         assert run("gate", "--baseline", good, "--current", path, "--each-bucket").exit_code == 0
         assert run("gate", "--baseline", path, "--current", good).exit_code == 0
 
 
 # ---------------------------------------------------------------- the gate's own input
 
+
 def gate(baseline, current, *extra):
     return run("gate", "--baseline", baseline, "--current", current, *extra)
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--rel-tol", "nan"), "--rel-tol 'nan' is not a finite number"),
-    (("--rel-tol", "inf"), "--rel-tol 'inf' is not a finite number"),
-    (("--rel-tol", "-inf%"), "is not a finite number"),
-    (("--rel-tol", "1e400"), "is not a finite number"),
-    (("--rel-tol", "-0.5"), "is negative"),
-    (("--abs-tol-mib", "inf"), "--abs-tol-mib inf is not a finite number"),
-    (("--abs-tol-mib", "nan"), "--abs-tol-mib nan is not a finite number"),
-    (("--abs-tol-mib", "-1"), "is negative"),
-    (("--abs-tol-mib", "1e300"), "is over"),
-    (("--tol", "pool_bytes=inf"), "is not a finite number"),
-    (("--tol", "pool_bytes=nan%"), "is not a finite number"),
-    (("--tol", "pool_bytes=:" + "9" * 400 + "MiB"), "is too large"),
-    (("--tol", "device_used_bytes=1%:-8MiB"), "is not a size"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--rel-tol", "nan"), "--rel-tol 'nan' is not a finite number"),
+        (("--rel-tol", "inf"), "--rel-tol 'inf' is not a finite number"),
+        (("--rel-tol", "-inf%"), "is not a finite number"),
+        (("--rel-tol", "1e400"), "is not a finite number"),
+        (("--rel-tol", "-0.5"), "is negative"),
+        (("--abs-tol-mib", "inf"), "--abs-tol-mib inf is not a finite number"),
+        (("--abs-tol-mib", "nan"), "--abs-tol-mib nan is not a finite number"),
+        (("--abs-tol-mib", "-1"), "is negative"),
+        (("--abs-tol-mib", "1e300"), "is over"),
+        (("--tol", "pool_bytes=inf"), "is not a finite number"),
+        (("--tol", "pool_bytes=nan%"), "is not a finite number"),
+        (("--tol", "pool_bytes=:" + "9" * 400 + "MiB"), "is too large"),
+        (("--tol", "device_used_bytes=1%:-8MiB"), "is not a size"),
+    ],
+)
 def test_non_finite_or_negative_tolerances_are_refused(args, message, report_copy, data_dir):
     line = refused(gate(data_dir / "baseline", report_copy("baseline"), *args))
     assert message in line
@@ -106,7 +112,9 @@ def test_the_same_report_twice_is_refused(data_dir, tmp_path):
     link = tmp_path / "link"
     link.symlink_to(data_dir / "baseline")
     assert "are the same report" in refused(gate(data_dir / "baseline", link))
-    assert "are the same report" in refused(gate(data_dir / "baseline", data_dir / "grown" / ".." / "baseline"))
+    assert "are the same report" in refused(
+        gate(data_dir / "baseline", data_dir / "grown" / ".." / "baseline")
+    )
 
 
 def test_a_baseline_that_is_not_complete_is_refused(data_dir, write_report, rows):
@@ -132,7 +140,9 @@ def test_a_gate_cannot_pass_without_figures(write_report, rows):
 
 def test_a_report_reduced_to_status_columns_cannot_pass(data_dir, tmp_path):
     """Issue 9, item 1: it passed `gate --each-bucket` with 16 improvements."""
-    bad = corrupt.make(corrupt.CLASSES["missing column"][0], data_dir / "baseline", tmp_path / "bad")
+    bad = corrupt.make(
+        corrupt.CLASSES["missing column"][0], data_dir / "baseline", tmp_path / "bad"
+    )
     line = refused(gate(data_dir / "baseline", bad, "--each-bucket"))
     assert "missing column(s) segments" in line
 
@@ -141,23 +151,34 @@ def test_summary_md_is_checked_before_any_report_is_read(data_dir, report_copy, 
     current = report_copy("grown")
     # Inside a report directory: refused, and the report is left alone.
     before = (current / "buckets.csv").read_bytes()
-    for target in (current / "summary.md", current / "buckets.csv", data_dir / "baseline" / "notes.md"):
+    for target in (
+        current / "summary.md",
+        current / "buckets.csv",
+        data_dir / "baseline" / "notes.md",
+    ):
         line = refused(gate(data_dir / "baseline", current, "--summary-md", target))
         assert "is inside a report directory" in line
     assert (current / "buckets.csv").read_bytes() == before
     assert not (current / "summary.md").exists()
     # A directory that does not exist, or a directory named as the file.
-    assert "does not exist" in refused(gate(data_dir / "baseline", current, "--summary-md", tmp_path / "no" / "s.md"))
-    assert "is a directory" in refused(gate(data_dir / "baseline", current, "--summary-md", tmp_path))
-    # An unusable report with an unusable --summary-md: the markdown error is found first, before any reading;
-    # with a usable --summary-md, the report error is the one line, and the job summary says so.
+    assert "does not exist" in refused(
+        gate(data_dir / "baseline", current, "--summary-md", tmp_path / "no" / "s.md")
+    )
+    assert "is a directory" in refused(
+        gate(data_dir / "baseline", current, "--summary-md", tmp_path)
+    )
+    # An unusable report with an unusable --summary-md: the markdown error is found first, before
+    # any reading; with a usable --summary-md, the report error is the one line, and the job summary
+    # says so.
     summary = tmp_path / "s.md"
     line = refused(gate(data_dir / "baseline", data_dir / "corrupt", "--summary-md", summary))
     assert "is corrupt" in line
     assert "UNUSABLE INPUT" in summary.read_text() and "is corrupt" in summary.read_text()
 
 
-def test_a_late_summary_md_failure_never_changes_the_verdict(data_dir, report_copy, tmp_path, monkeypatch):
+def test_a_late_summary_md_failure_never_changes_the_verdict(
+    data_dir, report_copy, tmp_path, monkeypatch
+):
     import bcgprof.outputs
 
     summary = tmp_path / "s.md"
@@ -168,12 +189,16 @@ def test_a_late_summary_md_failure_never_changes_the_verdict(data_dir, report_co
     monkeypatch.setattr(bcgprof.outputs, "_write_all", failing_write)
     passing = gate(data_dir / "baseline", report_copy("baseline"), "--summary-md", summary)
     assert passing.exit_code == 0 and "PASS" in passing.stdout
-    assert passing.stderr.startswith("warning: cannot write --summary-md") and "No space left" in passing.stderr
+    assert (
+        passing.stderr.startswith("warning: cannot write --summary-md")
+        and "No space left" in passing.stderr
+    )
     failing = gate(data_dir / "baseline", data_dir / "grown", "--summary-md", summary)
     assert failing.exit_code == 1
 
 
 # ---------------------------------------------------------------- capture's input, before any work
+
 
 @pytest.fixture
 def captured(monkeypatch):
@@ -183,29 +208,43 @@ def captured(monkeypatch):
 
     def fake(opts, on_event=None, **_):
         calls.append(opts)
-        return bcgprof.measure.runner.CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
+        return bcgprof.measure.runner.CaptureOutcome(
+            out=None, status="complete", exit_code=0, reporter=False
+        )
 
     monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake)
     return calls
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--buckets", ""), "--buckets is empty"),
-    (("--buckets", " "), "--buckets is empty"),
-    (("--buckets", "1:100000000"), "is over the largest bucket, 1048576"),
-    (("--buckets", "1:1048576"), "holds 1048576 buckets; a bucket list holds at most 4096"),
-    (("--buckets", "9" * 400), "is over the largest bucket"),
-    (("--buckets", "sglang-decode", "--max-bs", "1048576"), "holds more than 4096 buckets"),
-    (("--max-tokens", "100000000000"), "--max-tokens 100000000000 is over the cap of 1048576 tokens"),
-    (("--max-tokens", str(2 ** 64 + 1)), "--max-tokens 18446744073709551617 is over the cap"),
-    (("--max-tokens", "0"), "--max-tokens must be a positive number of tokens"),
-    (("--max-bs", str(10 ** 12)), "--max-bs 1000000000000 is over the cap of 1048576 sequences"),
-    (("--phase", "decode", "--max-bs", str(10 ** 12)), "--max-bs 1000000000000 is over the cap"),
-    (("--phase", "decode", "--context-len", "0"), "--context-len must be a positive number of tokens"),
-    (("--phase", "decode", "--context-len", str(10 ** 9)), "--context-len 1000000000 is over the cap of 1048576"),
-    (("--sample-interval-ms", "nan"), "--sample-interval-ms nan is out of range"),
-    (("--seed", str(2 ** 70)), "--seed is out of range"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--buckets", ""), "--buckets is empty"),
+        (("--buckets", " "), "--buckets is empty"),
+        (("--buckets", "1:100000000"), "is over the largest bucket, 1048576"),
+        (("--buckets", "1:1048576"), "holds 1048576 buckets; a bucket list holds at most 4096"),
+        (("--buckets", "9" * 400), "is over the largest bucket"),
+        (("--buckets", "sglang-decode", "--max-bs", "1048576"), "holds more than 4096 buckets"),
+        (
+            ("--max-tokens", "100000000000"),
+            "--max-tokens 100000000000 is over the cap of 1048576 tokens",
+        ),
+        (("--max-tokens", str(2**64 + 1)), "--max-tokens 18446744073709551617 is over the cap"),
+        (("--max-tokens", "0"), "--max-tokens must be a positive number of tokens"),
+        (("--max-bs", str(10**12)), "--max-bs 1000000000000 is over the cap of 1048576 sequences"),
+        (("--phase", "decode", "--max-bs", str(10**12)), "--max-bs 1000000000000 is over the cap"),
+        (
+            ("--phase", "decode", "--context-len", "0"),
+            "--context-len must be a positive number of tokens",
+        ),
+        (
+            ("--phase", "decode", "--context-len", str(10**9)),
+            "--context-len 1000000000 is over the cap of 1048576",
+        ),
+        (("--sample-interval-ms", "nan"), "--sample-interval-ms nan is out of range"),
+        (("--seed", str(2**70)), "--seed is out of range"),
+    ],
+)
 def test_capture_refuses_bad_input_before_any_work(captured, args, message):
     line = refused(run("capture", *args))
     assert message in line
@@ -220,32 +259,44 @@ def test_capture_out_that_is_a_file_or_a_report(captured, tmp_path, data_dir):
     assert "is a file, not a directory" in refused(run("capture", "--out", existing / "sub"))
     assert captured == []
     assert run("capture", "--out", tmp_path / "new" / "report").exit_code == 0
-    assert run("capture", "--out", tmp_path).exit_code == 0  # an existing directory without a report
+    # an existing directory without a report
+    assert run("capture", "--out", tmp_path).exit_code == 0
     assert len(captured) == 2
 
 
 # ---------------------------------------------------------------- plot's output
 
+
 def test_plot_output_names_and_dpi(data_dir, tmp_path):
     result = run("plot", data_dir / "baseline", "-o", tmp_path / "x")
-    assert result.exit_code == 0 and result.stderr.strip() == f"wrote {tmp_path / 'x.png'}" and result.stdout == ""
+    assert (
+        result.exit_code == 0
+        and result.stderr.strip() == f"wrote {tmp_path / 'x.png'}"
+        and result.stdout == ""
+    )
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
-    for name, message in (("x.pgf", "cannot write .pgf images"), ("x.txt", "cannot write .txt images")):
+    for name, message in (
+        ("x.pgf", "cannot write .pgf images"),
+        ("x.txt", "cannot write .txt images"),
+    ):
         assert message in refused(run("plot", data_dir / "baseline", "-o", tmp_path / name))
-    for dpi in ("100000", "0", "29", "601", str(2 ** 70)):
-        assert "out of range; use 30 to 600" in refused(run("plot", data_dir / "baseline", "-o", tmp_path / "d.png",
-                                                           "--dpi", dpi))
+    for dpi in ("100000", "0", "29", "601", str(2**70)):
+        assert "out of range; use 30 to 600" in refused(
+            run("plot", data_dir / "baseline", "-o", tmp_path / "d.png", "--dpi", dpi)
+        )
     assert not (tmp_path / "x.pgf").exists() and not (tmp_path / "d.png").exists()
 
 
 def test_output_names_the_file_system_refuses_are_one_line(data_dir, tmp_path):
-    """A directory given as an image, and a name longer than the file system takes, for every output option."""
+    """A directory given as an image, and a name longer than the file system takes, for every
+    output option."""
     assert "names no file" in refused(run("plot", data_dir / "baseline", "-o", tmp_path))
     assert not Path(f"{tmp_path}.png").exists()
     long = tmp_path / ("a" * 300)
     assert "File name too long" in refused(run("plot", data_dir / "baseline", "-o", f"{long}.png"))
-    assert "File name too long" in refused(gate(data_dir / "baseline", data_dir / "grown",
-                                                "--summary-md", f"{long}.md"))
+    assert "File name too long" in refused(
+        gate(data_dir / "baseline", data_dir / "grown", "--summary-md", f"{long}.md")
+    )
 
 
 def test_a_plot_of_a_floor_only_report_writes_no_warning(data_dir, tmp_path):
@@ -258,7 +309,9 @@ def test_a_plot_of_a_floor_only_report_writes_no_warning(data_dir, tmp_path):
 def test_a_report_path_that_loops_is_one_line_for_the_gate(data_dir, tmp_path):
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
-    assert "Too many levels of symbolic links" in refused(gate(tmp_path / "a", data_dir / "baseline"))
+    assert "Too many levels of symbolic links" in refused(
+        gate(tmp_path / "a", data_dir / "baseline")
+    )
 
 
 def test_a_layer_directory_with_an_unreadable_report_is_refused_not_fitted_without_it(tmp_path):
@@ -292,22 +345,28 @@ def test_a_trace_whose_header_names_no_device_index_is_one_line(tmp_path):
     header = json.loads(head[1:])
     header["device"] = "x"
     path.write_bytes(gzip.compress(("#" + json.dumps(header) + "\n" + rest).encode()))
-    assert "device must be a device index" in refused(run("predict", "--from", profile, "-b", "1024,8192"))
+    assert "device must be a device index" in refused(
+        run("predict", "--from", profile, "-b", "1024,8192")
+    )
 
 
 # ---------------------------------------------------------------- config.json
 
-@pytest.mark.parametrize("content, message", [
-    (b'{"architectures": 5}', "architectures must be a list of names"),
-    (b'{"architectures": [5]}', "architectures must be a list of names"),
-    (b'{"architectures": "LlamaForCausalLM"}', "architectures must be a list of names"),
-    (b'{"model_type": ["llama"]}', "model_type must be a name"),
-    (b'{"model_type": 3}', "model_type must be a name"),
-    (b'{"model_type": "ll\xe9ama"}', "is not UTF-8 text"),
-    (b'{"architectures": ["\xff\xfe"]}', "is not UTF-8 text"),
-    (b'\x00\x01\x02', "is not valid JSON"),
-    (b'{"hidden_size": ' + b"9" * 5000 + b"}", "is not usable JSON"),
-])
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"architectures": 5}', "architectures must be a list of names"),
+        (b'{"architectures": [5]}', "architectures must be a list of names"),
+        (b'{"architectures": "LlamaForCausalLM"}', "architectures must be a list of names"),
+        (b'{"model_type": ["llama"]}', "model_type must be a name"),
+        (b'{"model_type": 3}', "model_type must be a name"),
+        (b'{"model_type": "ll\xe9ama"}', "is not UTF-8 text"),
+        (b'{"architectures": ["\xff\xfe"]}', "is not UTF-8 text"),
+        (b"\x00\x01\x02", "is not valid JSON"),
+        (b'{"hidden_size": ' + b"9" * 5000 + b"}", "is not usable JSON"),
+    ],
+)
 def test_a_bad_config_json_is_one_line(tmp_path, content, message, captured):
     config = tmp_path / "config.json"
     config.write_bytes(content)
@@ -318,6 +377,7 @@ def test_a_bad_config_json_is_one_line(tmp_path, content, message, captured):
 
 # ---------------------------------------------------------------- internal errors
 
+
 def test_an_internal_error_is_one_line_and_exit_2(data_dir, monkeypatch):
     import bcgprof.render
 
@@ -326,10 +386,15 @@ def test_an_internal_error_is_one_line_and_exit_2(data_dir, monkeypatch):
 
     monkeypatch.setattr(bcgprof.render, "show_report", broken)
     line = refused(run("show", data_dir / "baseline"))
-    assert line == ("error: internal error: RuntimeError: something nobody expected; re-run with --debug for the "
-                    "traceback and report it")
-    for result in (run("--debug", "show", data_dir / "baseline"),
-                   run("show", data_dir / "baseline", env={"BCGPROF_DEBUG": "1"})):
+    assert line == (
+        "error: internal error: RuntimeError: something nobody expected; re-run with --debug for "
+        "the "
+        "traceback and report it"
+    )
+    for result in (
+        run("--debug", "show", data_dir / "baseline"),
+        run("show", data_dir / "baseline", env={"BCGPROF_DEBUG": "1"}),
+    ):
         assert result.exit_code == 2
         assert "Traceback" in result.stderr and "something nobody expected" in result.stderr
     monkeypatch.setenv("BCGPROF_DEBUG", "0")
@@ -343,7 +408,9 @@ def test_a_gate_that_crashes_is_never_a_pass_or_a_regression(data_dir, report_co
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(bcgprof.analysis.gate, "gate_reports", broken)
-    assert "internal error: ZeroDivisionError" in refused(gate(data_dir / "baseline", report_copy("baseline")))
+    assert "internal error: ZeroDivisionError" in refused(
+        gate(data_dir / "baseline", report_copy("baseline"))
+    )
 
 
 def test_a_reader_that_stops_reading_is_not_an_error(data_dir, monkeypatch):

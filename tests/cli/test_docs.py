@@ -2,9 +2,9 @@
 code, the README stays short and its links resolve, and the site builds strictly.
 
 Example commands are the lines of ```bash blocks. A block holding a command that needs a GPU
-(`bcgprof capture`, `bcgprof record`, `torchrun`, `python -m bcgprof.measure.benchmark`) is skipped whole, since its
-other lines read what the capture wrote. Every other `bcgprof` line runs from a directory
-where `reports/` is the committed reports, and must exit 0, or the code its comment names
+(`bcgprof capture`, `bcgprof record`, `torchrun`, `python -m bcgprof.measure.benchmark`) is skipped
+whole, since its other lines read what the capture wrote. Every other `bcgprof` line runs from a
+directory where `reports/` is the committed reports, and must exit 0, or the code its comment names
 (`# exits 1`). Setup lines (pip, pytest, mkdocs) are not examples and do not run; `printf`
 lines run, so an example may write its own input file.
 """
@@ -28,8 +28,14 @@ from bcgprof.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
-GPU_COMMANDS = ("bcgprof capture", "python -m bcgprof capture", "bcgprof record", "python -m bcgprof record", "torchrun",
-                "python -m bcgprof.measure.benchmark")
+GPU_COMMANDS = (
+    "bcgprof capture",
+    "python -m bcgprof capture",
+    "bcgprof record",
+    "python -m bcgprof record",
+    "torchrun",
+    "python -m bcgprof.measure.benchmark",
+)
 SETUP_COMMANDS = ("pip", "python -m pytest", "mkdocs", "python docs/", ".ci/run")
 EXIT_NOTE = re.compile(r"#\s*exits\s+(\d+)")
 runner = CliRunner()
@@ -57,7 +63,12 @@ def _commands(block: str) -> list[str]:
     """The block's command lines, continuation lines joined, each `a && b` split in two."""
     text = re.sub(r"\\\n\s*", " ", block)
     lines = [line.strip() for line in text.splitlines()]
-    return [part.strip() for line in lines if line and not line.startswith("#") for part in line.split("&&")]
+    return [
+        part.strip()
+        for line in lines
+        if line and not line.startswith("#")
+        for part in line.split("&&")
+    ]
 
 
 def _examples() -> list:
@@ -67,7 +78,11 @@ def _examples() -> list:
             commands = _commands(block)
             where = f"{path.relative_to(ROOT)}:{start}"
             if any(c.startswith(GPU_COMMANDS) for c in commands):
-                cases.append(pytest.param(commands, id=where, marks=pytest.mark.skip(reason="needs a CUDA GPU")))
+                cases.append(
+                    pytest.param(
+                        commands, id=where, marks=pytest.mark.skip(reason="needs a CUDA GPU")
+                    )
+                )
             elif any(c.startswith(("bcgprof", "python -m bcgprof")) for c in commands):
                 cases.append(pytest.param(commands, id=where))
     return cases
@@ -86,7 +101,8 @@ def in_reports_dir(tmp_path, monkeypatch) -> Path:
 
 @pytest.mark.parametrize("commands", EXAMPLES)
 def test_example_commands_run_as_documented(commands, in_reports_dir, shared_profiles):
-    # shared_profiles: a committed traced profile is prepared once for the session, not once per command
+    # shared_profiles: a committed traced profile is prepared once for the session, not once per
+    # command
     for command in commands:
         if command.startswith(SETUP_COMMANDS):
             continue
@@ -97,8 +113,12 @@ def test_example_commands_run_as_documented(commands, in_reports_dir, shared_pro
         expected = int(note.group(1)) if note else 0
         words = shlex.split(command, comments=True)
         prefix = 3 if words[:3] == ["python", "-m", "bcgprof"] else 1
-        assert words[:prefix] in (["bcgprof"], ["python", "-m", "bcgprof"]), f"not an example command: {command}"
-        assert not {"|", ">", "<", ";"} & set(words), f"shell syntax the examples do not use: {command}"
+        assert words[:prefix] in (["bcgprof"], ["python", "-m", "bcgprof"]), (
+            f"not an example command: {command}"
+        )
+        assert not {"|", ">", "<", ";"} & set(words), (
+            f"shell syntax the examples do not use: {command}"
+        )
         result = runner.invoke(app, words[prefix:])
         assert result.exit_code == expected, (command, result.exit_code, result.output[-2000:])
         if expected == 0:
@@ -107,16 +127,21 @@ def test_example_commands_run_as_documented(commands, in_reports_dir, shared_pro
 
 def test_examples_cover_every_reading_command():
     ran = [c for case in EXAMPLES if not case.marks for c in case.values[0]]
-    # advise needs a profile with allocator traces, which no committed report has: its examples capture first
+    # advise needs a profile with allocator traces, which no committed report has: its examples
+    # capture first
     for name in ("show", "compare", "gate", "plot", "explain", "predict", "estimate"):
         assert any(c.startswith(f"bcgprof {name} ") or c == f"bcgprof {name}" for c in ran), name
     assert any(EXIT_NOTE.search(c) for c in ran), "no example of a failing exit code"
 
 
-@pytest.mark.parametrize("path, start, code", [
-    pytest.param(path, start, code, id=f"{path.relative_to(ROOT)}:{start}")
-    for path in PAGES for start, code in _blocks(path, "python")
-])
+@pytest.mark.parametrize(
+    "path, start, code",
+    [
+        pytest.param(path, start, code, id=f"{path.relative_to(ROOT)}:{start}")
+        for path in PAGES
+        for start, code in _blocks(path, "python")
+    ],
+)
 def test_python_examples_run(path, start, code, in_reports_dir, capsys, shared_profiles):
     if "cuda" in code:
         pytest.skip("needs a CUDA GPU")
@@ -127,7 +152,9 @@ def test_python_examples_run(path, start, code, in_reports_dir, capsys, shared_p
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_cli_reference", DOCS / "gen_cli_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_cli_reference", DOCS / "gen_cli_reference.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -158,7 +185,9 @@ def test_readme_is_short_and_its_links_resolve():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 160
     targets = re.findall(r"\]\(([^)\s]+)\)", text)
-    local = [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+    local = [
+        t.split("#")[0] for t in targets if not re.match(r"[a-z]+:", t) and not t.startswith("#")
+    ]
     assert "docs/assets/gpt-oss-20b-h200.png" in local
     for target in local:
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
@@ -167,6 +196,11 @@ def test_readme_is_short_and_its_links_resolve():
 def test_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]

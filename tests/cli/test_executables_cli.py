@@ -100,6 +100,7 @@ def test_capture_buckets_takes_executables_as_a_loop_option():
 
 # ---------------------------------------------------------------- run.json and buckets.csv
 
+
 def _copy_report(tmp_path):
     report = tmp_path / "report"
     shutil.copytree(DATA / "baseline", report)

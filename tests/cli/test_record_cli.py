@@ -1,5 +1,6 @@
-"""`bcgprof record` end to end on the CPU: a program run under the hook through the engines' stand-ins
-(tests/data/standins), its child process and ranks, its report, and how a recording ends."""
+"""`bcgprof record` end to end on the CPU: a program run under the hook through the engines'
+stand-ins (tests/data/standins), its child process and ranks, its report, and how a recording
+ends."""
 
 from __future__ import annotations
 
@@ -18,35 +19,62 @@ from helpers import DATA
 
 STANDINS = DATA / "standins"
 PROGRAM = STANDINS / "record_program.py"
-MIB = 2 ** 20
+MIB = 2**20
 
 
-def record(out: Path, *args: str, program: tuple = (), timeout: float = 120) -> subprocess.CompletedProcess:
+def record(
+    out: Path, *args: str, program: tuple = (), timeout: float = 120
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(STANDINS))
-    cmd = [sys.executable, "-m", "bcgprof", "record", "--out", str(out), *args, "--",
-           sys.executable, str(PROGRAM), *program]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bcgprof",
+        "record",
+        "--out",
+        str(out),
+        *args,
+        "--",
+        sys.executable,
+        str(PROGRAM),
+        *program,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def test_sglang_runners_a_child_process_and_the_engine_line_make_one_report(tmp_path):
     proc = record(tmp_path / "r", program=("--child",))
     assert proc.returncode == 0, proc.stderr
-    assert "torch.cuda.CUDAGraph patched: True" in proc.stdout  # the hook loaded in the program and its child
+    # the hook loaded in the program and its child
+    assert "torch.cuda.CUDAGraph patched: True" in proc.stdout
     report = read_report(tmp_path / "r")
     run = report.run
-    assert run.source == "record" and run.status == "complete" and run.modes == ["decode", "prefill"]
+    assert (
+        run.source == "record" and run.status == "complete" and run.modes == ["decode", "prefill"]
+    )
     rows = {(r.mode, r.rank, r.bucket): r for r in report.buckets}
-    assert sorted(rows) == sorted([("decode", 0, b) for b in (1, 2, 4, 8)] + [("decode", 1, b) for b in (1, 2, 4, 8)]
-                                  + [("prefill", 0, 16), ("prefill", 0, 32)])
-    assert len({rows[("decode", 0, 8)].pid, rows[("decode", 1, 8)].pid}) == 2  # two processes, two ranks
+    assert sorted(rows) == sorted(
+        [("decode", 0, b) for b in (1, 2, 4, 8)]
+        + [("decode", 1, b) for b in (1, 2, 4, 8)]
+        + [("prefill", 0, 16), ("prefill", 0, 32)]
+    )
+    # two processes, two ranks
+    assert len({rows[("decode", 0, 8)].pid, rows[("decode", 1, 8)].pid}) == 2
     assert run.extra["sequences"]["decode"] == [8, 4, 2, 1]  # largest first, as the runner captured
     # the stand-in's figures: S MiB of pool and reserved per capture, 2 MiB of executable on top
     decode8, prefill32 = rows[("decode", 0, 8)], rows[("prefill", 0, 32)]
-    assert (decode8.pool_delta_bytes, decode8.device_used_delta_bytes, decode8.segments) == (8 * MIB, 10 * MIB, 1)
-    assert (prefill32.pool_delta_bytes, prefill32.device_used_delta_bytes, prefill32.segments) == \
-        (64 * MIB, 68 * MIB, 2)  # the prefill runner's two segments of one size: one row
+    assert (decode8.pool_delta_bytes, decode8.device_used_delta_bytes, decode8.segments) == (
+        8 * MIB,
+        10 * MIB,
+        1,
+    )
+    assert (prefill32.pool_delta_bytes, prefill32.device_used_delta_bytes, prefill32.segments) == (
+        64 * MIB,
+        68 * MIB,
+        2,
+    )  # the prefill runner's two segments of one size: one row
     logged = run.extra["recorded"]["engine_log"]
-    assert logged and logged[0]["engine"] == "sglang" and logged[0]["bytes"] == round(0.5 * 2 ** 30)
+    assert logged and logged[0]["engine"] == "sglang" and logged[0]["bytes"] == round(0.5 * 2**30)
     assert "sglang" in run.extra["recorded"]["engines"]
     assert "sglang decode logged mem usage 0.50 GiB" in proc.stderr
     assert "decode" in proc.stdout  # the summary table, on stdout
@@ -62,15 +90,26 @@ def test_vllm_estimate_captures_are_their_own_group(tmp_path):
     assert report.run.extra["recorded"]["engine_log"][0]["engine"] == "vllm"
 
 
-def test_a_bucket_option_groups_a_programs_own_function_and_without_one_each_graph_is_a_row(tmp_path):
-    proc = record(tmp_path / "b", "--bucket", "plainlib:capture_size:size", program=("--engine", "bucket"))
+def test_a_bucket_option_groups_a_programs_own_function_and_without_one_each_graph_is_a_row(
+    tmp_path,
+):
+    proc = record(
+        tmp_path / "b", "--bucket", "plainlib:capture_size:size", program=("--engine", "bucket")
+    )
     assert proc.returncode == 0, proc.stderr
-    assert [(r.mode, r.bucket) for r in read_report(tmp_path / "b").buckets] == \
-        [("graphs", 8), ("graphs", 4), ("graphs", 2)]
+    assert [(r.mode, r.bucket) for r in read_report(tmp_path / "b").buckets] == [
+        ("graphs", 8),
+        ("graphs", 4),
+        ("graphs", 2),
+    ]
     proc = record(tmp_path / "p", program=("--engine", "plain"))
     assert proc.returncode == 0, proc.stderr
     rows = read_report(tmp_path / "p").buckets
-    assert [(r.bucket, r.device_used_delta_bytes) for r in rows] == [(1, 10 * MIB), (2, 6 * MIB), (3, 4 * MIB)]
+    assert [(r.bucket, r.device_used_delta_bytes) for r in rows] == [
+        (1, 10 * MIB),
+        (2, 6 * MIB),
+        (3, 4 * MIB),
+    ]
 
 
 def test_a_crashed_program_leaves_a_valid_partial_report_and_its_exit_code(tmp_path):
@@ -93,8 +132,18 @@ def test_stop_after_capture_ends_a_server_once_its_capture_phase_is_over(tmp_pat
 
 def test_ctrl_c_leaves_an_interrupted_valid_report(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(STANDINS))
-    cmd = [sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--", sys.executable,
-           str(PROGRAM), "--serve"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bcgprof",
+        "record",
+        "--out",
+        str(tmp_path / "r"),
+        "--",
+        sys.executable,
+        str(PROGRAM),
+        "--serve",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -110,14 +159,21 @@ def test_ctrl_c_leaves_an_interrupted_valid_report(tmp_path):
     assert report.run.status == "interrupted" and len(report.buckets) == 6
 
 
-@pytest.mark.parametrize("args, expect", [
-    ([], "missing argument '-- COMMAND"),
-    (["--bucket", "nonsense", "--", "python", "-c", "pass"], "MODULE:QUALNAME:ARG"),
-    (["--", "/nonexistent/program"], "cannot start"),
-])
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        ([], "missing argument '-- COMMAND"),
+        (["--bucket", "nonsense", "--", "python", "-c", "pass"], "MODULE:QUALNAME:ARG"),
+        (["--", "/nonexistent/program"], "cannot start"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expect):
-    proc = subprocess.run([sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), *args],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and expect in proc.stderr
 
@@ -126,23 +182,58 @@ def test_an_out_folder_that_is_not_empty_is_refused_before_the_program_runs(tmp_
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "keep.txt").write_text("mine")
     marker = tmp_path / "ran"
-    proc = subprocess.run([sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--",
-                           sys.executable, "-c", f"open({str(marker)!r}, 'w')"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bcgprof",
+            "record",
+            "--out",
+            str(tmp_path / "r"),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "not an empty folder" in proc.stderr and not marker.exists()
 
 
 def test_the_hook_loads_with_torch_and_starts_nothing_in_a_process_that_never_captures(tmp_path):
-    own = tmp_path / "own"  # a sitecustomize of the program's own, which the bootstrap must still run
+    # a sitecustomize of the program's own, which the bootstrap must still run
+    own = tmp_path / "own"
     own.mkdir()
     (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
-    program = ("import os, sys, threading\n"
-               "print('before torch', 'bcgprof.record.hook' in sys.modules, os.environ.get('OWN_SITECUSTOMIZE'))\n"
-               "import torch\n"
-               "print('after torch', 'bcgprof.record.hook' in sys.modules, threading.active_count())\n")
+    program = (
+        "import os, sys, threading\n"
+        "print('before torch', 'bcgprof.record.hook' in sys.modules, "
+        "os.environ.get('OWN_SITECUSTOMIZE'))\n"
+        "import torch\n"
+        "print('after torch', 'bcgprof.record.hook' in sys.modules, threading.active_count())\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(own))
-    proc = subprocess.run([sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--",
-                           sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bcgprof",
+            "record",
+            "--out",
+            str(tmp_path / "r"),
+            "--",
+            sys.executable,
+            "-c",
+            program,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "before torch False ran" in proc.stdout
-    assert "after torch True 1" in proc.stdout  # patched, yet no thread of the hook's until a capture
+    # patched, yet no thread of the hook's until a capture
+    assert "after torch True 1" in proc.stdout
     assert read_report(tmp_path / "r").run.status == "partial"  # no graph was captured

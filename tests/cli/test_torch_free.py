@@ -46,11 +46,25 @@ COMMANDS = [
     ("show", ["show", str(R / "gpt-oss-20b-h200")], {0}),
     ("show-json", ["show", str(R / "llama-3.1-8b-h200"), "-f", "json"], {0}),
     ("compare", ["compare", str(R / "gpt-oss-20b-h200-unfused"), str(R / "gpt-oss-20b-h200")], {0}),
-    ("gate", ["gate", "--baseline", str(R / "gpt-oss-20b-h200-unfused"), "--current",
-              str(R / "gpt-oss-20b-h200-unfused-rerun"), "--each-bucket"], {0}),
+    (
+        "gate",
+        [
+            "gate",
+            "--baseline",
+            str(R / "gpt-oss-20b-h200-unfused"),
+            "--current",
+            str(R / "gpt-oss-20b-h200-unfused-rerun"),
+            "--each-bucket",
+        ],
+        {0},
+    ),
     ("plot", ["plot", str(R / "gpt-oss-20b-h200"), "-o", "{tmp}/plot.png"], {0}),
     ("estimate", ["estimate"], {0}),
-    ("estimate-qwen", ["estimate", "--model", "Qwen3-30B-A3B", "--phase", "decode", "-f", "json"], {0}),
+    (
+        "estimate-qwen",
+        ["estimate", "--model", "Qwen3-30B-A3B", "--phase", "decode", "-f", "json"],
+        {0},
+    ),
     ("explain", ["explain", str(R / "gpt-oss-20b-h200")], {0}),
     ("predict", ["predict", "--from", str(R / "gpt-oss-20b-h200-layers")], {0}),
     # a report without what advise needs is refused (exit 2) after the command's imports ran
@@ -61,13 +75,20 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("args, codes", [(a, c) for _, a, c in COMMANDS], ids=[n for n, _, _ in COMMANDS])
+@pytest.mark.parametrize(
+    "args, codes", [(a, c) for _, a, c in COMMANDS], ids=[n for n, _, _ in COMMANDS]
+)
 def test_a_read_command_loads_no_torch_and_no_model_code(tmp_path, args, codes):
     if args[0] == "plot":
         pytest.importorskip("matplotlib")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    done = subprocess.run([sys.executable, "-c", _RUN, *argv], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     head, _, tail = done.stderr.rpartition("\nLOADED ")
     assert tail, f"the command did not finish: {done.stderr[-2000:]}"
     assert done.returncode in codes, f"exit {done.returncode}: {head[-2000:]}"
@@ -80,7 +101,12 @@ def test_a_read_command_loads_no_torch_and_no_model_code(tmp_path, args, codes):
 
 def test_the_check_sees_torch_when_a_command_loads_it(tmp_path):
     # the same harness around a capture-side import: what the test above would report
-    done = subprocess.run([sys.executable, "-c", "import bcgprof.models\n" + _RUN, "--version"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "import bcgprof.models\n" + _RUN, "--version"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     loaded = json.loads(done.stderr.rpartition("\nLOADED ")[2])
     assert done.returncode == 0 and "torch" in loaded and "bcgprof.models" in loaded

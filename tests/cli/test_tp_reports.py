@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from bcgprof.cli import app
 
-MIB = 1024 ** 2
+MIB = 1024**2
 runner = CliRunner()
 
 
@@ -15,7 +15,8 @@ def run(*args):
 
 
 def tp_rows(rows, grow=None, amount=24 * MIB):
-    """Baseline-shaped rows for ranks 0 and 1; ``grow`` = the rank whose shared bucket 4096 grows."""
+    """Baseline-shaped rows for ranks 0 and 1; ``grow`` = the rank whose shared bucket 4096
+    grows."""
     out = []
     for rank in (0, 1):
         grouped = rows()
@@ -35,7 +36,9 @@ def test_gate_fails_naming_the_worst_rank_rank0_included(write_report, rows, tmp
         cur = write_report(f"cur{rank}", tp_rows(rows, grow=rank), tp=2)
         result = run("gate", "--baseline", base, "--current", cur)
         assert result.exit_code == 1, result.output
-        assert f"worst: shared rank {rank} total device_used_bytes" in " ".join(result.output.split())
+        assert f"worst: shared rank {rank} total device_used_bytes" in " ".join(
+            result.output.split()
+        )
     # both ranks grew: the one that grew most is the worst
     both = tp_rows(rows, grow=1, amount=40 * MIB)
     for r in both:
@@ -65,8 +68,14 @@ def test_compare_pairs_ranks_and_the_max_and_sum_rows(write_report, rows):
     assert shared["1"]["device_used_bytes"]["delta"] == 24 * MIB
     assert shared["max"]["device_used_bytes"]["delta"] == 24 * MIB
     assert shared["sum"]["device_used_bytes"]["delta"] == 24 * MIB
-    grown = [b for b in data["buckets"] if b.get("presence") == "both" and b["rank"] == "1" and b["bucket"] == 4096
-             and b["mode"] == "shared"]
+    grown = [
+        b
+        for b in data["buckets"]
+        if b.get("presence") == "both"
+        and b["rank"] == "1"
+        and b["bucket"] == 4096
+        and b["mode"] == "shared"
+    ]
     assert grown
     table = run("compare", base, cur).stdout
     assert "rank" in table
@@ -79,5 +88,8 @@ def test_show_summary_has_rank_max_and_sum(write_report, rows):
     assert [s["rank"] for s in summary] == ["0", "1", "max", "sum"]
     by = {s["rank"]: s for s in summary}
     assert by["max"]["device_used_bytes"] == by["1"]["device_used_bytes"]
-    assert by["sum"]["device_used_bytes"] == by["0"]["device_used_bytes"] + by["1"]["device_used_bytes"]
+    assert (
+        by["sum"]["device_used_bytes"]
+        == by["0"]["device_used_bytes"] + by["1"]["device_used_bytes"]
+    )
     assert {b["rank"] for b in data["buckets"]} == {"0", "1"}  # ranks are strings in every JSON row
