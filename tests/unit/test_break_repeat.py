@@ -1,4 +1,5 @@
-"""Repeating a graph break's allocator requests (bcgprof.measure.break_repeat), with a fake allocator."""
+"""Repeating a graph break's allocator requests (bcgprof.measure.break_repeat), with a fake
+allocator."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def test_the_first_call_of_a_signature_runs_and_later_ones_repeat_its_requests()
     for _ in range(3):  # three layers of one kind
         repeater(op, (x, out), {"scale": 0.5})
     assert ran == [(4, 2)] and (repeater.run, repeater.repeated) == (1, 2)
-    assert made == [(32, S), (64, S), (128, S)] * 2  # the first call's sizes, in its order, on its stream
+    # the first call's sizes, in its order, on its stream
+    assert made == [(32, S), (64, S), (128, S)] * 2
     repeater(op, (torch.zeros(8, 2), torch.zeros(8, 2)), {"scale": 0.5})  # another bucket: runs
     assert ran == [(4, 2), (8, 2)] and repeater.run == 2
 
@@ -96,11 +98,17 @@ def test_a_signature_tells_apart_what_the_requests_may_depend_on():
     key = call_signature(print, (x,), {"window": 128})
     x.fill_(3.0)
     assert key == call_signature(print, (x,), {"window": 128})  # values do not matter
-    for other in ((x.t(),), (x[1:],), (torch.zeros(4, 8, dtype=torch.float64),), (torch.zeros(4, 9),)):
+    for other in (
+        (x.t(),),
+        (x[1:],),
+        (torch.zeros(4, 8, dtype=torch.float64),),
+        (torch.zeros(4, 9),),
+    ):
         assert call_signature(print, other, {"window": 128}) != key  # strides, offset, dtype, shape
     assert call_signature(print, (x,), {"window": None}) != key
     assert call_signature(len, (x,), {"window": 128}) != key  # another op
-    assert call_signature(print, (x, object()), {}) is None  # an argument it cannot describe: always runs
+    # an argument it cannot describe: always runs
+    assert call_signature(print, (x, object()), {}) is None
 
 
 def test_a_call_with_an_argument_it_cannot_describe_runs_every_time():

@@ -1,7 +1,7 @@
 from bcgprof.analysis.compare import BOTH, NEW_ONLY, OLD_ONLY, compare_reports, run_differences
 from bcgprof.report import read_report
 
-MIB = 1024 ** 2
+MIB = 1024**2
 
 
 def test_identical_reports_have_no_growth_and_no_differences(data_dir):
@@ -9,7 +9,11 @@ def test_identical_reports_have_no_growth_and_no_differences(data_dir):
     cmp = compare_reports(report, report)
     assert cmp.differences == []
     assert all(c.growth == 0 and c.presence == BOTH for c in cmp.buckets)
-    assert [(t.mode, t.presence) for t in cmp.totals] == [("per-bucket", BOTH), ("shared", BOTH), ("floor", BOTH)]
+    assert [(t.mode, t.presence) for t in cmp.totals] == [
+        ("per-bucket", BOTH),
+        ("shared", BOTH),
+        ("floor", BOTH),
+    ]
 
 
 def test_totals_side_by_side(data_dir):
@@ -25,11 +29,17 @@ def test_totals_side_by_side(data_dir):
 def test_largest_growth_first(write_report, rows):
     base = write_report("base")
     grouped = rows()
-    growth = {("shared", 512): 3 * MIB, ("per-bucket", 2048): 30 * MIB, ("per-bucket", 256): 7 * MIB,
-              ("floor", 4096): -5 * MIB}
+    growth = {
+        ("shared", 512): 3 * MIB,
+        ("per-bucket", 2048): 30 * MIB,
+        ("per-bucket", 256): 7 * MIB,
+        ("floor", 4096): -5 * MIB,
+    }
     for (mode, bucket), g in growth.items():
         grouped[mode][bucket].device_used_delta_bytes += g
-        grouped[mode][bucket].non_torch_delta_bytes += g  # memory outside torch: a capture derives it so
+        grouped[mode][
+            bucket
+        ].non_torch_delta_bytes += g  # memory outside torch: a capture derives it so
     cmp = compare_reports(read_report(base), read_report(write_report("cur", grouped.all())))
     order = [(c.mode, c.bucket) for c in cmp.buckets]
     assert order[:3] == [("per-bucket", 2048), ("per-bucket", 256), ("shared", 512)]
@@ -47,21 +57,28 @@ def test_buckets_in_one_report_only_are_listed_as_such(write_report, rows):
     # one-sided rows come after every paired row
     presences = [c.presence for c in cmp.buckets]
     assert presences.index(OLD_ONLY) > max(i for i, p in enumerate(presences) if p == BOTH)
-    assert any(d == "bucket list differs (only in old: 4096; only in new: 128)" for d in cmp.differences)
+    assert any(
+        d == "bucket list differs (only in old: 4096; only in new: 128)" for d in cmp.differences
+    )
 
 
 def test_modes_present_in_one_report(data_dir):
     cmp = compare_reports(read_report(data_dir / "baseline"), read_report(data_dir / "partial"))
-    assert [(t.mode, t.presence) for t in cmp.totals] == [("per-bucket", BOTH), ("shared", BOTH),
-                                                          ("floor", OLD_ONLY)]
-    assert sum(c.presence == OLD_ONLY for c in cmp.buckets) == 4  # shared 1024/512/256 and floor 4096
+    assert [(t.mode, t.presence) for t in cmp.totals] == [
+        ("per-bucket", BOTH),
+        ("shared", BOTH),
+        ("floor", OLD_ONLY),
+    ]
+    # shared 1024/512/256 and floor 4096
+    assert sum(c.presence == OLD_ONLY for c in cmp.buckets) == 4
 
 
 def test_run_differences_name_both_values(data_dir):
     a = read_report(data_dir / "baseline").run
     b = read_report(data_dir / "other-model").run
     assert run_differences(a, b) == [
-        "model differs: gpt-oss-20b (config 5d1b7c0e2a9f4e61) vs Qwen3-8B (config 9a04c3e1b7d25f80)"]
+        "model differs: gpt-oss-20b (config 5d1b7c0e2a9f4e61) vs Qwen3-8B (config 9a04c3e1b7d25f80)"
+    ]
 
 
 def test_a_different_graph_kind_or_order_is_a_mismatch_the_gate_refuses_unless_allowed(report_copy):
@@ -76,7 +93,8 @@ def test_a_different_graph_kind_or_order_is_a_mismatch_the_gate_refuses_unless_a
     data = json.loads((other / "run.json").read_text())
     data.update(graph="full", order="smallest-first")
     (other / "run.json").write_text(json.dumps(data))
-    # its rows captured smallest first too, as run.json now says (the reader checks bucket against order)
+    # its rows captured smallest first too, as run.json now says (the reader checks bucket against
+    # order)
     lines = (other / "buckets.csv").read_text().splitlines()
     rows = [line.split(",") for line in lines[1:]]
     for r in rows:
@@ -94,8 +112,8 @@ def test_a_different_graph_kind_or_order_is_a_mismatch_the_gate_refuses_unless_a
 
 
 def test_a_different_warm_up_is_a_mismatch_and_an_older_report_held_its_outputs(report_copy):
-    """The warm-up's eager peak is part of the peak figures: runs per bucket and whether each run's output was
-    held during the next must agree; a report written before --warmup-output held it."""
+    """The warm-up's eager peak is part of the peak figures: runs per bucket and whether each run's
+    output was held during the next must agree; a report written before --warmup-output held it."""
     import json
 
     import pytest
@@ -106,7 +124,9 @@ def test_a_different_warm_up_is_a_mismatch_and_an_older_report_held_its_outputs(
 
     def set_warmup(path, **extra):
         data = json.loads((path / "run.json").read_text())
-        data["extra"] = {k: v for k, v in data.get("extra", {}).items() if k not in ("warmup", "warmup_output")}
+        data["extra"] = {
+            k: v for k, v in data.get("extra", {}).items() if k not in ("warmup", "warmup_output")
+        }
         data["extra"].update(extra)
         (path / "run.json").write_text(json.dumps(data))
 
@@ -115,12 +135,14 @@ def test_a_different_warm_up_is_a_mismatch_and_an_older_report_held_its_outputs(
     assert run_differences(read_report(base).run, read_report(other).run) == []
     set_warmup(other, warmup=2, warmup_output="freed")
     assert run_differences(read_report(base).run, read_report(other).run) == [
-        "warm-up differs: 2 run(s) a bucket, outputs held vs 2 run(s) a bucket, outputs freed"]
+        "warm-up differs: 2 run(s) a bucket, outputs held vs 2 run(s) a bucket, outputs freed"
+    ]
     with pytest.raises(GateMismatchError, match="warm-up differs"):
         gate_reports(read_report(base), read_report(other))
     set_warmup(other, warmup=1, warmup_output="held")
     assert run_differences(read_report(base).run, read_report(other).run) == [
-        "warm-up differs: 2 run(s) a bucket, outputs held vs 1 run(s) a bucket, outputs held"]
+        "warm-up differs: 2 run(s) a bucket, outputs held vs 1 run(s) a bucket, outputs held"
+    ]
     set_warmup(other)  # run.json does not say: nothing to compare
     assert run_differences(read_report(base).run, read_report(other).run) == []
     # how later runs were made (by their allocator requests, or eager) is not what was measured

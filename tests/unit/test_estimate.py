@@ -12,7 +12,11 @@ def test_gpt_oss_20b_by_hand():
     spec = resolve_model("gpt-oss-20b")  # hidden 2880, bf16
     est = estimate_output_buffers(spec, [4096, 256, 1024])
     assert [b.bucket for b in est.buckets] == [256, 1024, 4096]
-    assert [b.output_bytes for b in est.buckets] == [256 * 2880 * 2, 1024 * 2880 * 2, 4096 * 2880 * 2]
+    assert [b.output_bytes for b in est.buckets] == [
+        256 * 2880 * 2,
+        1024 * 2880 * 2,
+        4096 * 2880 * 2,
+    ]
     assert est.buckets[0].output_bytes == 1_474_560
     assert est.per_bucket_total_bytes == 1_474_560 + 5_898_240 + 23_592_960 == 30_965_760
     assert est.shared_total_bytes == 23_592_960
@@ -36,8 +40,10 @@ def test_other_preset_and_dtype_override():
     assert est.shared_total_bytes == 16 * 4096 * 4
     data = est.to_json()
     assert json.loads(json.dumps(data)) == data
-    assert data["buckets"] == [{"bucket": 8, "rows": 8, "output_bytes": 131072},
-                               {"bucket": 16, "rows": 16, "output_bytes": 262144}]
+    assert data["buckets"] == [
+        {"bucket": 8, "rows": 8, "output_bytes": 131072},
+        {"bucket": 16, "rows": 16, "output_bytes": 262144},
+    ]
 
 
 def test_unknown_dtype_is_a_user_error():

@@ -19,8 +19,12 @@ class Kind(int):
         return kind
 
 
-KERNEL, MEMSET, EMPTY = (Kind(i, n) for i, n in enumerate(
-    ("CU_GRAPH_NODE_TYPE_KERNEL", "CU_GRAPH_NODE_TYPE_MEMSET", "CU_GRAPH_NODE_TYPE_EMPTY")))
+KERNEL, MEMSET, EMPTY = (
+    Kind(i, n)
+    for i, n in enumerate(
+        ("CU_GRAPH_NODE_TYPE_KERNEL", "CU_GRAPH_NODE_TYPE_MEMSET", "CU_GRAPH_NODE_TYPE_EMPTY")
+    )
+)
 
 
 class Node(int):
@@ -33,17 +37,31 @@ class Node(int):
 
 
 def kernel(handle, func, grid=(64, 1, 1), args=0, readable=True):
-    return Node(handle, KERNEL, func=func, kern=0, gridDimX=grid[0], gridDimY=grid[1],
-                gridDimZ=grid[2], blockDimX=128, blockDimY=1, blockDimZ=1, sharedMemBytes=0,
-                kernelParams=args, readable=readable)
+    return Node(
+        handle,
+        KERNEL,
+        func=func,
+        kern=0,
+        gridDimX=grid[0],
+        gridDimY=grid[1],
+        gridDimZ=grid[2],
+        blockDimX=128,
+        blockDimY=1,
+        blockDimZ=1,
+        sharedMemBytes=0,
+        kernelParams=args,
+        readable=readable,
+    )
 
 
 class Bindings:
     """What cuda.bindings.driver returns, for the calls bcgprof makes."""
 
-    CUkernelNodeAttrID = SimpleNamespace(CU_LAUNCH_ATTRIBUTE_COOPERATIVE=1,
-                                         CU_LAUNCH_ATTRIBUTE_PRIORITY=8,
-                                         CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4)
+    CUkernelNodeAttrID = SimpleNamespace(
+        CU_LAUNCH_ATTRIBUTE_COOPERATIVE=1,
+        CU_LAUNCH_ATTRIBUTE_PRIORITY=8,
+        CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4,
+    )
     CUgraphExecUpdateResult = SimpleNamespace(CU_GRAPH_EXEC_UPDATE_SUCCESS=0)
 
     def __init__(self, graphs, edge_data):
@@ -77,8 +95,14 @@ class Bindings:
         return OK, SimpleNamespace(cooperative=0, priority=0, clusterDim=dims)
 
     def cuGraphMemsetNodeGetParams(self, node):
-        return OK, SimpleNamespace(dst=node.params["dst"], pitch=0, value=0, elementSize=4,
-                                   width=node.params["width"], height=1)
+        return OK, SimpleNamespace(
+            dst=node.params["dst"],
+            pitch=0,
+            value=0,
+            elementSize=4,
+            width=node.params["width"],
+            height=1,
+        )
 
     def cuGraphExecUpdate(self, executable, graph):
         if graph in self.refuse:
@@ -92,16 +116,21 @@ class Bindings:
 
 def layer_graph(base, weight_ptr, tokens=1024):
     """A segment: a kernel, a memset and a kernel in a chain, its addresses shifted by ``base``."""
-    nodes = [kernel(base + 1, func=0xA, grid=(tokens, 1, 1), args=weight_ptr),
-             Node(base + 2, MEMSET, dst=weight_ptr + 64, width=tokens),
-             kernel(base + 3, func=0xB, args=weight_ptr + 128)]
+    nodes = [
+        kernel(base + 1, func=0xA, grid=(tokens, 1, 1), args=weight_ptr),
+        Node(base + 2, MEMSET, dst=weight_ptr + 64, width=tokens),
+        kernel(base + 3, func=0xB, args=weight_ptr + 128),
+    ]
     return nodes, [(nodes[0], nodes[1]), (nodes[1], nodes[2])]
 
 
 @pytest.fixture(params=[False, True], ids=["cuda12-edges", "cuda13-edges"])
 def bindings(request, monkeypatch):
-    graphs = {100: layer_graph(0, 0x7000), 200: layer_graph(10, 0x9000),
-              300: layer_graph(20, 0x7000, 2048)}
+    graphs = {
+        100: layer_graph(0, 0x7000),
+        200: layer_graph(10, 0x9000),
+        300: layer_graph(20, 0x7000, 2048),
+    }
     fake = Bindings(graphs, edge_data=request.param)
     monkeypatch.setattr(driver, "cu", fake)
     return fake

@@ -1,6 +1,5 @@
 """Every gate outcome, decided by bcgprof.analysis.gate on reports written to disk and read back."""
 
-
 from fractions import Fraction
 
 import pytest
@@ -21,7 +20,7 @@ from bcgprof.analysis.gate import (
 from bcgprof.errors import BcgprofError, ReportError
 from bcgprof.report import read_report
 
-MIB = 1024 ** 2
+MIB = 1024**2
 
 
 def gate(base_path, cur_path, **options):
@@ -29,13 +28,17 @@ def gate(base_path, cur_path, **options):
 
 
 def find(result, mode, metric, bucket=None, rank="0"):
-    (check,) = [c for c in result.checks
-                if c.mode == mode and c.metric == metric and c.bucket == bucket and c.rank == rank]
+    (check,) = [
+        c
+        for c in result.checks
+        if c.mode == mode and c.metric == metric and c.bucket == bucket and c.rank == rank
+    ]
     return check
 
 
 def grow_bucket(row, pool=0, device=0, non_torch=0):
-    """Grow one bucket's figures; pool growth also raises the pool after it (the caller fixes later rows)."""
+    """Grow one bucket's figures; pool growth also raises the pool after it (the caller fixes
+    later rows)."""
     row.pool_delta_bytes += pool
     row.pool_bytes += pool
     row.torch_reserved_delta_bytes += pool
@@ -49,14 +52,19 @@ def test_identical_reports_pass(data_dir, report_copy):
     assert not result.improvements
     # two totals per mode, nothing per bucket without each_bucket
     assert sorted((c.mode, c.metric) for c in result.checks) == sorted(
-        (m, k) for m in ("per-bucket", "shared", "floor") for k in ("pool_bytes", "device_used_bytes"))
+        (m, k)
+        for m in ("per-bucket", "shared", "floor")
+        for k in ("pool_bytes", "device_used_bytes")
+    )
 
 
 def test_committed_grown_report_fails_on_both_totals(data_dir):
     result = gate(data_dir / "baseline", data_dir / "grown")
     assert result.exit_code == 1
-    assert {(c.mode, c.metric) for c in result.regressions} == {("per-bucket", "pool_bytes"),
-                                                                ("per-bucket", "device_used_bytes")}
+    assert {(c.mode, c.metric) for c in result.regressions} == {
+        ("per-bucket", "pool_bytes"),
+        ("per-bucket", "device_used_bytes"),
+    }
     check = find(result, "per-bucket", "pool_bytes")
     assert check.delta == 40 * MIB and "grew 40.00 MiB" in check.detail
 
@@ -101,16 +109,23 @@ def test_each_bucket_checks_catch_growth_that_totals_hide(write_report, rows):
     assert gate(base, cur).passed
     result = gate(base, cur, each_bucket=True)
     assert result.exit_code == 1
-    assert {(c.bucket, c.metric) for c in result.regressions} == {(512, "pool_delta_bytes"),
-                                                                  (512, "device_used_delta_bytes")}
-    assert {(c.bucket, c.metric) for c in result.improvements} == {(4096, "pool_delta_bytes"),
-                                                                   (4096, "device_used_delta_bytes")}
+    assert {(c.bucket, c.metric) for c in result.regressions} == {
+        (512, "pool_delta_bytes"),
+        (512, "device_used_delta_bytes"),
+    }
+    assert {(c.bucket, c.metric) for c in result.improvements} == {
+        (4096, "pool_delta_bytes"),
+        (4096, "device_used_delta_bytes"),
+    }
 
 
-@pytest.mark.parametrize("growth, verdict", [
-    (16 * MIB, PASS),  # exactly the absolute tolerance (larger than 1% of 314 MiB)
-    (16 * MIB + 1, REGRESSION),
-])
+@pytest.mark.parametrize(
+    "growth, verdict",
+    [
+        (16 * MIB, PASS),  # exactly the absolute tolerance (larger than 1% of 314 MiB)
+        (16 * MIB + 1, REGRESSION),
+    ],
+)
 def test_exactly_at_the_absolute_threshold_passes(write_report, rows, growth, verdict):
     base = write_report("base")
     grouped = rows()
@@ -133,7 +148,8 @@ def test_exactly_at_the_relative_threshold_passes(write_report, rows, extra, ver
 
 @pytest.mark.parametrize("text", ["35%", "0.35", "7%", "0.1", "33.333%"])
 def test_growth_exactly_at_a_decimal_tolerance_passes_where_binary_floats_fall_short(text):
-    """35% of 377487360 bytes is 132120576 exactly; 0.35 * 377487360 in floats is 132120575.99999999."""
+    """35% of 377487360 bytes is 132120576 exactly; 0.35 * 377487360 in floats is
+    132120575.99999999."""
     rel = parse_rel(text)
     frac = Fraction(text[:-1]) / 100 if text.endswith("%") else Fraction(text)
     # baselines whose exact share is a whole number of bytes
@@ -149,7 +165,8 @@ def test_growth_exactly_at_a_decimal_tolerance_passes_where_binary_floats_fall_s
 def test_growth_must_exceed_both_tolerances(write_report, rows):
     base = write_report("base")
     grouped = rows()
-    grow_bucket(grouped["per-bucket"][256], device=10 * MIB, non_torch=10 * MIB)  # 3.2%, but under 16 MiB
+    # 3.2%, but under 16 MiB
+    grow_bucket(grouped["per-bucket"][256], device=10 * MIB, non_torch=10 * MIB)
     cur = write_report("cur", grouped.all())
     assert gate(base, cur).passed
     # Over 8 MiB but under 5%: still passes.
@@ -162,15 +179,19 @@ def test_per_metric_tolerance(data_dir):
     loose = {"pool_bytes": Tolerance(0.2, 0), "device_used_bytes": Tolerance(0.01, 64 * MIB)}
     result = gate(data_dir / "baseline", data_dir / "grown", per_metric=loose)
     assert result.passed
-    result = gate(data_dir / "baseline", data_dir / "grown", per_metric={"pool_bytes": Tolerance(0.2, 0)})
+    result = gate(
+        data_dir / "baseline", data_dir / "grown", per_metric={"pool_bytes": Tolerance(0.2, 0)}
+    )
     assert [c.metric for c in result.regressions] == ["device_used_bytes"]
 
 
 def test_improvement_is_reported_and_passes(data_dir):
     result = gate(data_dir / "grown", data_dir / "baseline")
     assert result.passed and result.exit_code == 0
-    assert {(c.mode, c.metric) for c in result.improvements} == {("per-bucket", "pool_bytes"),
-                                                                 ("per-bucket", "device_used_bytes")}
+    assert {(c.mode, c.metric) for c in result.improvements} == {
+        ("per-bucket", "pool_bytes"),
+        ("per-bucket", "device_used_bytes"),
+    }
 
 
 def test_small_shrink_is_a_plain_pass(write_report, rows):
@@ -243,16 +264,22 @@ def test_growth_in_common_buckets_still_fails_under_allow_mismatch(write_report,
 def test_mismatched_model_is_unusable(data_dir):
     with pytest.raises(GateMismatchError, match="model differs: gpt-oss-20b .* vs Qwen3-8B"):
         gate(data_dir / "baseline", data_dir / "other-model")
-    assert gate(data_dir / "baseline", data_dir / "other-model", allow_mismatch=True).notes[0].startswith(
-        "allowed mismatch: model differs")
+    assert (
+        gate(data_dir / "baseline", data_dir / "other-model", allow_mismatch=True)
+        .notes[0]
+        .startswith("allowed mismatch: model differs")
+    )
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"gpu_name": "NVIDIA B200"}, "GPU differs: NVIDIA H200 vs NVIDIA B200"),
-    ({"layers": 4}, "layers differ: 2 vs 4"),
-    ({"dtype": "float16"}, "dtype differ: bfloat16 vs float16"),
-    ({"config_hash": "0000000000000000"}, "model differs"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"gpu_name": "NVIDIA B200"}, "GPU differs: NVIDIA H200 vs NVIDIA B200"),
+        ({"layers": 4}, "layers differ: 2 vs 4"),
+        ({"dtype": "float16"}, "dtype differ: bfloat16 vs float16"),
+        ({"config_hash": "0000000000000000"}, "model differs"),
+    ],
+)
 def test_other_mismatches_are_unusable(write_report, change, message):
     base = write_report("base")
     cur = write_report("cur", **change)
@@ -292,7 +319,9 @@ def test_tensor_parallel_reports_gate_per_rank_and_fail_on_the_worst(write_repor
     cur = write_report("cur", tp_rows(grow_rank1=24 * MIB), tp=2)
     result = gate(base, cur)
     assert result.multi_rank
-    assert [(c.mode, c.rank, c.metric) for c in result.regressions] == [("shared", "1", "device_used_bytes")]
+    assert [(c.mode, c.rank, c.metric) for c in result.regressions] == [
+        ("shared", "1", "device_used_bytes")
+    ]
     assert find(result, "shared", "device_used_bytes", rank="0").verdict == PASS
     assert result.worst().rank == "1"
 
@@ -306,20 +335,35 @@ def test_judge_and_tolerance_parsing():
     assert Tolerance().abs_bytes == DEFAULT_ABS_TOL_BYTES == 16 * MIB
     assert parse_rel("1%") == parse_rel("0.01") == 0.01
     assert parse_tolerance("pool_bytes=0.5%:8MiB", tol) == ("pool_bytes", Tolerance(0.005, 8 * MIB))
-    assert parse_tolerance("device_used_bytes=:1GiB", tol) == ("device_used_bytes", Tolerance(0.01, 1024 * MIB))
-    assert parse_tolerance("pool_delta_bytes=2%", tol) == ("pool_delta_bytes", Tolerance(0.02, 16 * MIB))
-    assert parse_tolerance("pool_bytes=0:1048576B", tol) == ("pool_bytes", Tolerance(0.0, MIB))  # B: bytes
+    assert parse_tolerance("device_used_bytes=:1GiB", tol) == (
+        "device_used_bytes",
+        Tolerance(0.01, 1024 * MIB),
+    )
+    assert parse_tolerance("pool_delta_bytes=2%", tol) == (
+        "pool_delta_bytes",
+        Tolerance(0.02, 16 * MIB),
+    )
+    assert parse_tolerance("pool_bytes=0:1048576B", tol) == (
+        "pool_bytes",
+        Tolerance(0.0, MIB),
+    )  # B: bytes
 
 
-@pytest.mark.parametrize("text, message", [
-    ("pool=1%", "unknown metric 'pool'"),
-    ("pool_bytes", "write METRIC=REL:ABS"),
-    ("pool_bytes=:", "sets nothing"),
-    ("pool_bytes=lots", "relative tolerance 'lots' is not a number"),
-    ("pool_bytes=1%:8 parsecs", "absolute tolerance '8 parsecs' is not a size"),
-    ("pool_bytes=-1%", "is negative"),
-    ("pool_bytes=0:16", "absolute tolerance '16' has no unit"),  # 16 bytes or 16 MiB: one rule, a unit
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("pool=1%", "unknown metric 'pool'"),
+        ("pool_bytes", "write METRIC=REL:ABS"),
+        ("pool_bytes=:", "sets nothing"),
+        ("pool_bytes=lots", "relative tolerance 'lots' is not a number"),
+        ("pool_bytes=1%:8 parsecs", "absolute tolerance '8 parsecs' is not a size"),
+        ("pool_bytes=-1%", "is negative"),
+        (
+            "pool_bytes=0:16",
+            "absolute tolerance '16' has no unit",
+        ),  # 16 bytes or 16 MiB: one rule, a unit
+    ],
+)
 def test_bad_tolerances(text, message):
     with pytest.raises(BcgprofError) as e:
         parse_tolerance(text, Tolerance())

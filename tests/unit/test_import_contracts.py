@@ -62,7 +62,9 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
                     base = ".".join([*up, base] if base else up)
                 for alias in node.names:
                     target = f"{base}.{alias.name}"
-                    found.add(target if target in known else base if base in known else base.split(".")[0])
+                    found.add(
+                        target if target in known else base if base in known else base.split(".")[0]
+                    )
         graph[module] = found - {module}
     return graph
 
@@ -109,9 +111,17 @@ def _shown(found: list[list[str]]) -> str:
 
 def test_lint_imports_keeps_every_contract():
     if shutil.which("lint-imports") is None:
-        pytest.skip("import-linter is not installed (pip install import-linter); the walk below checks the same")
-    done = subprocess.run(["lint-imports", "--config", str(CONFIG)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+        pytest.skip(
+            "import-linter is not installed (pip install import-linter); the walk below checks "
+            "the same"
+        )
+    done = subprocess.run(
+        ["lint-imports", "--config", str(CONFIG)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
 
@@ -119,8 +129,11 @@ def test_lint_imports_keeps_every_contract():
 def test_the_read_side_reaches_neither_torch_nor_the_model_or_capture_code():
     contract = _contract("read-side")
     graph = import_graph(package_sources())
-    missing = [m for m in contract["source_modules"] + contract["forbidden_modules"]
-               if m.startswith("bcgprof") and not any(_within(g, m) for g in graph)]
+    missing = [
+        m
+        for m in contract["source_modules"] + contract["forbidden_modules"]
+        if m.startswith("bcgprof") and not any(_within(g, m) for g in graph)
+    ]
     assert missing == [], f"{missing} no longer exist; update .importlinter"
     assert {"torch", "bcgprof.models", "bcgprof.measure"} <= set(contract["forbidden_modules"])
     found = chains(graph, contract["source_modules"], contract["forbidden_modules"])
@@ -132,7 +145,8 @@ def test_the_model_code_builds_on_the_spec_and_never_the_reverse():
     graph = import_graph(package_sources())
     found = [c for low in range(1, len(layers)) for c in chains(graph, [layers[low]], layers[:low])]
     assert found == [], "a lower layer imports a higher one:\n" + _shown(found)
-    assert "bcgprof.spec" in graph["bcgprof.models.args"] | graph["bcgprof.models"]  # models does build on spec
+    # models does build on spec
+    assert "bcgprof.spec" in graph["bcgprof.models.args"] | graph["bcgprof.models"]
 
 
 def test_no_family_imports_another_family_the_registry_knows():
@@ -147,7 +161,9 @@ def test_the_walk_follows_lazy_type_checking_and_submodule_imports():
     sources = {
         "bcgprof": "",
         "bcgprof.a": "def f():\n    from bcgprof import b\n",
-        "bcgprof.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bcgprof.c import X\n",
+        "bcgprof.b": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bcgprof.c import X\n"
+        ),
         "bcgprof.c": "import torch.nn as nn\n",
         "bcgprof.d": "from . import c\n",
         "bcgprof.m": "",
@@ -157,16 +173,24 @@ def test_the_walk_follows_lazy_type_checking_and_submodule_imports():
     graph = import_graph(sources)
     assert graph["bcgprof.a"] == {"bcgprof.b"} and graph["bcgprof.b"] == {"typing", "bcgprof.c"}
     assert graph["bcgprof.c"] == {"torch"} and graph["bcgprof.d"] == {"bcgprof.c"}
-    assert chains(graph, ["bcgprof.a"], ["torch"]) == [["bcgprof.a", "bcgprof.b", "bcgprof.c", "torch"]]
-    assert chains(graph, ["bcgprof.m"], ["os", "bcgprof.c"]) == [["bcgprof.m.x", "bcgprof.m.y", "os"],
-                                                                 ["bcgprof.m.y", "os"]]
-    assert chains(graph, ["bcgprof.m"], ["bcgprof.m.y"]) == []  # inside a forbidden package: skipped
+    assert chains(graph, ["bcgprof.a"], ["torch"]) == [
+        ["bcgprof.a", "bcgprof.b", "bcgprof.c", "torch"]
+    ]
+    assert chains(graph, ["bcgprof.m"], ["os", "bcgprof.c"]) == [
+        ["bcgprof.m.x", "bcgprof.m.y", "os"],
+        ["bcgprof.m.y", "os"],
+    ]
+    # inside a forbidden package: skipped
+    assert chains(graph, ["bcgprof.m"], ["bcgprof.m.y"]) == []
 
 
 def test_a_lazy_import_of_the_model_code_on_the_read_side_is_caught():
     contract = _contract("read-side")
     sources = package_sources()
-    sources["bcgprof.analysis.gate"] += "\n\ndef _late():\n    from bcgprof.models.stack import DecoderModel\n"
+    sources["bcgprof.analysis.gate"] += (
+        "\n\ndef _late():\n    from bcgprof.models.stack import DecoderModel\n"
+    )
     found = chains(import_graph(sources), contract["source_modules"], contract["forbidden_modules"])
     assert ["bcgprof.analysis.gate", "bcgprof.models.stack"] in found
-    assert all(chain[-2:] == ["bcgprof.analysis.gate", "bcgprof.models.stack"] for chain in found)  # all through it
+    # all through it
+    assert all(chain[-2:] == ["bcgprof.analysis.gate", "bcgprof.models.stack"] for chain in found)

@@ -19,6 +19,7 @@ PACKAGE = ROOT / "bcgprof"
 # bcgprof.__main__ runs the CLI when imported; bcgprof.cli, all it does, is imported on its own.
 NOT_IMPORTED = {"bcgprof.__main__"}
 
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -71,8 +72,13 @@ print(json.dumps(failures))
 def test_every_module_imports_on_its_own():
     names = sorted(set(_sources()) - NOT_IMPORTED)
     assert "bcgprof.models.layers.attention" in names and len(names) > 30
-    done = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *names], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH, *names],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     failures = json.loads(done.stdout.strip().splitlines()[-1])
     assert failures == {}, "\n\n".join(f"{name}:\n{tb}" for name, tb in failures.items())
@@ -85,7 +91,8 @@ def _imports(node: ast.AST, known: set[str]) -> list[tuple[str, list[str]]]:
     if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bcgprof":
         submodules = [a.name for a in node.names if f"{node.module}.{a.name}" in known]
         return [(node.module, [a.name for a in node.names if a.name not in submodules])] + [
-            (f"{node.module}.{name}", []) for name in submodules]
+            (f"{node.module}.{name}", []) for name in submodules
+        ]
     return []
 
 
@@ -115,8 +122,12 @@ def test_module_level_imports_have_no_cycle():
     for module, path in sources.items():
         visitor = _ModuleLevel()
         visitor.visit(ast.parse(path.read_text(), str(path)))
-        graph[module] = {target for node in visitor.found for target, _ in _imports(node, known)
-                         if target in known and target != module}
+        graph[module] = {
+            target
+            for node in visitor.found
+            for target, _ in _imports(node, known)
+            if target in known and target != module
+        }
     assert graph["bcgprof.models.gpt_oss"] >= {"bcgprof.models.stack", "bcgprof.models.layers.moe"}
 
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -125,7 +136,9 @@ def test_module_level_imports_have_no_cycle():
         state[module] = 1
         for target in sorted(graph[module]):
             if state.get(target) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(target):], target]))
+                raise AssertionError(
+                    "import cycle: " + " -> ".join([*path[path.index(target) :], target])
+                )
             if target not in state:
                 visit(target, [*path, target])
         state[module] = 2
@@ -153,13 +166,24 @@ def private_imports(sources: dict[str, str]) -> set[tuple[str, str, str]]:
                 if target != module:
                     found |= {(module, target, name) for name in names if _private(name)}
             if isinstance(node, ast.Import):
-                aliases.update({a.asname: a.name for a in node.names if a.name in known and a.asname})
+                aliases.update(
+                    {a.asname: a.name for a in node.names if a.name in known and a.asname}
+                )
             elif isinstance(node, ast.ImportFrom) and node.module:
-                aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
-                                if f"{node.module}.{a.name}" in known})
+                aliases.update(
+                    {
+                        a.asname or a.name: f"{node.module}.{a.name}"
+                        for a in node.names
+                        if f"{node.module}.{a.name}" in known
+                    }
+                )
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)
-                    and aliases.get(node.value.id, module) != module):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and _private(node.attr)
+                and aliases.get(node.value.id, module) != module
+            ):
                 found.add((module, aliases[node.value.id], node.attr))
     return found
 
@@ -177,13 +201,19 @@ def test_the_private_import_scan_sees_both_forms():
         "bcgprof.c": "def f():\n    from bcgprof import a as mod\n    return mod._x + mod.y\n",
         "bcgprof.d": "import bcgprof.a as a\na.y\n",
     }
-    assert private_imports(sources) == {("bcgprof.b", "bcgprof.a", "_x"), ("bcgprof.c", "bcgprof.a", "_x")}
+    assert private_imports(sources) == {
+        ("bcgprof.b", "bcgprof.a", "_x"),
+        ("bcgprof.c", "bcgprof.a", "_x"),
+    }
 
 
 MAX_MODULE_LINES = 600  # one job per module: a module past this does several
 
 
 def test_no_module_is_over_the_line_limit():
-    long = {name: n for name, path in _sources().items()
-            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {
+        name: n
+        for name, path in _sources().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"

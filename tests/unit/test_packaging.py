@@ -56,8 +56,11 @@ def _imports() -> dict[str, set[str]]:
 
 def test_every_imported_package_is_declared():
     declared = _declared()
-    undeclared = {name: sorted(paths) for name, paths in _imports().items()
-                  if DISTRIBUTION.get(name, name).lower() not in declared and name not in OPTIONAL}
+    undeclared = {
+        name: sorted(paths)
+        for name, paths in _imports().items()
+        if DISTRIBUTION.get(name, name).lower() not in declared and name not in OPTIONAL
+    }
     assert undeclared == {}, f"imported but not in [project].dependencies: {undeclared}"
 
 
@@ -75,11 +78,15 @@ def test_no_dependency_is_declared_for_nothing():
 
 def test_every_package_directory_ships():
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "bcgprof").rglob("__init__.py")}
+    on_disk = {
+        ".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "bcgprof").rglob("__init__.py")
+    }
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
     assert listed - on_disk == {"bcgprof.presets"}
     assert PYPROJECT["tool"]["setuptools"]["package-dir"]["bcgprof.presets"] == "configs"
-    assert list((REPO / "configs" / "models").glob("*.json")), "the presets ship from configs/models"
+    assert list((REPO / "configs" / "models").glob("*.json")), (
+        "the presets ship from configs/models"
+    )
 
 
 def test_the_declared_licence_has_its_file():

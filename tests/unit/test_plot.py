@@ -12,7 +12,7 @@ def colour_pixels(png, hex_colour: str) -> int:
     import matplotlib.image
 
     image = matplotlib.image.imread(str(png))[..., :3]
-    target = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    target = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
     return int((np.abs(image - target).max(axis=-1) < 0.02).sum())
 
 

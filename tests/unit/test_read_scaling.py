@@ -1,8 +1,8 @@
 """How the reading commands' work grows with a report's rows, counted, not timed: on the synthetic
 reports of benchmarks/read_scaling.py (every mode, two ranks), twice the buckets must cost at most
-GROWTH times the Python and builtin calls of reading, show (table, json, csv), compare and a per-bucket
-gate. A pass over pairs of rows (a quadratic check, a lookup by scanning) would quadruple them.
-benchmarks/read_scaling.py times the same commands at the reader's caps (98,312 rows)."""
+GROWTH times the Python and builtin calls of reading, show (table, json, csv), compare and a
+per-bucket gate. A pass over pairs of rows (a quadratic check, a lookup by scanning) would quadruple
+them. benchmarks/read_scaling.py times the same commands at the reader's caps (98,312 rows)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ def _read(paths):
 def _show(fmt):
     def work(paths):
         show_report(read_report(paths[0]), PlainConsole(io.StringIO(), 100), fmt)
+
     return work
 
 
@@ -79,24 +80,36 @@ def _compare(paths):
 
 
 def _gate(paths):
-    result = gate_comparison(compare_reports(read_report(paths[0]), read_report(paths[1])),
-                             GateOptions(each_bucket=True))
+    result = gate_comparison(
+        compare_reports(read_report(paths[0]), read_report(paths[1])), GateOptions(each_bucket=True)
+    )
     assert result.passed
 
 
-@pytest.mark.parametrize("name,work", [("read_report", _read), ("show", _show("table")),
-                                       ("show -f json", _show("json")), ("show -f csv", _show("csv")),
-                                       ("compare", _compare), ("gate --each-bucket", _gate)])
+@pytest.mark.parametrize(
+    "name,work",
+    [
+        ("read_report", _read),
+        ("show", _show("table")),
+        ("show -f json", _show("json")),
+        ("show -f csv", _show("csv")),
+        ("compare", _compare),
+        ("gate --each-bucket", _gate),
+    ],
+)
 def test_twice_the_rows_at_most_a_little_over_twice_the_calls(reports, name, work):
     work(reports[SIZES[0]])  # modules loaded on first use are not counted
     small, large = (_calls(lambda n=n: work(reports[n])) for n in SIZES)
     rows = [len(read_report(reports[n][0]).buckets) for n in SIZES]
     assert rows[1] >= 2 * rows[0] - TP  # the floor holds one bucket per rank at either size
-    assert large <= GROWTH * small, f"{name}: {small} calls for {rows[0]} rows, {large} for {rows[1]}"
+    assert large <= GROWTH * small, (
+        f"{name}: {small} calls for {rows[0]} rows, {large} for {rows[1]}"
+    )
 
 
 def test_a_quadratic_pass_would_be_caught(reports):
     """The counter sees a pass over pairs of rows: the bound above is one such a pass breaks."""
+
     def quadratic(paths):
         rows = read_report(paths[0]).buckets
         for r in rows:

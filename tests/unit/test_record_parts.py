@@ -1,5 +1,5 @@
-"""bcgprof record's torch-free parts: the adapters' size and group rules, the engines' log lines, and the
-merge of recorded lines into report rows (checked by reading the report back)."""
+"""bcgprof record's torch-free parts: the adapters' size and group rules, the engines' log lines,
+and the merge of recorded lines into report rows (checked by reading the report back)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bcgprof.record.session import RecordOptions, _run_info
 from bcgprof.report import ReportWriter, read_report
 from bcgprof.vocab import RunStatus
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def test_size_rules_read_arguments_attributes_and_leading_dimensions():
@@ -31,8 +31,12 @@ def test_size_rules_read_arguments_attributes_and_leading_dimensions():
 
 def test_group_rules_follow_the_runner_class_and_vllm_runtime_mode():
     sglang = next(a for a in table.ADAPTERS if a.name == "capture_one_shape")
-    for cls_name, group in (("DecodeCudaGraphRunner", "decode"), ("PrefillCudaGraphRunner", "prefill"),
-                            ("EAGLEDraftCudaGraphRunner", "draft"), ("CudaGraphRunner", "decode")):
+    for cls_name, group in (
+        ("DecodeCudaGraphRunner", "decode"),
+        ("PrefillCudaGraphRunner", "prefill"),
+        ("EAGLEDraftCudaGraphRunner", "draft"),
+        ("CudaGraphRunner", "decode"),
+    ):
         assert table.group_of(sglang, type(cls_name, (), {}), {}) == group
     vllm = next(a for a in table.ADAPTERS if a.name == "_warmup_and_capture")
     mode = enum.Enum("CUDAGraphMode", "NONE PIECEWISE FULL")
@@ -41,7 +45,9 @@ def test_group_rules_follow_the_runner_class_and_vllm_runtime_mode():
     assert table.group_of(vllm, None, {}) == "graphs"
 
 
-@pytest.mark.parametrize("spec", ["pkg", "pkg:fn", "pkg:fn:", "pkg:fn:size:x", "a b:fn:size", ":fn:size"])
+@pytest.mark.parametrize(
+    "spec", ["pkg", "pkg:fn", "pkg:fn:", "pkg:fn:size:x", "a b:fn:size", ":fn:size"]
+)
 def test_a_bucket_option_that_is_not_module_qualname_arg_is_refused(spec):
     with pytest.raises(BcgprofError, match="MODULE:QUALNAME:ARG"):
         table.parse_bucket_option(spec)
@@ -49,17 +55,40 @@ def test_a_bucket_option_that_is_not_module_qualname_arg_is_refused(spec):
 
 def test_a_bucket_option_names_its_module_and_function():
     a = table.parse_bucket_option("my_pkg.runner:Runner.capture_one:desc.num_tokens")
-    assert (a.module, a.name, a.size, a.group) == ("my_pkg.runner", "Runner.capture_one", "desc.num_tokens", "graphs")
+    assert (a.module, a.name, a.size, a.group) == (
+        "my_pkg.runner",
+        "Runner.capture_one",
+        "desc.num_tokens",
+        "graphs",
+    )
     assert a.covers("my_pkg.runner") and not a.covers("my_pkg.runner2")
 
 
-@pytest.mark.parametrize("line, engine, figure, phase", [
-    ("[2026] Capture target decode CUDA graph end. elapsed=3.1 s, mem usage=2.68 GB, avail mem=40.0 GB.",
-     "sglang", 2.68, "decode"),
-    ("Capture cuda graph end. Time elapsed: 12.3 s. mem usage=2.00 GB. avail mem=35.1 GB.", "sglang", 2.0, None),
-    ("INFO gpu_model_runner.py:3480] Graph capturing finished in 14 secs, took 0.53 GiB", "vllm", 0.53, None),
-    ("CUDA graph pool memory: 1.25 GiB (actual), 3.80 GiB (estimated)", "vllm", 1.25, None),
-])
+@pytest.mark.parametrize(
+    "line, engine, figure, phase",
+    [
+        (
+            "[2026] Capture target decode CUDA graph end. elapsed=3.1 s, mem usage=2.68 GB, avail "
+            "mem=40.0 GB.",
+            "sglang",
+            2.68,
+            "decode",
+        ),
+        (
+            "Capture cuda graph end. Time elapsed: 12.3 s. mem usage=2.00 GB. avail mem=35.1 GB.",
+            "sglang",
+            2.0,
+            None,
+        ),
+        (
+            "INFO gpu_model_runner.py:3480] Graph capturing finished in 14 secs, took 0.53 GiB",
+            "vllm",
+            0.53,
+            None,
+        ),
+        ("CUDA graph pool memory: 1.25 GiB (actual), 3.80 GiB (estimated)", "vllm", 1.25, None),
+    ],
+)
 def test_engine_log_lines_give_their_figure_in_bytes(line, engine, figure, phase):
     found = engine_figure(line)
     assert found is not None and found["engine"] == engine
@@ -73,68 +102,164 @@ def test_lines_that_only_look_alike_give_nothing():
 
 
 def _reading(pool: int, reserved: int, used: int, live: int | None = None) -> dict:
-    return {"allocated": live if live is not None else pool, "reserved": reserved, "used": used, "process": used,
-            "free": 10 ** 12, "pools": {"1,1": [pool, pool if live is None else live]}}
+    return {
+        "allocated": live if live is not None else pool,
+        "reserved": reserved,
+        "used": used,
+        "process": used,
+        "free": 10**12,
+        "pools": {"1,1": [pool, pool if live is None else live]},
+    }
 
 
-def _bucket(pid: int, group: str, size: int | None, before: dict, after: dict, rank=None, **more) -> dict:
-    return {"kind": "bucket", "pid": pid, "group": group, "size": size, "rank": rank, "status": "ok", "detail": "",
-            "graphs": 2, "nodes": 10, "before": before, "after": after, "graph_pools": ["1,1"], "device_peak": None,
-            "warmup_ms": 1.0, "capture_ms": 2.0, **more}
+def _bucket(
+    pid: int, group: str, size: int | None, before: dict, after: dict, rank=None, **more
+) -> dict:
+    return {
+        "kind": "bucket",
+        "pid": pid,
+        "group": group,
+        "size": size,
+        "rank": rank,
+        "status": "ok",
+        "detail": "",
+        "graphs": 2,
+        "nodes": 10,
+        "before": before,
+        "after": after,
+        "graph_pools": ["1,1"],
+        "device_peak": None,
+        "warmup_ms": 1.0,
+        "capture_ms": 2.0,
+        **more,
+    }
 
 
 def test_a_row_is_the_difference_of_its_readings_and_its_ledger_sums_to_device_used():
-    lines = [_bucket(7, "decode", 8, _reading(0, 0, 100 * MIB), _reading(8 * MIB, 10 * MIB, 114 * MIB, 6 * MIB))]
+    lines = [
+        _bucket(
+            7,
+            "decode",
+            8,
+            _reading(0, 0, 100 * MIB),
+            _reading(8 * MIB, 10 * MIB, 114 * MIB, 6 * MIB),
+        )
+    ]
     row = merge(lines).rows[0]
-    assert (row.pool_bytes, row.pool_delta_bytes, row.torch_reserved_delta_bytes) == (8 * MIB, 8 * MIB, 10 * MIB)
+    assert (row.pool_bytes, row.pool_delta_bytes, row.torch_reserved_delta_bytes) == (
+        8 * MIB,
+        8 * MIB,
+        10 * MIB,
+    )
     assert row.device_used_delta_bytes == 14 * MIB and row.non_torch_delta_bytes == 4 * MIB
-    assert (row.pool_live_delta_bytes, row.pool_free_delta_bytes, row.outside_pool_delta_bytes) == \
-        (6 * MIB, 2 * MIB, 2 * MIB)
-    assert row.pool_live_delta_bytes + row.pool_free_delta_bytes + row.outside_pool_delta_bytes \
-        + row.non_torch_delta_bytes == row.device_used_delta_bytes
+    assert (row.pool_live_delta_bytes, row.pool_free_delta_bytes, row.outside_pool_delta_bytes) == (
+        6 * MIB,
+        2 * MIB,
+        2 * MIB,
+    )
+    assert (
+        row.pool_live_delta_bytes
+        + row.pool_free_delta_bytes
+        + row.outside_pool_delta_bytes
+        + row.non_torch_delta_bytes
+        == row.device_used_delta_bytes
+    )
     assert (row.segments, row.graph_nodes, row.pid, row.rank) == (2, 10, 7, 0)
 
 
 def test_calls_of_one_size_in_one_process_make_one_row_and_sizes_keep_their_capture_order():
-    a, b, c = _reading(0, 0, 0), _reading(4 * MIB, 4 * MIB, 6 * MIB), _reading(6 * MIB, 6 * MIB, 10 * MIB)
-    merged = merge([_bucket(1, "prefill", 64, a, b), _bucket(1, "prefill", 64, b, c),
-                    _bucket(1, "prefill", 32, c, c)])
+    a, b, c = (
+        _reading(0, 0, 0),
+        _reading(4 * MIB, 4 * MIB, 6 * MIB),
+        _reading(6 * MIB, 6 * MIB, 10 * MIB),
+    )
+    merged = merge(
+        [
+            _bucket(1, "prefill", 64, a, b),
+            _bucket(1, "prefill", 64, b, c),
+            _bucket(1, "prefill", 32, c, c),
+        ]
+    )
     assert [(r.bucket, r.order) for r in merged.rows] == [(64, 0), (32, 1)]
     first = merged.rows[0]
-    assert first.device_used_delta_bytes == 10 * MIB and first.segments == 4 and first.graph_nodes == 20
+    assert (
+        first.device_used_delta_bytes == 10 * MIB
+        and first.segments == 4
+        and first.graph_nodes == 20
+    )
     assert first.pool_bytes == 6 * MIB and merged.sequences == {"prefill": [64, 32]}
 
 
 def test_graphs_without_a_bucket_function_are_numbered_and_processes_take_free_ranks():
     r = _reading(0, 0, 0)
-    merged = merge([_bucket(11, "graphs", None, r, r), _bucket(11, "graphs", None, r, r),
-                    _bucket(12, "graphs", None, r, r, rank=0), _bucket(13, "graphs", None, r, r, rank=0)])
-    assert sorted((x.pid, x.rank, x.bucket) for x in merged.rows) == \
-        [(11, 2, 1), (11, 2, 2), (12, 0, 1), (13, 1, 1)]
+    merged = merge(
+        [
+            _bucket(11, "graphs", None, r, r),
+            _bucket(11, "graphs", None, r, r),
+            _bucket(12, "graphs", None, r, r, rank=0),
+            _bucket(13, "graphs", None, r, r, rank=0),
+        ]
+    )
+    assert sorted((x.pid, x.rank, x.bucket) for x in merged.rows) == [
+        (11, 2, 1),
+        (11, 2, 2),
+        (12, 0, 1),
+        (13, 1, 1),
+    ]
     assert merged.tp == 3 and any("said rank 0" in n for n in merged.notes)
 
 
 def test_merged_rows_read_back_as_a_valid_recorded_report(tmp_path):
     a, b = _reading(0, 0, 0), _reading(2 * MIB, 2 * MIB, 4 * MIB)
-    merged = merge([{"kind": "process", "pid": 5, "rank": None, "gpu": "GPU X", "torch": "2.11", "cuda": "13.0",
-                     "driver": "580", "memory_source": "nvml", "hook_path": "class-patch", "engines": {}},
-                    _bucket(5, "decode", 4, a, b), _bucket(5, "decode", 2, b, b), _bucket(6, "decode", 4, a, b, rank=1),
-                    _bucket(5, "prefill", 512, b, b)])
+    merged = merge(
+        [
+            {
+                "kind": "process",
+                "pid": 5,
+                "rank": None,
+                "gpu": "GPU X",
+                "torch": "2.11",
+                "cuda": "13.0",
+                "driver": "580",
+                "memory_source": "nvml",
+                "hook_path": "class-patch",
+                "engines": {},
+            },
+            _bucket(5, "decode", 4, a, b),
+            _bucket(5, "decode", 2, b, b),
+            _bucket(6, "decode", 4, a, b, rank=1),
+            _bucket(5, "prefill", 512, b, b),
+        ]
+    )
     options = RecordOptions(command=["python", "serve.py"], out=tmp_path / "r")
-    run = _run_info(options, merged, [], RunStatus.COMPLETE if merged.complete else RunStatus.PARTIAL, "now")
+    run = _run_info(
+        options, merged, [], RunStatus.COMPLETE if merged.complete else RunStatus.PARTIAL, "now"
+    )
     ReportWriter(tmp_path / "r", run, merged.rows)
     report = read_report(tmp_path / "r")
     assert report.run.source == "record" and report.run.modes == ["decode", "prefill"]
-    assert report.run.status == "partial" and "rank 1 captured 1 of decode's 2 buckets" in merged.notes[0]
-    assert [(r.mode, r.rank, r.bucket) for r in report.buckets] == \
-        [("decode", 0, 4), ("decode", 0, 2), ("decode", 1, 4), ("prefill", 0, 512)]
+    assert (
+        report.run.status == "partial"
+        and "rank 1 captured 1 of decode's 2 buckets" in merged.notes[0]
+    )
+    assert [(r.mode, r.rank, r.bucket) for r in report.buckets] == [
+        ("decode", 0, 4),
+        ("decode", 0, 2),
+        ("decode", 1, 4),
+        ("prefill", 0, 512),
+    ]
     assert report.run.gpu_name == "GPU X" and report.run.config_hash.startswith("rec-")
 
 
 def test_a_rank_that_skipped_a_bucket_keeps_the_rows_before_the_gap(tmp_path):
     r = _reading(0, 0, 0)
-    merged = merge([_bucket(1, "decode", 8, r, r, rank=0), _bucket(1, "decode", 4, r, r, rank=0),
-                    _bucket(2, "decode", 4, r, r, rank=1)])
+    merged = merge(
+        [
+            _bucket(1, "decode", 8, r, r, rank=0),
+            _bucket(1, "decode", 4, r, r, rank=0),
+            _bucket(2, "decode", 4, r, r, rank=1),
+        ]
+    )
     assert [(x.rank, x.bucket) for x in merged.rows] == [(0, 8), (0, 4)]
     assert any("left out" in n for n in merged.notes)
 
@@ -142,7 +267,9 @@ def test_a_rank_that_skipped_a_bucket_keeps_the_rows_before_the_gap(tmp_path):
 def _recorded(path, group: str):
     a, b = _reading(0, 0, 0), _reading(2 * MIB, 2 * MIB, 4 * MIB)
     merged = merge([_bucket(5, group, 4, a, b), _bucket(5, group, 2, b, b)])
-    run = _run_info(RecordOptions(command=["python", "x.py"], out=path), merged, [], RunStatus.COMPLETE, "now")
+    run = _run_info(
+        RecordOptions(command=["python", "x.py"], out=path), merged, [], RunStatus.COMPLETE, "now"
+    )
     ReportWriter(path, run, merged.rows)
     return read_report(path)
 
@@ -154,7 +281,13 @@ def test_pairs_compare_a_group_of_one_report_with_a_mode_of_the_other(tmp_path):
     assert {t.presence for t in compare_reports(old, new).totals} == {"old-only", "new-only"}
     paired = compare_reports(paired_modes(old, new, ["graphs=decode"]), new)
     assert {t.presence for t in paired.totals} == {BOTH}
-    assert all(c.delta == 0 for t in paired.totals for c in t.changes.values() if c.delta is not None)
-    for bad, says in (("graphs", "OLD=NEW"), ("nope=decode", "modes are graphs"), ("graphs=nope", "modes are graphs")):
+    assert all(
+        c.delta == 0 for t in paired.totals for c in t.changes.values() if c.delta is not None
+    )
+    for bad, says in (
+        ("graphs", "OLD=NEW"),
+        ("nope=decode", "modes are graphs"),
+        ("graphs=nope", "modes are graphs"),
+    ):
         with pytest.raises(BcgprofError, match=says):
             paired_modes(old, new, [bad])

@@ -1,8 +1,9 @@
-"""Views of hand-made reports rendered at fixed console widths (80, 100, 120, 200 columns): key columns whole,
-numbers never cut (the committed reports' views: tests/regression/test_render.py).
+"""Views of hand-made reports rendered at fixed console widths (80, 100, 120, 200 columns): key
+columns whole, numbers never cut (the committed reports' views: tests/regression/test_render.py).
 
 Every test that draws runs twice: on a rich console (a terminal's tables) and on a plain one (what
-a pipe or a file gets); the CLI's runs through Typer's runner are not a terminal, so they see the plain."""
+a pipe or a file gets); the CLI's runs through Typer's runner are not a terminal, so they see the
+plain."""
 
 from __future__ import annotations
 
@@ -53,7 +54,11 @@ def draw(fn, *args, width: int, **kwargs) -> str:
     if DRAWN_ON["console"] == "plain":
         fn(*args, PlainConsole(out, width), **kwargs)
     else:
-        fn(*args, Console(width=width, file=out, color_system=None, highlight=False, soft_wrap=False), **kwargs)
+        fn(
+            *args,
+            Console(width=width, file=out, color_system=None, highlight=False, soft_wrap=False),
+            **kwargs,
+        )
     return out.getvalue()
 
 
@@ -83,7 +88,11 @@ def assert_row(rows: list[list[str]], *values: str) -> None:
 
 
 def header_words(text: str, *headers: str) -> None:
-    head = " ".join(line for line in text.splitlines() if line.startswith("┃")) if "┃" in text else plain_header(text)
+    head = (
+        " ".join(line for line in text.splitlines() if line.startswith("┃"))
+        if "┃" in text
+        else plain_header(text)
+    )
     for header in headers:
         for word in header.split():
             assert re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", head), (header, word)
@@ -95,11 +104,27 @@ def test_compare_keeps_mode_bucket_and_changes_whole(width, data_dir):
     text = draw(show_comparison, cmp, width=width)
     assert_fits(text, width)
     rows = table_rows(text)
-    header_words(text, "mode", "bucket", "status", "pool change", "device-used change", "metric", "old", "new")
+    header_words(
+        text,
+        "mode",
+        "bucket",
+        "status",
+        "pool change",
+        "device-used change",
+        "metric",
+        "old",
+        "new",
+    )
     for c in cmp.buckets:
         pool, dev = c.changes["pool_delta_bytes"].delta, c.changes["device_used_delta_bytes"].delta
-        assert_row(rows, c.mode, str(c.bucket), c.new.status, fmt_bytes(pool, signed=True),
-                   fmt_bytes(dev, signed=True))
+        assert_row(
+            rows,
+            c.mode,
+            str(c.bucket),
+            c.new.status,
+            fmt_bytes(pool, signed=True),
+            fmt_bytes(dev, signed=True),
+        )
     assert_row(rows, "per-bucket", "1024", "ok", "+40.00 MiB", "+40.00 MiB")  # which bucket grew
 
 
@@ -125,8 +150,11 @@ def test_partial_and_tensor_parallel_reports(width, data_dir, write_report, rows
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_gate_tables_keep_where_metric_change_and_verdict(width, data_dir):
-    result = gate_reports(read_report(data_dir / "baseline"), read_report(data_dir / "grown"),
-                          GateOptions(each_bucket=True))
+    result = gate_reports(
+        read_report(data_dir / "baseline"),
+        read_report(data_dir / "grown"),
+        GateOptions(each_bucket=True),
+    )
     text = draw(print_gate, result, width=width)
     assert_fits(text, width)
     rows = table_rows(text)
@@ -153,8 +181,19 @@ def test_wide_shows_every_column_and_never_cuts(data_dir):
     report = read_report(data_dir / "baseline")
     text = draw(show_report, report, width=80, wide=True)
     assert "…" not in text and "left out" not in text
-    header_words(text, "segments", "graph nodes", "torch reserved Δ", "warm-up", "capture", "replay diff",
-                 "free after", "warm-up + capture", "non-torch", "peak transient")
+    header_words(
+        text,
+        "segments",
+        "graph nodes",
+        "torch reserved Δ",
+        "warm-up",
+        "capture",
+        "replay diff",
+        "free after",
+        "warm-up + capture",
+        "non-torch",
+        "peak transient",
+    )
     assert max(len(line) for line in text.splitlines()) > 80  # drawn whole, wider than the console
     narrow = draw(show_report, report, width=120)
     assert "replay diff" not in narrow and "--wide shows every column" in narrow
@@ -162,13 +201,17 @@ def test_wide_shows_every_column_and_never_cuts(data_dir):
 
 # ---------------------------------------------------------------- what the views say
 
+
 def test_floor_row_is_the_reference_not_an_option(data_dir):
     report = read_report(data_dir / "baseline")
     floor = next(s for s in report.summary if s.mode == "floor")
     assert floor.saved_vs_per_bucket_bytes is not None  # summary.csv keeps the figure ...
     rows = table_rows(draw(show_report, report, width=200, section="summary"))
     (row,) = [r for r in rows if r[0] == "floor"]
-    assert fmt_bytes(floor.saved_vs_per_bucket_bytes) not in row and fmt_pct(floor.saved_vs_per_bucket_pct) not in row
+    assert (
+        fmt_bytes(floor.saved_vs_per_bucket_bytes) not in row
+        and fmt_pct(floor.saved_vs_per_bucket_pct) not in row
+    )
     assert fmt_ratio(floor.ratio_to_floor) in row  # ... the views leave it out
     markdown = render_markdown(show_view(report, "summary"))
     floor_line = next(line for line in markdown.splitlines() if line.startswith("| floor |"))
@@ -188,10 +231,15 @@ def test_rank_is_a_string_in_every_json_row(data_dir):
     data = json.loads(runner.invoke(app, ["show", str(data_dir / "baseline"), "-f", "json"]).stdout)
     assert {type(r["rank"]) for r in data["buckets"] + data["summary"]} == {str}
     assert data["summary_source"] == "summary.csv"
-    partial = json.loads(runner.invoke(app, ["show", str(data_dir / "partial"), "-f", "json"]).stdout)
+    partial = json.loads(
+        runner.invoke(app, ["show", str(data_dir / "partial"), "-f", "json"]).stdout
+    )
     assert partial["summary_source"] == "recomputed from buckets.csv"
-    cmp = json.loads(runner.invoke(app, ["compare", str(data_dir / "baseline"), str(data_dir / "grown"),
-                                         "-f", "json"]).stdout)
+    cmp = json.loads(
+        runner.invoke(
+            app, ["compare", str(data_dir / "baseline"), str(data_dir / "grown"), "-f", "json"]
+        ).stdout
+    )
     assert {type(r["rank"]) for r in cmp["buckets"] + cmp["totals"]} == {str}
 
 

@@ -15,7 +15,9 @@ from bcgprof.vocab import Mode, RunStatus
 def _started(write_report, rows=(), **changes):
     """A report as the runner leaves it for its modes: a whole run.json, still running."""
     buckets = {"buckets": [4, 8]} if not rows else {}
-    return write_report("report", rows=list(rows), status=RunStatus.RUNNING, ended_at="", **buckets, **changes)
+    return write_report(
+        "report", rows=list(rows), status=RunStatus.RUNNING, ended_at="", **buckets, **changes
+    )
 
 
 # Loaded by the mode process at start-up (through PYTHONPATH): its model lookup crashes, the way
@@ -33,20 +35,27 @@ for name in ("bcgprof.spec.config", "bcgprof.spec"):  # wherever it is imported 
 """
 
 
-def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(tmp_path, monkeypatch, write_report):
+def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(
+    tmp_path, monkeypatch, write_report
+):
     """The failure is the mode's own, injected: sent to cuda:0 instead, a CPU machine fails inside
     torch (an AttributeError or a RuntimeError, by torch build) and a GPU machine not at all."""
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(CRASH)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")]))
+    )
     out = _started(write_report, modes=[Mode.SHARED])
     events = []
-    opts = CaptureOptions(buckets="4,8", modes=["shared"], device="cpu")  # a CPU group: no torch.cuda call first
+    # a CPU group: no torch.cuda call first
+    opts = CaptureOptions(buckets="4,8", modes=["shared"], device="cpu")
     code = ModeLauncher(opts, out).run_one("shared", events.append)
     assert code == EXIT_FAILED
     errors = [e for e in events if e.get("event") == "error"]
-    assert [e["message"] for e in errors] == ["RuntimeError: the model lookup crashed"]  # one event, one line
+    assert [e["message"] for e in errors] == [
+        "RuntimeError: the model lookup crashed"
+    ]  # one event, one line
     log = (out / "shared.log").read_text()  # the traceback went to the log, not the screen
     assert "Traceback" in log and "in crash" in log and "its second line" in log
 
@@ -54,8 +63,13 @@ def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(tmp
 def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(write_report):
     out = _started(write_report, modes=[Mode.SHARED])
     opts = CaptureOptions(buckets="4,8", modes=["shared"])
-    proc = subprocess.run([sys.executable, "-m", "bcgprof.measure.mode", str(out), "shared", opts.to_json()],
-                          input="", capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bcgprof.measure.mode", str(out), "shared", opts.to_json()],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     assert read_report(out).buckets == []  # it did nothing
 
@@ -91,8 +105,14 @@ def test_the_next_mode_starts_only_after_the_previous_one_exited(tmp_path, monke
     launcher.close()
     assert codes == {"per-bucket": 0, "shared": 0, "floor": 0} and not interrupted
     assert started == ["per-bucket", "shared", "floor"]
-    assert order == [("go", "per-bucket"), ("exited", "per-bucket"), ("go", "shared"), ("exited", "shared"),
-                     ("go", "floor"), ("exited", "floor")]
+    assert order == [
+        ("go", "per-bucket"),
+        ("exited", "per-bucket"),
+        ("go", "shared"),
+        ("exited", "shared"),
+        ("go", "floor"),
+        ("exited", "floor"),
+    ]
     assert [e["mode"] for e in events] == ["per-bucket", "shared", "floor"]
 
 
@@ -109,13 +129,17 @@ def test_a_library_caller_s_unknown_address_layout_is_refused_before_any_work(tm
     from bcgprof.errors import CaptureError
     from bcgprof.measure import runner
 
-    with pytest.raises(CaptureError, match="unknown address layout 'fxed'; use one of fixed, random"):
+    with pytest.raises(
+        CaptureError, match="unknown address layout 'fxed'; use one of fixed, random"
+    ):
         runner.run_capture(CaptureOptions(buckets="4,8", address_layout="fxed", out=tmp_path / "r"))
     assert not (tmp_path / "r").exists()
 
 
 def test_finish_marks_a_run_with_a_failed_mode_partial(write_report, rows):
-    out = _started(write_report, [rows()[Mode.PER_BUCKET][4096]], modes=[Mode.PER_BUCKET, Mode.SHARED])
+    out = _started(
+        write_report, [rows()[Mode.PER_BUCKET][4096]], modes=[Mode.PER_BUCKET, Mode.SHARED]
+    )
     opts = CaptureOptions(modes=["per-bucket", "shared"])
     outcome = _finish(out, opts, {"per-bucket": 3, "shared": 0}, False)
     report = read_report(out)
@@ -130,9 +154,11 @@ def test_finish_marks_an_interrupted_run(write_report):
     assert outcome.exit_code == EXIT_INTERRUPTED and read_report(out).run.status == "interrupted"
 
 
-def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fails(tmp_path, monkeypatch):
-    """With a driver present the first mode's process is started early; a failed GPU check stops it and
-    leaves no directory behind."""
+def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fails(
+    tmp_path, monkeypatch
+):
+    """With a driver present the first mode's process is started early; a failed GPU check stops it
+    and leaves no directory behind."""
     import pytest
 
     import bcgprof.measure.runner as runner
@@ -155,15 +181,16 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
     monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
     monkeypatch.setattr(runner, "check_gpu", no_gpu)
     out = tmp_path / "report"
-    with pytest.raises(NoGPUError, match=r"the GPU check failed \(injected\)"):  # this check's, no other
+    # this check's, no other
+    with pytest.raises(NoGPUError, match=r"the GPU check failed \(injected\)"):
         runner.run_capture(CaptureOptions(buckets="4,8", modes=["shared", "floor"], out=str(out)))
     assert started == [("shared", str(out))] and cancelled == [True]
     assert not out.exists()
 
 
 def _fake_capture_machine(monkeypatch, interrupt=None):
-    """The runner on a fake GPU with fake mode processes: every process and its go, exit or cancel, in
-    order. ``interrupt``: (layers, mode) whose process exits as interrupted."""
+    """The runner on a fake GPU with fake mode processes: every process and its go, exit or cancel,
+    in order. ``interrupt``: (layers, mode) whose process exits as interrupted."""
     import bcgprof.measure.runner as runner
 
     log = []
@@ -185,9 +212,18 @@ def _fake_capture_machine(monkeypatch, interrupt=None):
             log.append(("cancel", self.opts.num_layers, self.mode))
 
     def new_report(opts, spec, buckets, dev, extra=None):
-        return ReportWriter(runner._report_dir(opts, spec), RunInfo(
-            model=spec.name, config_hash=spec.config_hash, buckets=buckets, modes=list(opts.modes),
-            layers=opts.num_layers, status=RunStatus.RUNNING, ended_at=""))
+        return ReportWriter(
+            runner._report_dir(opts, spec),
+            RunInfo(
+                model=spec.name,
+                config_hash=spec.config_hash,
+                buckets=buckets,
+                modes=list(opts.modes),
+                layers=opts.num_layers,
+                status=RunStatus.RUNNING,
+                ended_at="",
+            ),
+        )
 
     monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
     monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
@@ -197,28 +233,50 @@ def _fake_capture_machine(monkeypatch, interrupt=None):
 
 
 def test_the_next_depth_starts_while_the_last_modes_of_this_one_work(tmp_path, monkeypatch):
-    """--num-layers 2,4: each mode's process starts LOOKAHEAD (2) modes ahead of its turn, the 4-layer
-    capture's first mode once the 2-layer capture's last is among them; a mode is released only after the
-    one before it exited, and the handed-on process has the options its own run gives its modes."""
+    """--num-layers 2,4: each mode's process starts LOOKAHEAD (2) modes ahead of its turn, the
+    4-layer capture's first mode once the 2-layer capture's last is among them; a mode is released
+    only after the one before it exited, and the handed-on process has the options its own run gives
+    its
+    modes."""
     import dataclasses
 
     runner, log = _fake_capture_machine(monkeypatch)
     assert runner.LOOKAHEAD == 2
-    two = CaptureOptions(buckets="4,8", modes=["shared", "shared-largest", "floor"], num_layers=2,
-                         out=tmp_path / "layers-2")
+    two = CaptureOptions(
+        buckets="4,8",
+        modes=["shared", "shared-largest", "floor"],
+        num_layers=2,
+        out=tmp_path / "layers-2",
+    )
     four = dataclasses.replace(two, num_layers=4, out=tmp_path / "layers-4")
     first = runner.run_capture(two, then=four)
     assert first.exit_code == 0 and first.handoff is not None
     second = runner.run_capture(four, prestarted=first.handoff)
     assert second.exit_code == 0 and second.handoff is None
-    assert log == [("start", 2, "shared"), ("go", 2, "shared"), ("start", 2, "shared-largest"),
-                   ("start", 2, "floor"), ("exited", 2, "shared"),
-                   ("go", 2, "shared-largest"), ("start", 4, "shared"), ("exited", 2, "shared-largest"),
-                   ("go", 2, "floor"), ("exited", 2, "floor"),
-                   ("go", 4, "shared"), ("start", 4, "shared-largest"), ("start", 4, "floor"), ("exited", 4, "shared"),
-                   ("go", 4, "shared-largest"), ("exited", 4, "shared-largest"),
-                   ("go", 4, "floor"), ("exited", 4, "floor")]
-    handed, own = first.handoff.opts, runner._handoff_options(dataclasses.replace(four, out=tmp_path / "again"))
+    assert log == [
+        ("start", 2, "shared"),
+        ("go", 2, "shared"),
+        ("start", 2, "shared-largest"),
+        ("start", 2, "floor"),
+        ("exited", 2, "shared"),
+        ("go", 2, "shared-largest"),
+        ("start", 4, "shared"),
+        ("exited", 2, "shared-largest"),
+        ("go", 2, "floor"),
+        ("exited", 2, "floor"),
+        ("go", 4, "shared"),
+        ("start", 4, "shared-largest"),
+        ("start", 4, "floor"),
+        ("exited", 4, "shared"),
+        ("go", 4, "shared-largest"),
+        ("exited", 4, "shared-largest"),
+        ("go", 4, "floor"),
+        ("exited", 4, "floor"),
+    ]
+    handed, own = (
+        first.handoff.opts,
+        runner._handoff_options(dataclasses.replace(four, out=tmp_path / "again")),
+    )
     assert handed == dataclasses.replace(own, out=str(tmp_path / "layers-4"))
     assert json.loads((tmp_path / "layers-4" / "run.json").read_text())["status"] == "complete"
 
@@ -227,15 +285,19 @@ def test_an_interrupted_depth_cancels_the_next_one_it_started(tmp_path, monkeypa
     import dataclasses
 
     runner, log = _fake_capture_machine(monkeypatch, interrupt=(2, "floor"))
-    two = CaptureOptions(buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2")
-    outcome = runner.run_capture(two, then=dataclasses.replace(two, num_layers=4, out=tmp_path / "layers-4"))
+    two = CaptureOptions(
+        buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2"
+    )
+    outcome = runner.run_capture(
+        two, then=dataclasses.replace(two, num_layers=4, out=tmp_path / "layers-4")
+    )
     assert outcome.exit_code == EXIT_INTERRUPTED and outcome.handoff is None
     assert log[-2:] == [("exited", 2, "floor"), ("cancel", 4, "shared")]
 
 
 def test_no_handoff_into_a_directory_that_holds_a_report(tmp_path, monkeypatch, write_report):
-    """A next capture whose --out already holds a report gets no process (its log would land there); its
-    own run refuses it."""
+    """A next capture whose --out already holds a report gets no process (its log would land there);
+    its own run refuses it."""
     import dataclasses
 
     runner, log = _fake_capture_machine(monkeypatch)
@@ -258,8 +320,9 @@ def test_the_capturer_refuses_an_unknown_warm_up_output_before_it_needs_a_gpu():
 
 
 def test_the_python_api_takes_the_capture_options_and_changes_only_loop_fields():
-    """capture_buckets reads the same CaptureOptions as the CLI: a keyword changes one field of it (and reaches
-    the capturer's checks, which come before any GPU work); a field the loop does not read is refused."""
+    """capture_buckets reads the same CaptureOptions as the CLI: a keyword changes one field of it
+    (and reaches the capturer's checks, which come before any GPU work); a field the loop does not
+    read is refused."""
     import pytest
     import torch
 
@@ -271,20 +334,25 @@ def test_the_python_api_takes_the_capture_options_and_changes_only_loop_fields()
         capture_buckets(lambda x: x, [torch.zeros(4)], [4], warmup_repeat="twice")
     with pytest.raises(CaptureError, match="unknown order 'sideways'"):
         capture_buckets(lambda x: x, [torch.zeros(4)], [4], CaptureOptions(order="sideways"))
-    with pytest.raises(TypeError, match="unexpected keyword argument.*model.*" + ", ".join(LOOP_OPTIONS)):
+    with pytest.raises(
+        TypeError, match="unexpected keyword argument.*model.*" + ", ".join(LOOP_OPTIONS)
+    ):
         capture_buckets(lambda x: x, [torch.zeros(4)], [4], model="Qwen3-8B")
 
 
 def test_a_next_depth_that_cannot_start_early_leaves_this_one_alone(tmp_path, monkeypatch):
-    """The next capture's directory cannot be made (a file is in the way): this capture finishes, nothing is
-    handed on, and the next capture's own run will say why."""
+    """The next capture's directory cannot be made (a file is in the way): this capture finishes,
+    nothing is handed on, and the next capture's own run will say why."""
     import dataclasses
 
     runner, log = _fake_capture_machine(monkeypatch)
     (tmp_path / "blocked").write_text("a file")
-    two = CaptureOptions(buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2")
-    outcome = runner.run_capture(two, then=dataclasses.replace(two, num_layers=4,
-                                                               out=tmp_path / "blocked" / "layers-4"))
+    two = CaptureOptions(
+        buckets="4,8", modes=["shared", "floor"], num_layers=2, out=tmp_path / "layers-2"
+    )
+    outcome = runner.run_capture(
+        two, then=dataclasses.replace(two, num_layers=4, out=tmp_path / "blocked" / "layers-4")
+    )
     assert outcome.exit_code == 0 and outcome.handoff is None
     assert [entry for entry in log if entry[1] == 4] == []
 
@@ -315,11 +383,17 @@ def test_a_waiting_mode_process_imports_what_its_mode_needs_without_touching_cud
     code and the model's family file, and must never create a CUDA context (a context made then
     would sit in the device figures of the mode still running)."""
     opts = CaptureOptions(model="gpt-oss-20b", buckets="4,8", device="cuda:0")
-    proc = subprocess.run([sys.executable, "-c", PRELOAD, opts.to_json()], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELOAD, opts.to_json()], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["touched"] == [] and got["initialized"] is False
-    for name in ("bcgprof.measure.capture", "bcgprof.measure.tracing", "bcgprof.models.gpt_oss",
-                 "bcgprof.report", "sympy"):
+    for name in (
+        "bcgprof.measure.capture",
+        "bcgprof.measure.tracing",
+        "bcgprof.models.gpt_oss",
+        "bcgprof.report",
+        "sympy",
+    ):
         assert name in got["new"], name

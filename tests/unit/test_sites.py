@@ -17,15 +17,19 @@ def _source(tmp_path):
     model_dir = tmp_path / "bcgprof" / "models"
     model_dir.mkdir(parents=True)
     path = model_dir / "moe.py"
-    path.write_text("def fused(x):\n    cache13 = x.new_empty(10)\n    out = work(x)\n    return out\n")
+    path.write_text(
+        "def fused(x):\n    cache13 = x.new_empty(10)\n    out = work(x)\n    return out\n"
+    )
     return str(path)
 
 
 def _frames(path, line, module):
-    return [{"filename": path, "line": line, "name": "fused"},
-            {"filename": "/lib/torch/nn/modules/module.py", "line": 1, "name": "_call_impl"},
-            {"filename": "/x/sites.py", "line": 1, "name": MODULE_FRAME + module},
-            {"filename": "/x/sites.py", "line": 1, "name": MODULE_FRAME + "model"}]
+    return [
+        {"filename": path, "line": line, "name": "fused"},
+        {"filename": "/lib/torch/nn/modules/module.py", "line": 1, "name": "_call_impl"},
+        {"filename": "/x/sites.py", "line": 1, "name": MODULE_FRAME + module},
+        {"filename": "/x/sites.py", "line": 1, "name": MODULE_FRAME + "model"},
+    ]
 
 
 def _snapshot(path):
@@ -35,24 +39,66 @@ def _snapshot(path):
         {"action": "alloc", "addr": seg_a, "size": 4096, "frames": []},
         {"action": "free_requested", "addr": seg_a, "size": 4096},
         {"action": "segment_alloc", "addr": seg_a, "size": 2 << 20},
-        {"action": "alloc", "addr": seg_a, "size": 1000, "frames": _frames(path, 2, "layers.0.mlp.experts")},
-        {"action": "alloc", "addr": seg_a + 1024, "size": 500, "frames": _frames(path, 3, "layers.0.mlp.experts")},
+        {
+            "action": "alloc",
+            "addr": seg_a,
+            "size": 1000,
+            "frames": _frames(path, 2, "layers.0.mlp.experts"),
+        },
+        {
+            "action": "alloc",
+            "addr": seg_a + 1024,
+            "size": 500,
+            "frames": _frames(path, 3, "layers.0.mlp.experts"),
+        },
         {"action": "free_requested", "addr": seg_a + 1024, "size": 500},
         {"action": "free_completed", "addr": seg_a + 1024, "size": 500},
         {"action": "segment_alloc", "addr": seg_b, "size": 2 << 20},
-        {"action": "alloc", "addr": seg_b, "size": 3000, "frames": _frames(path, 2, "layers.1.mlp.experts")},
-        {"action": "alloc", "addr": seg_b + 4096, "size": 200, "frames": [{"filename": "/lib/torch/x.py",
-                                                                          "line": 1, "name": "f"}]},
+        {
+            "action": "alloc",
+            "addr": seg_b,
+            "size": 3000,
+            "frames": _frames(path, 2, "layers.1.mlp.experts"),
+        },
+        {
+            "action": "alloc",
+            "addr": seg_b + 4096,
+            "size": 200,
+            "frames": [{"filename": "/lib/torch/x.py", "line": 1, "name": "f"}],
+        },
         # the peak is here: 1000 + 3000 + 200 = 4200
         {"action": "free_requested", "addr": seg_b, "size": 3000},
-        {"action": "alloc", "addr": seg_b, "size": 100, "frames": _frames(path, 3, "layers.1.mlp.experts")},
+        {
+            "action": "alloc",
+            "addr": seg_b,
+            "size": 100,
+            "frames": _frames(path, 3, "layers.1.mlp.experts"),
+        },
         # an allocation in another pool's segment does not count
         {"action": "alloc", "addr": 64 << 20, "size": 999999, "frames": []},
     ]
     segments = [
-        {"address": seg_a, "total_size": 2 << 20, "segment_pool_id": POOL, "device": 0, "blocks": []},
-        {"address": seg_b, "total_size": 2 << 20, "segment_pool_id": POOL, "device": 0, "blocks": []},
-        {"address": 64 << 20, "total_size": 2 << 20, "segment_pool_id": OTHER, "device": 0, "blocks": []},
+        {
+            "address": seg_a,
+            "total_size": 2 << 20,
+            "segment_pool_id": POOL,
+            "device": 0,
+            "blocks": [],
+        },
+        {
+            "address": seg_b,
+            "total_size": 2 << 20,
+            "segment_pool_id": POOL,
+            "device": 0,
+            "blocks": [],
+        },
+        {
+            "address": 64 << 20,
+            "total_size": 2 << 20,
+            "segment_pool_id": OTHER,
+            "device": 0,
+            "blocks": [],
+        },
     ]
     return {"segments": segments, "device_traces": [events]}
 
@@ -74,16 +120,25 @@ def test_the_peak_its_sites_and_the_slack_add_up_to_the_pool(tmp_path):
 def test_a_pool_that_existed_before_the_recording_counts_from_the_start(tmp_path):
     path = _source(tmp_path)
     snap = _snapshot(path)
-    snap["device_traces"][0] = [e for e in snap["device_traces"][0][3:] if e["action"] != "segment_alloc"]
+    snap["device_traces"][0] = [
+        e for e in snap["device_traces"][0][3:] if e["action"] != "segment_alloc"
+    ]
     peak = pool_peak(snap, POOL)
     assert peak.peak_live_bytes == 4200
 
 
 def test_an_empty_history_has_no_live_bytes():
-    snap = {"segments": [{"address": 0, "total_size": 2 << 20, "segment_pool_id": POOL, "blocks": []}],
-            "device_traces": []}
+    snap = {
+        "segments": [{"address": 0, "total_size": 2 << 20, "segment_pool_id": POOL, "blocks": []}],
+        "device_traces": [],
+    }
     peak = pool_peak(snap, POOL)
-    assert (peak.pool_bytes, peak.peak_live_bytes, peak.slack_bytes, peak.sites) == (2 << 20, 0, 2 << 20, [])
+    assert (peak.pool_bytes, peak.peak_live_bytes, peak.slack_bytes, peak.sites) == (
+        2 << 20,
+        0,
+        2 << 20,
+        [],
+    )
 
 
 def test_module_frames_name_every_forward_by_its_path_and_are_undone():

@@ -20,7 +20,9 @@ class FakeHistory:
         self.entries: list[dict] = []
         self.enabled = False
         self.calls: list[tuple] = []
-        self.segments = [{"address": 1 << 39, "total_size": 20 * MIB, "segment_pool_id": (0, 0), "stream": 5}]
+        self.segments = [
+            {"address": 1 << 39, "total_size": 20 * MIB, "segment_pool_id": (0, 0), "stream": 5}
+        ]
 
     def record(self, enabled="all", context="all", stacks="all", max_entries=0, **kwargs):
         self.calls.append((enabled, context))
@@ -31,8 +33,11 @@ class FakeHistory:
             self.enabled = True
 
     def snapshot(self, *args, **kwargs):
-        return {"segments": [dict(s) for s in self.segments], "device_traces": [list(self.entries)],
-                "allocator_settings": {"expandable_segments": False, "max_split_size": -1}}
+        return {
+            "segments": [dict(s) for s in self.segments],
+            "device_traces": [list(self.entries)],
+            "allocator_settings": {"expandable_segments": False, "max_split_size": -1},
+        }
 
     def event(self, action, addr, size):
         assert self.enabled, "an event the recorder would have missed"
@@ -53,7 +58,9 @@ def test_each_window_is_taken_once_and_the_file_is_written_after_each_capture(hi
     history.event("alloc", (1 << 39) + 512, 1000)  # warm-up: an ordinary block
     rec.take(8, "warmup")
     assert history.entries == []  # taking clears the history
-    history.segments.append({"address": SEG, "total_size": 2 * MIB, "segment_pool_id": POOL, "stream": 5})
+    history.segments.append(
+        {"address": SEG, "total_size": 2 * MIB, "segment_pool_id": POOL, "stream": 5}
+    )
     history.event("segment_alloc", SEG, 2 * MIB)
     history.event("alloc", SEG, 4096)
     rec.stacks(True)  # the floor's sites: stacks on, nothing cleared
@@ -81,11 +88,17 @@ def test_snapshot_mode_keeps_every_entry_for_the_viewer(history, tmp_path):
     rec.capture_done(8)  # no report directory: nothing written
     history.event("free_completed", (1 << 39) + 512, 1000)
     viewer = rec.viewer_snapshot()
-    assert [e["addr"] for e in viewer["device_traces"][0]] == [(1 << 39) + 512, (1 << 39) + 2048, (1 << 39) + 512]
+    assert [e["addr"] for e in viewer["device_traces"][0]] == [
+        (1 << 39) + 512,
+        (1 << 39) + 2048,
+        (1 << 39) + 512,
+    ]
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_history_the_builder_cannot_read_marks_the_bucket_incomplete_instead_of_failing(history, tmp_path):
+def test_a_history_the_builder_cannot_read_marks_the_bucket_incomplete_instead_of_failing(
+    history, tmp_path
+):
     rec = AllocatorRecorder(tmp_path, "per-bucket", POOL)
     rec.start()
     history.entries.append({"action": "alloc", "addr": "not an address", "size": 1, "stream": 5})
@@ -95,7 +108,9 @@ def test_a_history_the_builder_cannot_read_marks_the_bucket_incomplete_instead_o
 
 
 def test_a_peek_leaves_the_window_as_one_take_would_have_read_it(history, tmp_path):
-    """The warm-up repeat reads the history after the first eager run; the trace must not show it."""
+    """The warm-up repeat reads the history after the first eager run; the trace must not show
+    it."""
+
     def run(peek: bool, directory):
         history.entries, history.enabled = [], False
         rec = AllocatorRecorder(directory, "per-bucket", POOL)
@@ -108,7 +123,9 @@ def test_a_peek_leaves_the_window_as_one_take_would_have_read_it(history, tmp_pa
         history.event("free_completed", (1 << 39) + 512, 1000)
         history.event("alloc", (1 << 39) + 512, 3 * MIB)
         rec.take(8, "warmup")
-        history.segments.append({"address": SEG, "total_size": 2 * MIB, "segment_pool_id": POOL, "stream": 5})
+        history.segments.append(
+            {"address": SEG, "total_size": 2 * MIB, "segment_pool_id": POOL, "stream": 5}
+        )
         history.event("segment_alloc", SEG, 2 * MIB)
         history.event("alloc", SEG, 4096)
         rec.capture_done(8)
