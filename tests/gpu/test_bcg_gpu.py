@@ -71,7 +71,9 @@ def test_shared_mode_keeps_one_buffer():
 def test_shared_mode_refuses_an_output_that_does_not_fit():
     model, inputs = _toy()
     small = torch.empty(100, 64, device="cuda", dtype=torch.bfloat16)
-    result = capture_buckets(model, inputs, [64, 256], mode="shared", shared_output=small, verify="none")
+    result = capture_buckets(
+        model, inputs, [64, 256], mode="shared", shared_output=small, verify="none"
+    )
     first = result.records[0]
     assert first.bucket == 256 and first.status == "error"
     assert "does not fit the shared output buffer" in first.detail
@@ -134,7 +136,10 @@ def test_out_of_memory_mid_mode_keeps_finished_rows(during):
     result = capture_buckets(greedy, inputs, [64, 1024], verify="none")
     statuses = [r.status for r in result.records]
     assert statuses == ["ok", "oom"]
-    assert result.records[-1].free_bytes is not None and "OutOfMemoryError" in result.records[-1].detail
+    assert (
+        result.records[-1].free_bytes is not None
+        and "OutOfMemoryError" in result.records[-1].detail
+    )
     # the stream left capture mode: ordinary work still runs
     assert torch.ones(4, device="cuda").sum().item() == 4
 
@@ -147,17 +152,31 @@ def test_cli_capture_oom_leaves_a_readable_partial_report(tmp_path, monkeypatch)
     from bcgprof.options import CaptureOptions
 
     config = json.loads(Path("configs/models/gpt-oss-20b.json").read_text())
-    config.update(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=64, num_local_experts=4, vocab_size=512,
-                  layer_types=["sliding_attention", "full_attention"])
+    config.update(
+        hidden_size=256,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_local_experts=4,
+        vocab_size=512,
+        layer_types=["sliding_attention", "full_attention"],
+    )
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "config.json").write_text(json.dumps(config))
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + (96 << 20)) / total)
     try:
-        opts = CaptureOptions(model=str(tmp_path / "tiny"), buckets="16,32768", modes=["per-bucket"],
-                              out=tmp_path / "report", in_process=True, max_tokens=32768)
+        opts = CaptureOptions(
+            model=str(tmp_path / "tiny"),
+            buckets="16,32768",
+            modes=["per-bucket"],
+            out=tmp_path / "report",
+            in_process=True,
+            max_tokens=32768,
+        )
         code = run_capture(opts).exit_code
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)

@@ -20,10 +20,21 @@ BUCKETS = [1, 2, 8, 16]
 
 def _tiny(tmp_path, preset="gpt-oss-20b", **changes):
     config = json.loads(Path(f"configs/models/{preset}.json").read_text())
-    config.update(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=64, vocab_size=512)
+    config.update(
+        hidden_size=256,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=512,
+    )
     if preset.startswith("gpt-oss"):
-        config.update(num_local_experts=4, layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+        config.update(
+            num_local_experts=4,
+            layer_types=["sliding_attention", "full_attention"],
+            sliding_window=16,
+        )
     config.update(changes)
     path = tmp_path / preset
     path.mkdir()
@@ -33,15 +44,26 @@ def _tiny(tmp_path, preset="gpt-oss-20b", **changes):
 
 def _workload(tmp_path, preset="gpt-oss-20b", context=64):
     spec = _tiny(tmp_path, preset)
-    return build_workload(spec, weights="dummy", num_layers=None, device=torch.device("cuda"), max_tokens=16, seed=0,
-                          phase="decode", max_bs=max(BUCKETS), context_len=context)
+    return build_workload(
+        spec,
+        weights="dummy",
+        num_layers=None,
+        device=torch.device("cuda"),
+        max_tokens=16,
+        seed=0,
+        phase="decode",
+        max_bs=max(BUCKETS),
+        context_len=context,
+    )
 
 
 @pytest.mark.parametrize("preset", ["gpt-oss-20b", "Llama-3.1-8B"])
 @pytest.mark.parametrize("graph", ["breakable", "full"])
 def test_decode_replay_equals_eager_bit_for_bit(tmp_path, preset, graph):
     w = _workload(tmp_path, preset)
-    result = capture_buckets(w.fn, w.inputs, BUCKETS, mode="per-bucket", graph=graph, verify="all", refill=w.refill)
+    result = capture_buckets(
+        w.fn, w.inputs, BUCKETS, mode="per-bucket", graph=graph, verify="all", refill=w.refill
+    )
     hidden = w.fn.hidden_size
     for r in result.records:
         assert r.status == "ok", r.detail
@@ -54,7 +76,9 @@ def test_capture_touches_only_the_slots_its_step_writes(tmp_path):
     w = _workload(tmp_path)
     cache = [a.self_attn.kv_cache for a in w.fn.layers]
     before = [(k.clone(), v.clone()) for k, v in cache]
-    capturer = Capturer(w.fn, w.inputs, BUCKETS, CaptureOptions(warmup=1), mode="shared", prewarm=False)
+    capturer = Capturer(
+        w.fn, w.inputs, BUCKETS, CaptureOptions(warmup=1), mode="shared", prewarm=False
+    )
     try:
         records = list(capturer.run())
     finally:
@@ -70,7 +94,8 @@ def test_capture_touches_only_the_slots_its_step_writes(tmp_path):
 
 def test_the_cache_is_outside_the_pool_and_charged_to_no_bucket(tmp_path):
     w = _workload(tmp_path)
-    assert w.kv_cache_bytes == 2 * 2 * max(BUCKETS) * 2 * 64 * 64 * 2  # layers x K,V x seqs x Hkv x ctx x D x bf16
+    # layers x K,V x seqs x Hkv x ctx x D x bf16
+    assert w.kv_cache_bytes == 2 * 2 * max(BUCKETS) * 2 * 64 * 64 * 2
     result = capture_buckets(w.fn, w.inputs, BUCKETS, mode="floor", verify="none")
     assert result.records[0].pool_bytes < (64 << 20)  # a tiny decode step; the cache is not in it
     from bcgprof.measure.memory import storage_in_pool
@@ -80,7 +105,8 @@ def test_the_cache_is_outside_the_pool_and_charged_to_no_bucket(tmp_path):
 
 
 def test_replay_waits_for_a_refill_still_running_on_the_current_stream(tmp_path):
-    """A refill of a large cache queued on the current stream must land before the replay reads it."""
+    """A refill of a large cache queued on the current stream must land before the replay reads
+    it."""
     w = _workload(tmp_path, context=4096)
     result = capture_buckets(w.fn, w.inputs, [16], mode="per-bucket", verify="none")
     gen = torch.Generator(device="cuda")

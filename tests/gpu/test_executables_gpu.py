@@ -65,8 +65,9 @@ def test_the_driver_reads_graphs_that_differ_only_in_addresses_as_one_signature(
 @pytest.mark.parametrize("side_streams", [False, True])
 def test_shared_executables_replay_equal_to_eager(side_streams):
     model, inputs = _toy(side_streams=side_streams)
-    result = capture_buckets(model, inputs, BUCKETS, mode="per-bucket", verify="all",
-                             executables="per-signature")
+    result = capture_buckets(
+        model, inputs, BUCKETS, mode="per-bucket", verify="all", executables="per-signature"
+    )
     share = result.executables
     assert share is not None and share.refused == 0
     for r in result.records:
@@ -102,8 +103,9 @@ def test_per_segment_stays_one_executable_per_segment():
 
 def test_a_full_graph_shares_across_buckets_only_where_signatures_meet():
     model, inputs = _toy()
-    result = capture_buckets(model, inputs, BUCKETS, graph="full", verify="all",
-                             executables="per-signature")
+    result = capture_buckets(
+        model, inputs, BUCKETS, graph="full", verify="all", executables="per-signature"
+    )
     for r in result.records:
         assert r.status == "ok", r.detail
         assert r.segments == 1 and r.signatures == 1 and r.executables <= 1
@@ -127,12 +129,20 @@ def test_sharing_takes_less_device_memory_than_one_executable_per_segment():
 
 # ---------------------------------------------------------------- a tiny gpt-oss, end to end
 
+
 def _tiny(tmp_path):
     config = json.loads(Path("configs/models/gpt-oss-20b.json").read_text())
-    config.update(hidden_size=512, intermediate_size=512, num_hidden_layers=8,
-                  num_attention_heads=8, num_key_value_heads=2, head_dim=64, num_local_experts=8,
-                  vocab_size=1024,
-                  layer_types=["sliding_attention", "full_attention"] * 4)
+    config.update(
+        hidden_size=512,
+        intermediate_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_local_experts=8,
+        vocab_size=1024,
+        layer_types=["sliding_attention", "full_attention"] * 4,
+    )
     (tmp_path / "tiny").mkdir(exist_ok=True)
     (tmp_path / "tiny" / "config.json").write_text(json.dumps(config))
     return str(tmp_path / "tiny")
@@ -145,9 +155,15 @@ def test_a_capture_with_shared_executables_writes_them_and_costs_less(tmp_path):
 
     reports = {}
     for choice in ("per-segment", "per-signature"):  # each mode in a fresh process: a fair match
-        opts = CaptureOptions(model=_tiny(tmp_path), buckets="32,64,128,256,512,1024",
-                              modes=["per-bucket"], out=tmp_path / choice, max_tokens=1024,
-                              verify="all", executables=choice)
+        opts = CaptureOptions(
+            model=_tiny(tmp_path),
+            buckets="32,64,128,256,512,1024",
+            modes=["per-bucket"],
+            out=tmp_path / choice,
+            max_tokens=1024,
+            verify="all",
+            executables=choice,
+        )
         assert run_capture(opts).exit_code == 0
         reports[choice] = read_report(tmp_path / choice)
     each, shared = reports["per-segment"], reports["per-signature"]
@@ -158,8 +174,10 @@ def test_a_capture_with_shared_executables_writes_them_and_costs_less(tmp_path):
     assert all(r.executables == r.segments and r.signatures is None for r in each.buckets)
     assert all(r.signatures is not None and r.signatures < r.segments for r in shared.buckets)
     assert sum(r.executables for r in shared.buckets) < sum(r.executables for r in each.buckets)
-    used = {k: next(s.device_used_bytes for s in rep.summary if s.mode == "per-bucket")
-            for k, rep in reports.items()}
+    used = {
+        k: next(s.device_used_bytes for s in rep.summary if s.mode == "per-bucket")
+        for k, rep in reports.items()
+    }
     assert used["per-signature"] < used["per-segment"]
     # the pool as it was
     assert [r.pool_bytes for r in shared.buckets] == [r.pool_bytes for r in each.buckets]

@@ -36,7 +36,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not triton_available(), reason
 BF16 = torch.bfloat16
 DEV = "cuda"
 # the real expert shapes: T, E, k, H, I, activation, biases, transposed (Qwen3-MoE's views)
-GPT_OSS_20B = dict(E=32, k=4, H=2880, I=2880, activation="clamped_swiglu", bias=True, transposed=False)
+GPT_OSS_20B = dict(
+    E=32, k=4, H=2880, I=2880, activation="clamped_swiglu", bias=True, transposed=False
+)
 QWEN3_30B_A3B = dict(E=128, k=8, H=2048, I=768, activation="silu", bias=False, transposed=True)
 
 
@@ -49,7 +51,9 @@ def _exact_float32_matmul():
     torch.backends.cuda.matmul.allow_tf32 = old
 
 
-def moe_case(T, E, k, H, I, activation="silu", bias=False, transposed=False, dtype=BF16, seed=0, empty=()):
+def moe_case(
+    T, E, k, H, I, activation="silu", bias=False, transposed=False, dtype=BF16, seed=0, empty=()
+):
     """Inputs of fused_experts on the GPU with O(1) activations; experts in ``empty`` idle."""
     g = torch.Generator(device=DEV).manual_seed(seed)
 
@@ -63,22 +67,32 @@ def moe_case(T, E, k, H, I, activation="silu", bias=False, transposed=False, dty
     top, ids = logits.topk(k, dim=-1)
     weights = torch.softmax(top, dim=-1)
     if transposed:
-        w1 = randn(E, 2 * I, H, scale=H ** -0.5).transpose(1, 2)
-        w2 = randn(E, H, I, scale=I ** -0.5).transpose(1, 2)
+        w1 = randn(E, 2 * I, H, scale=H**-0.5).transpose(1, 2)
+        w2 = randn(E, H, I, scale=I**-0.5).transpose(1, 2)
     else:
-        w1 = randn(E, H, 2 * I, scale=H ** -0.5)
-        w2 = randn(E, I, H, scale=I ** -0.5)
+        w1 = randn(E, H, 2 * I, scale=H**-0.5)
+        w2 = randn(E, I, H, scale=I**-0.5)
     b1 = randn(E, 2 * I, scale=0.1) if bias else None
     b2 = randn(E, H, scale=0.1) if bias else None
-    args = dict(x=x, topk_ids=ids, topk_weights=weights, w1=w1, w2=w2, b1=b1, b2=b2,
-                activation=activation, alpha=1.702, limit=7.0)
+    args = dict(
+        x=x,
+        topk_ids=ids,
+        topk_weights=weights,
+        w1=w1,
+        w2=w2,
+        b1=b1,
+        b2=b2,
+        activation=activation,
+        alpha=1.702,
+        limit=7.0,
+    )
     return args
 
 
 def assert_moe_close(got: torch.Tensor, want: torch.Tensor) -> None:
     assert got.shape == want.shape and got.dtype == want.dtype
     assert torch.isfinite(got).all()
-    diff = (got.double() - want.double())
+    diff = got.double() - want.double()
     whole = float(diff.norm() / want.double().norm())
     rows = diff.norm(dim=1) / want.double().norm(dim=1).clamp_min(1e-6)
     if want.dtype == torch.float32:
@@ -103,8 +117,13 @@ def assert_within_one_ulp(got: torch.Tensor, want: torch.Tensor) -> None:
 @pytest.mark.parametrize("shape", [(1, 14), (333, 2 * 1000), (3, 7, 2 * 130), (4096, 2 * 14336)])
 def test_activations_match_the_reference(dtype, shape):
     x = (torch.randn(shape, device=DEV) * 4).to(dtype)
-    pairs = ((silu_and_mul, silu_and_mul_reference),
-             (lambda t: clamped_swiglu(t, 1.702, 7.0), lambda t: clamped_swiglu_reference(t, 1.702, 7.0)))
+    pairs = (
+        (silu_and_mul, silu_and_mul_reference),
+        (
+            lambda t: clamped_swiglu(t, 1.702, 7.0),
+            lambda t: clamped_swiglu_reference(t, 1.702, 7.0),
+        ),
+    )
     for fused, ref in pairs:
         got, want = fused(x), ref(x)
         assert got.shape == want.shape and got.dtype == dtype and got.is_cuda
@@ -141,15 +160,20 @@ SMALL = [  # T, E, k, H, I, activation, bias, transposed, dtype, empty experts
 
 
 @pytest.mark.parametrize("T, E, k, H, I, activation, bias, transposed, dtype, empty", SMALL)
-def test_fused_experts_matches_the_reference(T, E, k, H, I, activation, bias, transposed, dtype, empty):
+def test_fused_experts_matches_the_reference(
+    T, E, k, H, I, activation, bias, transposed, dtype, empty
+):
     args = moe_case(T, E, k, H, I, activation, bias, transposed, dtype, seed=T + E, empty=empty)
     got = fused_experts(**args)
     assert_moe_close(got, fused_experts_reference(**args))
     assert torch.equal(got, fused_experts(**args))
 
 
-@pytest.mark.parametrize("model, T", [(GPT_OSS_20B, 2048), (QWEN3_30B_A3B, 1024), (GPT_OSS_20B, 5)],
-                         ids=["gpt-oss-20b-T2048", "qwen3-30b-a3b-T1024", "gpt-oss-20b-T5"])
+@pytest.mark.parametrize(
+    "model, T",
+    [(GPT_OSS_20B, 2048), (QWEN3_30B_A3B, 1024), (GPT_OSS_20B, 5)],
+    ids=["gpt-oss-20b-T2048", "qwen3-30b-a3b-T1024", "gpt-oss-20b-T5"],
+)
 def test_fused_experts_at_real_expert_shapes(model, T):
     args = moe_case(T=T, **model)
     got = fused_experts(**args)
@@ -161,7 +185,9 @@ def test_fused_experts_at_real_expert_shapes(model, T):
 # --------------------------------------------------------------------------- capture
 
 
-@pytest.mark.parametrize("model", [GPT_OSS_20B, QWEN3_30B_A3B], ids=["gpt-oss-20b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize(
+    "model", [GPT_OSS_20B, QWEN3_30B_A3B], ids=["gpt-oss-20b", "qwen3-30b-a3b"]
+)
 def test_graph_replay_equals_an_eager_run(model):
     T = 1024
     args = moe_case(T=T, **model, seed=1)
@@ -205,11 +231,14 @@ def test_activation_graph_replay_equals_an_eager_run():
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["new-output", "out=x"])
-@pytest.mark.parametrize("model", [GPT_OSS_20B, QWEN3_30B_A3B], ids=["gpt-oss-20b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize(
+    "model", [GPT_OSS_20B, QWEN3_30B_A3B], ids=["gpt-oss-20b", "qwen3-30b-a3b"]
+)
 def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
     T = 4096
     args = moe_case(T=T, **model)
-    for _ in range(2):  # compile and create anything made once per process, so the measured call only runs
+    # compile and create anything made once per process, so the measured call only runs
+    for _ in range(2):
         fused_experts(**args, out=args["x"].clone() if in_place else None)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -231,22 +260,36 @@ def test_fused_experts_allocates_the_predicted_workspace(model, in_place):
     for trace in snapshot["device_traces"]:
         for e in trace:
             if e["action"] == "alloc":
-                live[e["addr"]] = (e["size"], [f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']}:{f['name']}"
-                                               for f in e["frames"] if f["filename"].endswith(".py")][:6])
+                live[e["addr"]] = (
+                    e["size"],
+                    [
+                        f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']}:{f['name']}"
+                        for f in e["frames"]
+                        if f["filename"].endswith(".py")
+                    ][:6],
+                )
             elif e["action"] in ("free_requested", "free_completed"):
                 live.pop(e["addr"], None)
     held = list(live.values())
-    moved = {k: v - stats_before.get(k, 0) for k, v in stats_after.items()
-             if ".current" in k and v != stats_before.get(k, 0)}
+    moved = {
+        k: v - stats_before.get(k, 0)
+        for k, v in stats_after.items()
+        if ".current" in k and v != stats_before.get(k, 0)
+    }
     E, k, H, I = model["E"], model["k"], model["H"], model["I"]
     ws = moe_workspace_shapes(T, k, H, 2 * I, I, E)
     want = ws.peak_bytes(BF16, with_output=not in_place)
-    print(f"\n{model['activation']} E={E} k={k} H={H} I={I} T={T} in_place={in_place}: peak {peak} B, "
-          f"predicted {want} B ({ws.nbytes(BF16)}), kept {kept} B")
+    print(
+        f"\n{model['activation']} E={E} k={k} H={H} I={I} T={T} in_place={in_place}: peak {peak} "
+        "B, "
+        f"predicted {want} B ({ws.nbytes(BF16)}), kept {kept} B"
+    )
     assert abs(peak - want) <= 0.02 * want
-    # only the output outlives the call, in bytes requested: the allocator hands out a cached block whole
-    # when splitting it would leave 1 MiB or less, and memory_allocated counts the whole block
-    kept_requested = stats_after["requested_bytes.all.current"] - stats_before["requested_bytes.all.current"]
+    # only the output outlives the call, in bytes requested: the allocator hands out a cached block
+    # whole when splitting it would leave 1 MiB or less, and memory_allocated counts the whole block
+    kept_requested = (
+        stats_after["requested_bytes.all.current"] - stats_before["requested_bytes.all.current"]
+    )
     assert kept_requested == (0 if in_place else out.numel() * out.element_size()), (held, moved)
     assert 0 <= kept - kept_requested <= 1 << 20
 

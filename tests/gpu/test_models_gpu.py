@@ -58,13 +58,16 @@ def test_gpt_oss_20b_builds_and_runs_16k_tokens():
         torch.cuda.reset_peak_memory_stats()
         out, fwd_s = _sync_time(lambda: model(ids, pos))
     peak = torch.cuda.max_memory_allocated()
-    print(f"\ngpt-oss-20b dummy bf16: build {build_s:.1f} s, weights {weights / GIB:.2f} GiB; "
-          f"16384-token forward {fwd_s:.2f} s, peak {peak / GIB:.2f} GiB "
-          f"(+{(peak - weights - base) / GIB:.2f} GiB over the weights)")
+    print(
+        f"\ngpt-oss-20b dummy bf16: build {build_s:.1f} s, weights {weights / GIB:.2f} GiB; "
+        f"16384-token forward {fwd_s:.2f} s, peak {peak / GIB:.2f} GiB "
+        f"(+{(peak - weights - base) / GIB:.2f} GiB over the weights)"
+    )
     assert out.shape == (16384, 2880) and out.dtype == torch.bfloat16
     assert torch.isfinite(out).all()
     assert build_s < 60
-    assert weights == pytest.approx(2 * count_parameters(model), rel=0.001)  # 20.3B bf16, nothing else
+    # 20.3B bf16, nothing else
+    assert weights == pytest.approx(2 * count_parameters(model), rel=0.001)
 
 
 def _capture_and_compare(model, sizes, vocab, label):
@@ -95,9 +98,14 @@ def _capture_and_compare(model, sizes, vocab, label):
                 replayed = out.clone()
                 eager = model(ids, pos)
                 diff = (replayed.float() - eager.float()).abs().max().item()
-                assert torch.equal(replayed, eager), f"{label} T={T}: replay differs from eager by {diff}"
+                assert torch.equal(replayed, eager), (
+                    f"{label} T={T}: replay differs from eager by {diff}"
+                )
             assert torch.isfinite(replayed).all()
-        print(f"{label} T={T}: capture {capture_s:.2f} s, replay {replay_s * 1e3:.1f} ms, replay == eager")
+        print(
+            f"{label} T={T}: capture {capture_s:.2f} s, replay {replay_s * 1e3:.1f} ms, replay == "
+            "eager"
+        )
         del graph, out
 
 
@@ -119,8 +127,10 @@ def test_gpt_oss_20b_breakable_capture_through_the_engine(mode):
         assert r.status == "ok", r.detail
         assert r.segments == len(model.layers) + 1
         assert r.replay_max_abs_diff == 0.0
-    print(f"\ngpt-oss-20b x2 BCG {mode}: pool " + ", ".join(
-        f"T={r.bucket} {r.pool_bytes / GIB:.3f} GiB" for r in result.records))
+    print(
+        f"\ngpt-oss-20b x2 BCG {mode}: pool "
+        + ", ".join(f"T={r.bucket} {r.pool_bytes / GIB:.3f} GiB" for r in result.records)
+    )
 
 
 @pytest.mark.parametrize("name", ["Llama-3.1-8B", "Qwen3-8B", "Qwen3-30B-A3B", "gpt-oss-120b"])
@@ -147,7 +157,9 @@ def test_attention_core_matches_reference_on_gpu(window, sinks):
     q, k, v = _qkv(3000, Hq=16, Hkv=2)
     s = torch.randn(16, device="cuda") if sinks else None
     out = torch.empty_like(q)
-    attention_core(q, k, v, out, scale=0.125, window=window, sinks=s, block_q=512, tile_elems=16 * 512 * 384)
+    attention_core(
+        q, k, v, out, scale=0.125, window=window, sinks=s, block_q=512, tile_elems=16 * 512 * 384
+    )
     want = reference_attention(q, k, v, scale=0.125, window=window, sinks=s)
     torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2)
 
@@ -161,8 +173,17 @@ def test_attention_at_16k_is_memory_bounded():
         return lambda out: attention_core(q, k, v, out, scale=scale, window=window, sinks=s)
 
     def chunked(s):
-        return lambda out: chunked_attention(q, k, v, out, scale=scale, window=None, sinks=s,
-                                             block_q=ATTN_BLOCK_Q, tile_elems=ATTN_TILE_ELEMS)
+        return lambda out: chunked_attention(
+            q,
+            k,
+            v,
+            out,
+            scale=scale,
+            window=None,
+            sinks=s,
+            block_q=ATTN_BLOCK_Q,
+            tile_elems=ATTN_TILE_ELEMS,
+        )
 
     cases = {
         "flash sdpa (core, full)": core(None, None),
@@ -181,11 +202,16 @@ def test_attention_at_16k_is_memory_bounded():
         _, secs = _sync_time(lambda fn=fn, out=out: fn(out))
         extra = torch.cuda.max_memory_allocated() - before
         results[label] = out
-        print(f"\nattention T={T} Hq=64 Hkv=8 D=64 {label}: {secs * 1e3:.0f} ms, transient {extra / GIB:.2f} GiB")
+        print(
+            f"\nattention T={T} Hq=64 Hkv=8 D=64 {label}: {secs * 1e3:.0f} ms, transient "
+            f"{extra / GIB:.2f} GiB"
+        )
         assert extra < 1.0 * GIB  # a T x T score matrix alone would be 64 GiB in fp32
     # the implementations agree where they overlap
-    for a, b in (("chunked (full)", "flash sdpa (core, full)"),
-                 ("chunked (full, sinks)", "flash + lse (core, full, sinks)")):
+    for a, b in (
+        ("chunked (full)", "flash sdpa (core, full)"),
+        ("chunked (full, sinks)", "flash + lse (core, full, sinks)"),
+    ):
         torch.testing.assert_close(results[a].float(), results[b].float(), rtol=2e-2, atol=2e-2)
 
 
@@ -200,12 +226,17 @@ def test_fused_moe_matches_reference_on_gpu(transposed):
     route = RoutedExperts(ids, torch.softmax(top, -1).bfloat16())
     w1 = (torch.randn(E, H, 2 * I, device="cuda", generator=g) * 0.05).bfloat16()
     w2 = (torch.randn(E, I, H, device="cuda", generator=g) * 0.05).bfloat16()
-    b1, b2 = torch.randn(E, 2 * I, device="cuda").bfloat16(), torch.randn(E, H, device="cuda").bfloat16()
+    b1, b2 = (
+        torch.randn(E, 2 * I, device="cuda").bfloat16(),
+        torch.randn(E, H, device="cuda").bfloat16(),
+    )
     if transposed:  # qwen3_moe stores [E, N, K] and passes a transposed view
         w1 = w1.transpose(1, 2).contiguous().transpose(1, 2)
         w2 = w2.transpose(1, 2).contiguous().transpose(1, 2)
-    for name, act, biases in (("clamped_swiglu", lambda h: clamped_swiglu_reference(h, 1.702, 7.0), (b1, b2)),
-                              ("silu", silu_and_mul_reference, (None, None))):
+    for name, act, biases in (
+        ("clamped_swiglu", lambda h: clamped_swiglu_reference(h, 1.702, 7.0), (b1, b2)),
+        ("silu", silu_and_mul_reference, (None, None)),
+    ):
         got = fused_experts(x, ids, route.weights, w1, w2, name, *biases, alpha=1.702, limit=7.0)
         # reference: dense per-token math in float32 on the same bf16 values
         xf, w1f, w2f = x.float(), w1.float(), w2.float()
@@ -216,6 +247,8 @@ def test_fused_moe_matches_reference_on_gpu(transposed):
         if biases[1] is not None:
             y = y + biases[1].float()[ids]
         want = (y * route.weights.float()[..., None]).sum(1)
-        torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2 * want.abs().max().item())
+        torch.testing.assert_close(
+            got.float(), want, rtol=3e-2, atol=3e-2 * want.abs().max().item()
+        )
         again = fused_experts(x, ids, route.weights, w1, w2, name, *biases, alpha=1.702, limit=7.0)
         assert torch.equal(got, again)  # deterministic combine

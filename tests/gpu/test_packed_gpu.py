@@ -3,7 +3,8 @@
 * The packed fused MoE at gpt-oss-20b's expert shape (E 32, top-4, H = I = 2880) and a few
   token counts against the bf16 fused MoE run on the weights ``mxfp4.dequantize_mxfp4`` gives
   (exact in bf16): the same products, float32 sums in another order, so at most a flipped bf16
-  rounding at each of the four rounding points (tests/models/test_packed_experts.py derives the bound).
+  rounding at each of the four rounding points (tests/models/test_packed_experts.py derives the
+  bound).
 * No bf16 copy of an expert weight: building a packed gpt-oss-20b expert layer allocates the packed
   bytes and nothing near the bf16 size, and a forward allocates exactly what the bf16 fused MoE
   allocates (the same workspace), byte for byte.
@@ -15,7 +16,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bcgprof.models.kernels import fused_experts, fused_experts_mxfp4, moe_workspace_shapes, triton_available
+from bcgprof.models.kernels import (
+    fused_experts,
+    fused_experts_mxfp4,
+    moe_workspace_shapes,
+    triton_available,
+)
 from bcgprof.models.mxfp4 import DUMMY_SCALES, dequantize_mxfp4
 
 from tolerances import close, mlp_terms
@@ -32,11 +38,21 @@ def packed_case(T: int, seed: int = 0, dtype=BF16) -> dict:
     lo, hi = DUMMY_SCALES
     top, ids = torch.randn(T, E, generator=g, device=DEV).topk(K_TOP, dim=-1)
     return dict(
-        x=torch.randn(T, H, generator=g, device=DEV).to(dtype), topk_ids=ids, topk_weights=torch.softmax(top, -1),
-        w1_blocks=torch.randint(0, 256, (E, 2 * I, H // 32, 16), dtype=torch.uint8, generator=g, device=DEV),
-        w1_scales=torch.randint(lo, hi + 1, (E, 2 * I, H // 32), dtype=torch.uint8, generator=g, device=DEV),
-        w2_blocks=torch.randint(0, 256, (E, H, I // 32, 16), dtype=torch.uint8, generator=g, device=DEV),
-        w2_scales=torch.randint(lo, hi + 1, (E, H, I // 32), dtype=torch.uint8, generator=g, device=DEV),
+        x=torch.randn(T, H, generator=g, device=DEV).to(dtype),
+        topk_ids=ids,
+        topk_weights=torch.softmax(top, -1),
+        w1_blocks=torch.randint(
+            0, 256, (E, 2 * I, H // 32, 16), dtype=torch.uint8, generator=g, device=DEV
+        ),
+        w1_scales=torch.randint(
+            lo, hi + 1, (E, 2 * I, H // 32), dtype=torch.uint8, generator=g, device=DEV
+        ),
+        w2_blocks=torch.randint(
+            0, 256, (E, H, I // 32, 16), dtype=torch.uint8, generator=g, device=DEV
+        ),
+        w2_scales=torch.randint(
+            lo, hi + 1, (E, H, I // 32), dtype=torch.uint8, generator=g, device=DEV
+        ),
         b1=(torch.randn(E, 2 * I, generator=g, device=DEV) * 0.1).to(dtype),
         b2=(torch.randn(E, H, generator=g, device=DEV) * 0.1).to(dtype),
     )
@@ -44,9 +60,15 @@ def packed_case(T: int, seed: int = 0, dtype=BF16) -> dict:
 
 def dequantised(case: dict) -> dict:
     dtype = case["x"].dtype
-    return dict(x=case["x"], topk_ids=case["topk_ids"], topk_weights=case["topk_weights"],
-                w1=dequantize_mxfp4(case["w1_blocks"], case["w1_scales"], dtype=dtype),
-                w2=dequantize_mxfp4(case["w2_blocks"], case["w2_scales"], dtype=dtype), b1=case["b1"], b2=case["b2"])
+    return dict(
+        x=case["x"],
+        topk_ids=case["topk_ids"],
+        topk_weights=case["topk_weights"],
+        w1=dequantize_mxfp4(case["w1_blocks"], case["w1_scales"], dtype=dtype),
+        w2=dequantize_mxfp4(case["w2_blocks"], case["w2_scales"], dtype=dtype),
+        b1=case["b1"],
+        b2=case["b2"],
+    )
 
 
 def bound(dtype: torch.dtype) -> float:
@@ -65,7 +87,10 @@ def test_packed_equals_bf16_at_gpt_oss_20b_shape(T):
     got = fused_experts_mxfp4(**case)
     want = fused_experts(**dequantised(case), activation="clamped_swiglu")
     err = rel_err(got, want)
-    print(f"T={T}: relative difference {err:.2e} (bound {bound(BF16):.2e}), equal bits: {torch.equal(got, want)}")
+    print(
+        f"T={T}: relative difference {err:.2e} (bound {bound(BF16):.2e}), equal bits: "
+        f"{torch.equal(got, want)}"
+    )
     assert torch.isfinite(got).all() and err <= bound(BF16)
     assert torch.equal(got, fused_experts_mxfp4(**case))  # run to run
 
@@ -97,10 +122,12 @@ def test_packed_layer_never_holds_bf16_expert_weights():
     init_dummy(layer, seed=0)
     torch.cuda.synchronize()
     held, peak = torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base
-    print(f"packed expert layer: holds {held / 2**20:.1f} MiB, build peak {peak / 2**20:.1f} MiB; "
-          f"bf16 experts {bf16_bytes / 2**20:.1f} MiB")
-    # the caching allocator hands a large request its whole 2 MiB-rounded block when the rest is under
-    # 1 MiB (it splits only larger remainders): at most 2 MiB more per tensor, six tensors
+    print(
+        f"packed expert layer: holds {held / 2**20:.1f} MiB, build peak {peak / 2**20:.1f} MiB; "
+        f"bf16 experts {bf16_bytes / 2**20:.1f} MiB"
+    )
+    # the caching allocator hands a large request its whole 2 MiB-rounded block when the rest is
+    # under 1 MiB (it splits only larger remainders): at most 2 MiB more per tensor, six tensors
     assert packed_bytes <= held <= packed_bytes + 6 * (2 << 20)
     assert peak < bf16_bytes / 3 and peak <= held + (1 << 20)
 
@@ -123,16 +150,30 @@ def test_packed_layer_never_holds_bf16_expert_weights():
     packed_peak = forward_peak(lambda: layer(x.clone(), route))
     w1 = dequantize_mxfp4(layer.gate_up_proj_blocks, layer.gate_up_proj_scales)
     w2 = dequantize_mxfp4(layer.down_proj_blocks, layer.down_proj_scales)
+
     def bf16_forward() -> None:
         xc = x.clone()  # in place, as the packed layer writes over its input
-        fused_experts(xc, ids, route.weights, w1, w2, "clamped_swiglu", layer.gate_up_proj_bias,
-                      layer.down_proj_bias, out=xc)
+        fused_experts(
+            xc,
+            ids,
+            route.weights,
+            w1,
+            w2,
+            "clamped_swiglu",
+            layer.gate_up_proj_bias,
+            layer.down_proj_bias,
+            out=xc,
+        )
 
     bf16_peak = forward_peak(bf16_forward)
     ws = moe_workspace_shapes(T, K_TOP, H, 2 * I, I, E).peak_bytes(BF16, with_output=False)
-    print(f"forward at {T} tokens: packed peak {packed_peak / 2**20:.1f} MiB, bf16 {bf16_peak / 2**20:.1f} MiB, "
-          f"workspace {ws / 2**20:.1f} MiB")
-    assert packed_peak == bf16_peak  # the same allocations (both with their clone of x as the output)
+    print(
+        f"forward at {T} tokens: packed peak {packed_peak / 2**20:.1f} MiB, bf16 "
+        f"{bf16_peak / 2**20:.1f} MiB, "
+        f"workspace {ws / 2**20:.1f} MiB"
+    )
+    # the same allocations (both with their clone of x as the output)
+    assert packed_peak == bf16_peak
     # above the workspace and the clone of x: routing temporaries and block rounding, under the
     # bf16 gate_up_proj of a single expert (H * 2I * 2 bytes, 31.6 MiB)
     assert packed_peak - ws - T * H * 2 < 16 << 20 < H * 2 * I * 2
