@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
-    parser.add_argument("--out", type=Path, default=ROOT / "bcgprof" / "analysis" / "bands.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bcgprof" / "analysis" / "predict" / "bands.json")
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
     args = parser.parse_args(argv)
     cal, skipped = build(args.reports)

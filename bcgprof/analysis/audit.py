@@ -2,7 +2,7 @@
 
 Engines reserve memory for their CUDA graphs before capturing them (it is taken from the KV-cache
 budget), from a formula. A profile holds what its list's capture really took (device used, NVML) and
-the free memory it needed when its first bucket's warm-up began (:mod:`bcgprof.analysis.predict.headroom`).
+the free memory it needed when its first bucket's warm-up began (:mod:`bcgprof.analysis.predict.needs_free`).
 This module computes each engine's reserve for the profile's list, and its error against both.
 
 The estimators, each written from its engine's source (file, function and version in
@@ -47,10 +47,9 @@ from itertools import pairwise
 from statistics import median
 from typing import Optional
 
-from bcgprof.analysis.predict.headroom import measured_headroom
+from bcgprof.analysis.predict.needs_free import bucket_need_bytes, measured_needs_free_bytes
 from bcgprof.errors import BcgprofError
 from bcgprof.report.schema import BucketRecord, Report
-from bcgprof.report.summaries import bucket_need_bytes
 from bcgprof.vocab import BucketStatus, GraphKind, Phase, RunStatus
 
 MIB = 1024**2
@@ -334,8 +333,7 @@ def audit_report(
             rows = _rows(report, m, rank)
             if not rows:
                 continue
-            headroom = measured_headroom(m, rows)
-            needs_free = headroom.needs_free_bytes if headroom is not None else None
+            needs_free = measured_needs_free_bytes(rows)
             measured = sum(r.device_used_delta_bytes for r in rows)
             audit = ModeAudit(
                 m,

@@ -9,7 +9,7 @@ from typing import Optional
 from bcgprof.analysis.explain import CAUSES, Explanation, explanation_json
 from bcgprof.analysis.predict.advise import Advice, advice_json
 from bcgprof.analysis.predict.bands import TOO_WIDE
-from bcgprof.analysis.predict.headroom import Headroom
+from bcgprof.analysis.predict.needs_free import NeedsFree
 from bcgprof.analysis.predict.prediction import Prediction, prediction_json
 from bcgprof.render.model import PLAIN, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.render.views import run_line
@@ -137,7 +137,7 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
                Column("non_torch_bytes", "non-torch", _bytes, drop=2)]
     if pred.kind == "buckets":  # layer predictions extrapolate: never exact
         columns.append(Column("exact", "pool exact", _yes, numeric=False, drop=3))
-    rooms = [m.headroom for m in pred.modes if m.headroom is not None]
+    rooms = [m.needs_free for m in pred.modes if m.needs_free is not None]
     free = next((h.free_bytes for h in rooms if h.free_bytes is not None), None)
     if rooms:
         columns.insert(4, Column("needs_free_bytes", "needs free", _bytes, key_column=True))
@@ -150,8 +150,8 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
         sheet.rows.append({"mode": m.mode, "device_used_bytes": m.device_used_bytes, "low_bytes": m.low_bytes,
                            "high_bytes": m.high_bytes, "pool_bytes": m.pool_bytes,
                            "non_torch_bytes": m.non_torch_bytes, "exact": m.exact,
-                           "needs_free_bytes": m.headroom.needs_free_bytes if m.headroom else None,
-                           "at_free": _at_free(m.headroom)})
+                           "needs_free_bytes": m.needs_free.needs_free_bytes if m.needs_free else None,
+                           "at_free": _at_free(m.needs_free)})
     head = [Line(pred.label.upper(), STRONG), Line(f"from {', '.join(pred.basis)}")]
     foot = [Line(n, WARNING if TOO_WIDE in n else PLAIN, bullet=True) for n in pred.notes]
     sources: dict[str, list[str]] = {}  # one line per distinct source, naming its modes
@@ -168,8 +168,8 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
                          "(#k, capture): the capture of the k-th bucket cannot get its pool growth; warm-up: the "
                          "warm-up runs short first, and \"may pass\" where the allocator may free enough; verify: "
                          "`bcgprof capture`'s own check after the last bucket, an eager forward at the largest "
-                         "(needs free with it: " + ", ".join(f"{m.mode} {fmt_bytes(m.headroom.needs_free_with_verify_bytes)}"
-                                                             for m in pred.modes if m.headroom) +
+                         "(needs free with it: " + ", ".join(f"{m.mode} {fmt_bytes(m.needs_free.needs_free_with_verify_bytes)}"
+                                                             for m in pred.modes if m.needs_free) +
                          "; --verify none skips it)", bullet=True))
     if pred.kind == "buckets":
         foot.append(Line(f"buckets: {','.join(map(str, pred.bucket_list))}", bullet=True, whole=True))
@@ -177,7 +177,7 @@ def prediction_view(pred: Prediction, rows: bool = False) -> View:
     return View(head=head, sheets=sheets, foot=foot, data=prediction_json(pred))
 
 
-def _at_free(h: Optional[Headroom]) -> str:
+def _at_free(h: Optional[NeedsFree]) -> str:
     """A mode's outcome with --free: fits, or the first bucket that runs out and where."""
     if h is None or h.free_bytes is None:
         return "-"

@@ -52,27 +52,6 @@ def _totals(mode: str, rank: int, rows: list[BucketRecord]) -> SummaryRecord:
         **{name: sum_or_none(map(attrgetter(name), rows)) for name in LEDGER_FIELDS})
 
 
-def needs_free_bytes(rows: list[BucketRecord]) -> Optional[int]:
-    """The free device memory one mode's capture needed when its first bucket's warm-up began (measured):
-    the highest of each bucket's NVML peak above the level before it, on top of what the earlier buckets
-    kept. None when a bucket failed or a row lacks the peak (a report written before it was recorded).
-    :mod:`bcgprof.analysis.predict.headroom` explains it and predicts it for other lists and free sizes."""
-    need, kept = 0, 0
-    for r in sorted(rows, key=attrgetter("order")):
-        if r.status != BucketStatus.OK or r.device_peak_delta_bytes is None:
-            return None
-        need = max(need, kept + bucket_need_bytes(r))
-        kept += r.device_used_delta_bytes
-    return need if rows else None
-
-
-def bucket_need_bytes(r: BucketRecord) -> int:
-    """One bucket's measured need above the level before it: its sampled NVML peak, or what it kept when
-    the sampler saw less (the one definition, shared with :func:`bcgprof.analysis.predict.headroom.measured_headroom`)."""
-    assert r.device_peak_delta_bytes is not None
-    return max(r.device_peak_delta_bytes, r.device_used_delta_bytes)
-
-
 def sum_or_none(values: Iterable[Optional[int]]) -> Optional[int]:
     """The sum, or None when there is nothing to sum or any value is unknown."""
     items = list(values)

@@ -6,7 +6,7 @@ For each model: a one-bucket capture (the largest) learns what the process takes
 bucket's warm-up (model, pre-warm, CUDA context), as NVML free before the process less NVML free
 when that warm-up begins. Then, for each FREE_MIB, benchmarks/gpu/hold_memory.py holds memory so that
 FREE_MIB are free when the first warm-up begins, and a per-bucket capture of the report's list
-runs. The prediction (bcgprof.analysis.predict.headroom, from the committed REPORT's measured rows) is
+runs. The prediction (bcgprof.analysis.predict.needs_free, from the committed REPORT's measured rows) is
 printed beside what happened: the first bucket that failed, its status, and the last that captured.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pynvml
 
-from bcgprof.analysis.predict.headroom import measured_headroom
+from bcgprof.analysis.predict.needs_free import measured_needs
 from bcgprof.report import read_report
 
 MIB = 1 << 20
@@ -76,7 +76,7 @@ def main() -> None:
             ok = sorted((r for r in got.buckets if r.status == "ok"), key=lambda r: r.order)
             failed = next((r for r in sorted(got.buckets, key=lambda r: r.order) if r.status != "ok"), None)
             actual = first_free(got) if ok else None
-            h = measured_headroom("per-bucket", rows).check(actual if actual is not None else free_mib * MIB)
+            h = measured_needs("per-bucket", rows).check(actual if actual is not None else free_mib * MIB)
             results.append({
                 "run": name, "target_free_mib": free_mib, "holder": held, "wall_s": round(wall, 1),
                 "free_at_first_warmup_mib": None if actual is None else actual / MIB,

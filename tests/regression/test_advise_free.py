@@ -17,4 +17,4 @@ def test_on_the_h200_profile_the_free_memory_changes_the_per_bucket_advice(share
     assert plain.needs_free_bytes > free >= bound.needs_free_bytes  # the unconstrained list would not capture
     assert bound.expected_padding_pct > plain.expected_padding_pct and bound.high_bytes <= budget
     check = predict_buckets(report, bound.buckets, ["per-bucket"], free=free).mode("per-bucket")
-    assert check.headroom.fits and check.headroom.needs_free_bytes == bound.needs_free_bytes
+    assert check.needs_free.fits and check.needs_free.needs_free_bytes == bound.needs_free_bytes

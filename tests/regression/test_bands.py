@@ -20,9 +20,9 @@ from bcgprof.analysis.predict import bands, calibrate, layers
 from bcgprof.analysis.predict.bands import QUANTUM, Calibration, ListBands, leave_one_out, run_key, shipped_calibration
 from bcgprof.analysis.predict.layers import predict_layers
 from bcgprof.analysis.predict.lists import predict_buckets
+from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 from bcgprof.analysis.predict.prediction import prediction_json
 from bcgprof.report import read_report
-from bcgprof.report.summaries import needs_free_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
@@ -109,7 +109,7 @@ def test_the_layer_checks_are_what_the_committed_layer_sets_predict(cal, committ
             assert (new.low_bytes, new.high_bytes) == (old.low_bytes, old.high_bytes), (old.full, old.mode)
         target = read_report(ROOT / old.full)
         rows = [r for r in target.buckets if r.mode == old.mode and r.rank == 0]
-        assert old.measured_needs_free_bytes == needs_free_bytes(rows)
+        assert old.measured_needs_free_bytes == measured_needs_free_bytes(rows)
 
 
 def test_held_out_lists_are_the_other_lists_of_the_traced_profiles_configuration(cal, committed):

@@ -60,13 +60,13 @@ def test_two_and_four_layers_predict_the_free_memory_the_full_depth_needed_on_th
     """The needs-free figure at full depth, from 2 and 4 layers, lies inside its band around the measured one;
     the models whose warm-ups cache the same at every depth (all but Qwen3-30B-A3B's per-bucket list, where
     the full depth cached one more MoE intermediate) within two NVML steps."""
-    from bcgprof.report.summaries import needs_free_bytes
+    from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 
     measured = read_report(f"reports/{full}")
     pred = predict_layers([read_report(f"reports/{few}/layers-2"), read_report(f"reports/{few}/layers-4")])
     for m in pred.modes:
-        truth = needs_free_bytes([r for r in measured.buckets if r.mode == m.mode and r.rank == 0])
-        h = m.headroom
+        truth = measured_needs_free_bytes([r for r in measured.buckets if r.mode == m.mode and r.rank == 0])
+        h = m.needs_free
         assert h is not None and truth is not None
         assert h.needs_free_bytes - h.band_bytes <= truth <= h.needs_free_bytes + h.band_bytes, m.mode
         if (full, m.mode) != ("qwen3-30b-a3b-h200", "per-bucket"):

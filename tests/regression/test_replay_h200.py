@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from bcgprof.analysis.predict.lists import predict_buckets
+from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 from bcgprof.report import read_report
-from bcgprof.report.summaries import needs_free_bytes
 
 REFERENCES = {  # profile prefix -> the lists captured on the H200 besides the profile's own
     "gpt-oss-20b-h200": ["sparse", "subset20", "snapshot", "second-13824-per-bucket",
@@ -100,7 +100,7 @@ def test_the_prediction_committed_before_the_capture_is_what_predict_gives_and_i
         rows = _rows(measured, mode)
         pred = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode)
         assert (saved[mode]["pool_bytes"], saved[mode]["device_used_bytes"]) == (pred.pool_bytes, pred.device_used_bytes)
-        measured_needs = needs_free_bytes(rows)
+        measured_needs = measured_needs_free_bytes(rows)
         assert measured_needs is not None
         assert saved[mode]["low_bytes"] <= next(x.device_used_bytes for x in measured.summary if x.mode == mode) \
             <= saved[mode]["high_bytes"], mode

@@ -34,8 +34,8 @@ def _every_list(report, mode):
         for rest in itertools.combinations(candidates[:-1], k):
             chosen = [*rest, candidates[-1]]
             m = predict_buckets(report, chosen, [mode], profile=profile).mode(mode)
-            assert m is not None and m.headroom is not None
-            out.append((padding_pct(chosen, weights, requested), m.high_bytes, m.headroom.needs_free_bytes, chosen))
+            assert m is not None and m.needs_free is not None
+            out.append((padding_pct(chosen, weights, requested), m.high_bytes, m.needs_free.needs_free_bytes, chosen))
     return out
 
 
@@ -58,12 +58,12 @@ def test_the_advice_is_the_least_padded_list_within_both_the_budget_and_the_free
 def test_too_little_free_for_the_largest_bucket_alone_is_refused(synthetic):
     alone = predict_buckets(synthetic, [max(synthetic.run.buckets)], ["per-bucket"]).mode("per-bucket")
     with pytest.raises(AdviceError, match="largest bucket alone needs .* free"):
-        advise(synthetic, 10 * 2**30, mode="per-bucket", free=alone.headroom.needs_free_bytes - 1)
+        advise(synthetic, 10 * 2**30, mode="per-bucket", free=alone.needs_free.needs_free_bytes - 1)
 
 
 def test_the_cli_prints_and_writes_the_free_constraint(synthetic):
     alone = predict_buckets(synthetic, [max(synthetic.run.buckets)], ["shared"]).mode("shared")
-    free = alone.headroom.needs_free_bytes + 64 * MIB
+    free = alone.needs_free.needs_free_bytes + 64 * MIB
     runner = CliRunner()
     r = runner.invoke(app, ["advise", "--from", str(synthetic.path), "--budget", "8GiB", "--mode", "shared",
                             "--free", f"{free // MIB}MiB", "-f", "json"])

@@ -64,16 +64,16 @@ def test_layer_extrapolation_reproduces_a_capture_that_follows_the_laws(tmp_path
 
 
 def test_the_free_memory_a_deeper_capture_needs_adds_the_executables_not_the_warm_up(tmp_path):
-    from bcgprof.report.summaries import needs_free_bytes
+    from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 
     two, four, twelve = (_synthetic(tmp_path, n) for n in (2, 4, 12))
     pred = predict_layers([two, four], layers=12, free=1 << 30)
     for m in pred.modes:
-        truth = needs_free_bytes([r for r in twelve.buckets if r.mode == m.mode])
-        shallow = needs_free_bytes([r for r in four.buckets if r.mode == m.mode])
+        truth = measured_needs_free_bytes([r for r in twelve.buckets if r.mode == m.mode])
+        shallow = measured_needs_free_bytes([r for r in four.buckets if r.mode == m.mode])
         assert truth > shallow  # twelve layers keep more executables before the tightest bucket
-        assert abs(m.headroom.needs_free_bytes - truth) <= 0.001 * truth, m.mode
-        assert m.headroom.band_bytes > 0 and m.headroom.fits
+        assert abs(m.needs_free.needs_free_bytes - truth) <= 0.001 * truth, m.mode
+        assert m.needs_free.band_bytes > 0 and m.needs_free.fits
 
 
 @pytest.mark.parametrize("change, message", [

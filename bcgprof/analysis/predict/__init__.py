@@ -9,7 +9,7 @@ The modules, each with one job, from the traces up:
   a list is replayed from), :mod:`.replay`, :mod:`.fold` (repeated layers skipped, exactly),
   :mod:`.interpolate` (a bucket not profiled, from its neighbours), :mod:`.layout_spread`;
 * the figures: :mod:`.lists` (bucket lists, from a traced profile), :mod:`.executables` and
-  :mod:`.fit`, :mod:`.possible`, :mod:`.headroom` (the free memory a capture needs), :mod:`.bands`
+  :mod:`.fit`, :mod:`.possible`, :mod:`.needs_free` (the free memory a capture needs), :mod:`.bands`
   and :mod:`.calibrate` (the bands and their evidence, ``bands.json``);
 * advice: :mod:`.advise`, :mod:`.padding`, :mod:`.programme`.
 

@@ -11,7 +11,7 @@ its error band. The largest profiled bucket is always kept: it is the chunk size
 With ``free`` (``advise --free SIZE``) the list must also capture with SIZE free on the device
 when its first warm-up begins, as a server's start-up has it: a capture needs more than it
 keeps, since each bucket's eager warm-up leaves its blocks cached while the pool grows
-(:mod:`bcgprof.analysis.predict.headroom`). A candidate that fits the budget is kept only if its
+(:mod:`bcgprof.analysis.predict.needs_free`). A candidate that fits the budget is kept only if its
 replayed need (the largest over its buckets of what earlier buckets kept plus the bucket's
 warm-up cache, pool growth and executables) is within SIZE; that reads the prediction the
 budget check made, so it adds no replay, but the search then goes on to more padded lists.
@@ -80,6 +80,7 @@ import numpy as np
 
 from bcgprof.analysis.predict.bands import TOO_WIDE
 from bcgprof.analysis.predict.lists import BucketProfile, PredictionError, bucket_profile, list_band, predict_buckets
+from bcgprof.analysis.predict.needs_free import warmup_cache_bytes
 from bcgprof.analysis.predict.padding import Padding, length_weights, padding_of, padding_pct, read_lengths
 from bcgprof.analysis.predict.prediction import ModePrediction
 from bcgprof.analysis.predict.programme import (
@@ -139,7 +140,7 @@ def advise(report: Report, budget: int, *, mode: str = ListMode.SHARED_LARGEST.v
     """The bucket list with the least expected padding whose predicted ``mode`` cost fits ``budget`` bytes.
 
     ``free``: the free memory (NVML) when the first bucket's warm-up begins, as a server start-up has it; the
-    list must also capture with that much free (:attr:`bcgprof.analysis.predict.headroom.Headroom.needs_free_bytes`:
+    list must also capture with that much free (:attr:`bcgprof.analysis.predict.needs_free.NeedsFree.needs_free_bytes`:
     the warm-ups' cached blocks and the pool's growth meet at each bucket's peak). Every candidate list keeps
     the profile's largest bucket, so its need is replayed, not bounded."""
     if mode not in ADVISE_MODES:
@@ -170,11 +171,11 @@ def advise(report: Report, budget: int, *, mode: str = ListMode.SHARED_LARGEST.v
                           f"mode, above the budget of {budget / MIB:.0f} MiB; raise --budget or profile a smaller "
                           "largest bucket")
     if free is not None:
-        if alone.headroom is None:
+        if alone.needs_free is None:
             raise AdviceError(f"{report.path} cannot say what free memory a capture needs (its allocator traces lack "
                               "the warm-ups); re-capture it with this version of bcgprof to use --free")
-        if alone.headroom.needs_free_bytes > free:
-            raise AdviceError(f"the largest bucket alone needs {alone.headroom.needs_free_bytes / MIB:.0f} MiB free in "
+        if alone.needs_free.needs_free_bytes > free:
+            raise AdviceError(f"the largest bucket alone needs {alone.needs_free.needs_free_bytes / MIB:.0f} MiB free in "
                               f"{mode} mode, more than --free {free / MIB:.0f} MiB; free more memory or profile a "
                               "smaller largest bucket")
     later = {r.bucket: r for r in whole.buckets if r.order > 0}
@@ -227,7 +228,7 @@ def advise(report: Report, budget: int, *, mode: str = ListMode.SHARED_LARGEST.v
     return Advice(mode=mode, budget_bytes=budget, buckets=chosen, predicted_bytes=cost, high_bytes=high,
                   expected_padding_pct=round(pct, 4), curve=curve, lengths_source=source,
                   notes=notes, low_bytes=final.low_bytes, exact=final.exact, band_source=final.band_source, work=work,
-                  needs_free_bytes=final.headroom.needs_free_bytes if final.headroom else None, free_bytes=free)
+                  needs_free_bytes=final.needs_free.needs_free_bytes if final.needs_free else None, free_bytes=free)
 
 
 BAND_LENGTHS = (1, 3, 8, 20, 50)  # list lengths at which the band's growth per bucket is charged
@@ -399,7 +400,7 @@ class _Search:
         return self._exact(chosen)
 
     def _free_floor(self, chosen: tuple[int, ...]) -> int:
-        """At most the free memory the list needs (:attr:`~bcgprof.analysis.predict.headroom.Headroom.needs_free_bytes`:
+        """At most the free memory the list needs (:attr:`~bcgprof.analysis.predict.needs_free.NeedsFree.needs_free_bytes`:
         the most, over its buckets, of device used after the bucket plus its warm-up's cache), from costs known
         without a replay: device used after a bucket is at least the first bucket's costs outside the pool, each
         later one's so far, and a pool no smaller than the first two buckets' or the bytes kept so far."""
@@ -417,7 +418,7 @@ class _Search:
         within it; the prediction is the one the budget check made, so this costs no replay."""
         if self.free is None:
             return True
-        h = self.predicted(chosen).headroom
+        h = self.predicted(chosen).needs_free
         return h is not None and h.needs_free_bytes <= self.free
 
     def _least_fitting(self, lists: Sequence[tuple[int, ...]], budget: int) -> Optional[tuple[int, tuple[int, ...]]]:
@@ -552,14 +553,14 @@ class _Search:
 
 def _warmup_caches(profile: BucketProfile, mode: str, buckets: Sequence[int]) -> Optional[dict[int, int]]:
     """Each bucket's warm-up cache as the free-memory check counts it (its warm-up's growth less its torch memory
-    outside the pool, :func:`bcgprof.analysis.predict.headroom.traced_headroom`); None where the traces lack a warm-up."""
+    outside the pool, :func:`bcgprof.analysis.predict.needs_free.traced_needs`); None where the traces lack a warm-up."""
     growth, rows = profile.replayer.warmup.get(mode, {}), profile.rows.get(mode, {})
     out = {}
     for b in buckets:
         g, row = growth.get(b), rows.get(b)
         if g is None or row is None:
             return None
-        out[b] = max(0, g.reserved_bytes - (row.torch_reserved_delta_bytes - row.pool_delta_bytes))
+        out[b] = warmup_cache_bytes(g, row.torch_reserved_delta_bytes - row.pool_delta_bytes)
     return out
 
 

@@ -28,9 +28,9 @@ from typing import Optional
 from bcgprof.analysis.predict.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
 from bcgprof.analysis.predict.layers import predict_layers
 from bcgprof.analysis.predict.lists import BucketProfile, PredictionError, bucket_profile, predict_buckets
+from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 from bcgprof.errors import BcgprofError
 from bcgprof.report import Report, RunInfo, read_report
-from bcgprof.report.summaries import needs_free_bytes
 from bcgprof.report.traces import trace_name
 from bcgprof.vocab import BucketStatus, Order, RunStatus, Weights
 
@@ -162,8 +162,8 @@ def _layer_check(members: list[Report], target: Report, root: Path) -> list[Laye
             inputs=tuple(_name(r, root) for r in members), full=_name(target, root), mode=m.mode,
             layers=int(target.run.layers), predicted_bytes=m.device_used_bytes,
             measured_bytes=_total(target, m.mode), low_bytes=m.low_bytes, high_bytes=m.high_bytes,
-            predicted_needs_free_bytes=m.headroom.needs_free_bytes if m.headroom else None,
-            measured_needs_free_bytes=needs_free_bytes([r for r in target.buckets
+            predicted_needs_free_bytes=m.needs_free.needs_free_bytes if m.needs_free else None,
+            measured_needs_free_bytes=measured_needs_free_bytes([r for r in target.buckets
                                                             if r.mode == m.mode and r.rank == 0])))
     return checks
 

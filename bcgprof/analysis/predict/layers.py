@@ -31,10 +31,10 @@ from typing import Optional
 from bcgprof.analysis.predict.bands import layer_band_source, layer_needs_free_band
 from bcgprof.analysis.predict.executables import staircase_slope
 from bcgprof.analysis.predict.fit import Fit, least_squares
-from bcgprof.analysis.predict.headroom import (
-    layered_headroom,
-)
 from bcgprof.analysis.predict.layout_spread import NO_TRACE, layout_spread
+from bcgprof.analysis.predict.needs_free import (
+    layered_needs,
+)
 from bcgprof.analysis.predict.possible import check_executables
 from bcgprof.analysis.predict.prediction import (
     MIB,
@@ -52,7 +52,7 @@ from bcgprof.errors import BcgprofError, PredictionError
 from bcgprof.report import Report
 
 STEADY_LAYERS = 4  # from this depth on one layer's working set sets the pool
-LAYER_HEADROOM = ("each bucket's measured peak above what it kept from the {layers}-layer capture (its eager warm-up's "
+LAYER_NEEDS_FREE = ("each bucket's measured peak above what it kept from the {layers}-layer capture (its eager warm-up's "
                   "cache: one layer's working set, the same at any depth), on top of the predicted kept bytes")
 
 
@@ -179,13 +179,13 @@ def predict_layers(reports: Sequence[Report], layers: Optional[int] = None,
             result.low_bytes, result.high_bytes = result.low_bytes - spread.below, result.high_bytes + spread.above
             result.band_source += f"; {spread.note(counts[deepest])}"
             laid.append(result)  # widened by the pool's layouts, not by the slopes
-        result.headroom = layered_headroom(mode, predicted, per_report[deepest], free_band,
-                                           f"{LAYER_HEADROOM.format(layers=counts[deepest])}; band "
+        result.needs_free = layered_needs(mode, predicted, per_report[deepest], free_band,
+                                           f"{LAYER_NEEDS_FREE.format(layers=counts[deepest])}; band "
                                            f"±{free_band / MIB:.1f} MiB: {free_source}")
         if free is not None:
-            if result.headroom is None:
+            if result.needs_free is None:
                 raise PredictionError(NO_PEAKS.format(path=reports[deepest].path))
-            result.headroom.check(free)
+            result.needs_free.check(free)
         modes.append(result)
     notes.append(_per_layer_note(reports, counts, common[0], steps.get(common[0])))
     notes += too_wide_notes(laid, ": the graph pool depends on where the driver places its segments (see its band); "

@@ -25,12 +25,12 @@ from typing import Optional
 
 from bcgprof.analysis.predict.bands import Band, ListBands
 from bcgprof.analysis.predict.executables import later_executables
-from bcgprof.analysis.predict.headroom import (
-    Headroom,
-    measured_headroom,
-    traced_headroom,
-)
 from bcgprof.analysis.predict.interpolate import line_size, neighbours
+from bcgprof.analysis.predict.needs_free import (
+    NeedsFree,
+    measured_needs,
+    traced_needs,
+)
 from bcgprof.analysis.predict.prediction import (
     MIB,
     NO_PEAKS,
@@ -104,7 +104,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
     """Each mode's cost for another bucket list drawn from the profiled buckets: the pool replayed from the
     allocator traces (:mod:`bcgprof.analysis.predict.replay`), torch memory outside the pool and graph executables from each
     bucket's measured row. ``profile``: the report's :func:`bucket_profile`, when the caller predicts many
-    lists from one report. Each mode's :class:`~bcgprof.analysis.predict.headroom.Headroom` says what free memory the
+    lists from one report. Each mode's :class:`~bcgprof.analysis.predict.needs_free.NeedsFree` says what free memory the
     list needs; ``free``: check it against that many bytes free when the first bucket's warm-up begins."""
     p = profile or bucket_profile(report)
     wanted = sorted(set(int(b) for b in buckets), reverse=True)
@@ -164,7 +164,7 @@ def predict_buckets(report: Report, buckets: Sequence[int], modes: Optional[Sequ
         band = p.bands[mode].band(len(predicted), interpolated)
         result = _banded(mode_totals(mode, predicted, 0.0), band)
         result.exact = replay.exact and not interpolated  # recorded events only
-        result.headroom = _headroom(p, mode, predicted, replay.sources, free)
+        result.needs_free = _needs_free(p, mode, predicted, replay.sources, free)
         result.band_source = f"{POOL_REPLAYED}; {band.source}"
         shift = other.pool_bytes[-1] - replay.pool_bytes[-1]
         if other.pool_bytes != replay.pool_bytes:
@@ -219,8 +219,8 @@ def _executables(p: BucketProfile, mode: str, bucket: int) -> int:
     return round(sum(known) / len(known)) if known else 0
 
 
-def _headroom(p: BucketProfile, mode: str, rows: list[BucketPrediction], sources: Sequence[str],
-              free: Optional[int]) -> Optional[Headroom]:
+def _needs_free(p: BucketProfile, mode: str, rows: list[BucketPrediction], sources: Sequence[str],
+              free: Optional[int]) -> Optional[NeedsFree]:
     """The free memory the list needs: each bucket's warm-up growth from the trace its events came from, with
     the bytes the prediction says it keeps."""
     growth, outside = {}, {}
@@ -234,7 +234,7 @@ def _headroom(p: BucketProfile, mode: str, rows: list[BucketPrediction], sources
     upside = 0
     if rows and rows[0].bucket != p.largest:  # a smaller pre-warm leaves less for the warm-ups to reuse
         upside = max((p.replayer.leftover.get(s, 0) for s in set(sources)), default=0)
-    h = traced_headroom(mode, rows, growth, outside, upside)
+    h = traced_needs(mode, rows, growth, outside, upside)
     return h.check(free) if free is not None else h
 
 
@@ -253,14 +253,14 @@ def predict_own_list(report: Report, free: Optional[int] = None) -> Prediction:
     modes = []
     for mode in report.modes():
         rows = report_rows(report, mode)
-        h = measured_headroom(mode, rows)
+        h = measured_needs(mode, rows)
         if h is None:
             raise PredictionError(NO_PEAKS.format(path=report.path))
         used = sum(r.device_used_delta_bytes for r in rows)
         m = ModePrediction(mode=mode, device_used_bytes=used, pool_bytes=rows[-1].pool_bytes,
                            non_torch_bytes=sum(r.non_torch_delta_bytes for r in rows), low_bytes=used,
                            high_bytes=used, exact=True, band_source="measured")
-        m.headroom = h.check(free) if free is not None else h
+        m.needs_free = h.check(free) if free is not None else h
         modes.append(m)
     return Prediction(kind="buckets", model=report.run.model, gpu=report.run.gpu_name,
                       layers=int(report.run.layers), bucket_list=sorted(report.run.buckets), modes=modes,

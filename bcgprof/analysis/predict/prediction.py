@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bcgprof.analysis.predict.bands import TOO_WIDE, too_wide
-from bcgprof.analysis.predict.headroom import (
-    Headroom,
-    headroom_json,
+from bcgprof.analysis.predict.needs_free import (
+    NeedsFree,
+    needs_free_json,
 )
 from bcgprof.analysis.predict.possible import check_possible
 from bcgprof.errors import PredictionError
@@ -58,7 +58,7 @@ class ModePrediction:
     band_source: str = ""  # what the band was derived from
     band_lists: int = 0  # held-out lists behind the band (bucket lists; 0: no evidence)
     band_max_abs_error_bytes: Optional[int] = None  # the largest residual among them
-    headroom: Optional[Headroom] = None  # the free memory the list needs (bucket lists; None for layer predictions)
+    needs_free: Optional[NeedsFree] = None  # the free memory the list needs (bucket lists; None for layer predictions)
     other_placement_pool_bytes: Optional[int] = None  # the pool with new segments placed the other way, if it differs
 
     @property
@@ -135,7 +135,7 @@ def prediction_json(pred: Prediction) -> dict:
                    "band_low_bytes": m.low_bytes, "band_high_bytes": m.high_bytes, "band_lists": m.band_lists,
                    "band_max_abs_error_bytes": m.band_max_abs_error_bytes, "band_too_wide": m.band_too_wide,
                    "other_placement_pool_bytes": m.other_placement_pool_bytes,
-                   **headroom_json(m.headroom),
+                   **needs_free_json(m.needs_free),
                    "rows": [{"bucket": r.bucket, "order": r.order, "segments": r.segments,
                              "graph_nodes": r.graph_nodes, "pool_bytes": r.pool_bytes,
                              "pool_delta_bytes": r.pool_delta_bytes,

@@ -25,8 +25,8 @@ from typing import Optional
 from bcgprof.analysis.predict.allocator import AllocatorError, Settings, check_settings, round_size
 from bcgprof.analysis.predict.bucket_ops import BucketOps
 from bcgprof.analysis.predict.fold import ALLOC, FREE
-from bcgprof.analysis.predict.headroom import WarmupGrowth
 from bcgprof.analysis.predict.interpolate import Pattern, interpolated_ops, neighbours, pair_pattern
+from bcgprof.analysis.predict.needs_free import WarmupGrowth
 from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet, TraceSetError
 from bcgprof.report.traces import TraceError
 from bcgprof.vocab import Mode

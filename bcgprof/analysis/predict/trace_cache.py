@@ -49,7 +49,7 @@ DERIVED_BY = (
     "bcgprof.analysis.predict.replay",
     "bcgprof.analysis.predict.fold",
     "bcgprof.analysis.predict.interpolate",
-    "bcgprof.analysis.predict.headroom",
+    "bcgprof.analysis.predict.needs_free",
     "bcgprof.analysis.predict.layout_spread",
 )
 

@@ -43,7 +43,7 @@ from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.allocator import K_MIN_BLOCK_SIZE
 from bcgprof.analysis.predict.bucket_ops import OPS, BucketOps, fold_of
 from bcgprof.analysis.predict.fold import ALLOC, FREE
-from bcgprof.analysis.predict.headroom import WarmupGrowth, prewarm_leftover, warmup_growth
+from bcgprof.analysis.predict.needs_free import WarmupGrowth, prewarm_leftover, warmup_growth
 from bcgprof.report.trace_read import (
     ACTION,
     ACTIONS,

@@ -1,4 +1,5 @@
-"""The free device memory a capture needs, bucket by bucket, and the first bucket that runs out.
+"""The free device memory a capture needs ("needs free"), bucket by bucket, and the first bucket that
+runs out: the one computation of it, measured or predicted (:func:`needs_free_bytes`).
 
 A capture needs more free memory than it keeps. Bucket by bucket (:mod:`bcgprof.measure.capture`):
 
@@ -17,7 +18,9 @@ every other cached block (``release_cached_blocks``) only when ``captures_underw
 the warm-up's cache and the capture's growth meet at the bucket's peak: it needs
 ``W + G + X`` free above the level it started from, and keeps ``kept`` (``G + X`` and any torch
 memory outside the pool, which the warm-up allocated and ``W`` already counts). The free memory
-before bucket ``k`` is the free memory before the first bucket less what buckets ``1..k-1`` kept.
+before bucket ``k`` is the free memory before the first bucket less what buckets ``1..k-1`` kept,
+so a list needs free the most, over its buckets, of that bucket's need on top of what the earlier
+buckets kept (:func:`needs_free_bytes`; every figure of it, on screen or in JSON, is this one).
 
 Given ``F`` free when the first bucket's warm-up begins, the first bucket ``k`` whose free
 memory is below its need cannot capture as profiled. What happens there:
@@ -50,10 +53,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from bcgprof.report.summaries import bucket_need_bytes
 from bcgprof.vocab import BucketStatus
 
 if TYPE_CHECKING:
+    from bcgprof.report.schema import BucketRecord
     from bcgprof.report.traces import Trace
 
 CAPTURE = "capture"
@@ -121,8 +124,42 @@ class BucketNeed:
     warmup_floor_bytes: Optional[int] = None  # P: the warm-up's allocated peak, when the trace has it
 
 
+def free_before(needs: Sequence[BucketNeed]) -> list[int]:
+    """What the buckets before each one kept: the free memory before bucket ``k`` is the free memory
+    before the first less this."""
+    out, kept = [], 0
+    for b in needs:
+        out.append(kept)
+        kept += b.kept_bytes
+    return out
+
+
+def peaks(needs: Sequence[BucketNeed]) -> list[int]:
+    """Each bucket's need on top of what the earlier buckets kept (capture order)."""
+    return [before + b.need_bytes for before, b in zip(free_before(needs), needs, strict=True)]
+
+
+def needs_free_bytes(needs: Sequence[BucketNeed]) -> int:
+    """The least free memory, when the first bucket's warm-up begins, with which every bucket captures as
+    profiled: the highest of :func:`peaks` (0 for no bucket)."""
+    return max(peaks(needs), default=0)
+
+
+def bucket_need_bytes(r: BucketRecord) -> int:
+    """One bucket's measured need above the level before it: its sampled NVML peak, or what it kept when
+    the sampler saw less."""
+    assert r.device_peak_delta_bytes is not None
+    return max(r.device_peak_delta_bytes, r.device_used_delta_bytes)
+
+
+def warmup_cache_bytes(growth: WarmupGrowth, outside: int) -> int:
+    """What a bucket's warm-up caches beyond what the bucket keeps: its ordinary pools' growth less the
+    torch memory outside the graph pool that the bucket keeps (counted once, as kept)."""
+    return max(0, growth.reserved_bytes - outside)
+
+
 @dataclass
-class Headroom:
+class NeedsFree:
     """What one mode's list needs free when its first bucket's warm-up begins, and what it keeps."""
 
     mode: str
@@ -143,15 +180,15 @@ class Headroom:
 
     @property
     def needs_free_bytes(self) -> int:
-        """The least free memory with which every bucket captures as profiled."""
-        return max((before + b.need_bytes for before, b in zip(self._before(), self.buckets, strict=True)), default=0)
+        """The least free memory with which every bucket captures as profiled (:func:`needs_free_bytes`)."""
+        return needs_free_bytes(self.buckets)
 
     @property
     def tightest(self) -> Optional[BucketNeed]:
         """The bucket where the need peaks (the first, on a tie)."""
         if not self.buckets:
             return None
-        totals = [before + b.need_bytes for before, b in zip(self._before(), self.buckets, strict=True)]
+        totals = peaks(self.buckets)
         return self.buckets[totals.index(max(totals))]
 
     @property
@@ -172,19 +209,12 @@ class Headroom:
         return bool(self.fits) and self.free_bytes is not None and \
             self.free_bytes - self.needs_free_bytes < self.band_bytes
 
-    def _before(self) -> list[int]:
-        out, kept = [], 0
-        for b in self.buckets:
-            out.append(kept)
-            kept += b.kept_bytes
-        return out
-
-    def check(self, free_bytes: int) -> Headroom:
+    def check(self, free_bytes: int) -> NeedsFree:
         """Set the first bucket that cannot capture as profiled with ``free_bytes`` free, and where it fails."""
         self.free_bytes = free_bytes
         self.first_oom = self.first_oom_phase = self.first_oom_free_bytes = None
         self.first_oom_certain = False
-        for before, b in zip(self._before(), self.buckets, strict=True):
+        for before, b in zip(free_before(self.buckets), self.buckets, strict=True):
             free = free_bytes - before
             if free >= b.need_bytes:
                 continue
@@ -212,7 +242,7 @@ MEASURED = "measured: each bucket's NVML peak (sampled) and kept bytes"
 TRACED = "the warm-up's cached segments from the allocator traces; kept bytes as predicted"
 
 
-def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
+def measured_needs(mode: str, rows: Sequence) -> Optional[NeedsFree]:
     """From one mode's bucket rows (capture order, all ``ok``): each bucket's measured peak above the level
     before it (``device_peak_delta_bytes``) and what it kept. None when a row lacks the peak (a report
     written before it was recorded) or a bucket failed."""
@@ -228,18 +258,26 @@ def measured_headroom(mode: str, rows: Sequence) -> Optional[Headroom]:
         # the allocated peak (warm-up and capture) is the least a warm-up under pressure needs
         needs.append(BucketNeed(r.bucket, r.order, kept, need, warmup_bytes=need - kept + outside,
                                 warmup_floor_bytes=r.peak_transient_bytes))
-    return Headroom(mode, MEASURED, needs)
+    return NeedsFree(mode, MEASURED, needs)
 
 
-def layered_headroom(mode: str, predicted: Sequence, deep_rows: Sequence, band_bytes: int,
-                     source: str) -> Optional[Headroom]:
+def measured_needs_free_bytes(rows: Sequence[BucketRecord]) -> Optional[int]:
+    """The free memory one mode's capture needed when its first bucket's warm-up began, from its rows
+    (any order): :func:`needs_free_bytes` of :func:`measured_needs`. None when a bucket failed or a row
+    lacks the peak (a report written before it was recorded)."""
+    h = measured_needs("", sorted(rows, key=lambda r: r.order))
+    return h.needs_free_bytes if h is not None else None
+
+
+def layered_needs(mode: str, predicted: Sequence, deep_rows: Sequence, band_bytes: int,
+                     source: str) -> Optional[NeedsFree]:
     """At another layer count: each bucket's measured peak above what it kept, from the deepest few-layer
     capture's rows (``deep_rows``), on top of what the prediction says it keeps (``predicted``: rows with
     ``device_used_delta_bytes``, same buckets and order). The part above what a bucket keeps is its eager
     warm-up's cache, one layer's working set at a time, so it does not grow with depth; what the buckets
     keep (executables) does. ``band_bytes``: how far the figure may be off either way (calibrated against
     deeper captures, :func:`bcgprof.analysis.predict.bands.layer_needs_free_band`)."""
-    h = measured_headroom(mode, deep_rows)
+    h = measured_needs(mode, deep_rows)
     if h is None or [b.bucket for b in h.buckets] != [r.bucket for r in predicted]:
         return None
     for b, r in zip(h.buckets, predicted, strict=True):
@@ -250,8 +288,8 @@ def layered_headroom(mode: str, predicted: Sequence, deep_rows: Sequence, band_b
     return h
 
 
-def traced_headroom(mode: str, rows: Sequence, growth: dict[int, WarmupGrowth],
-                    outside: dict[int, int], upside: int = 0) -> Headroom:
+def traced_needs(mode: str, rows: Sequence, growth: dict[int, WarmupGrowth],
+                    outside: dict[int, int], upside: int = 0) -> NeedsFree:
     """From predicted rows (``bucket``, ``order``, ``device_used_delta_bytes``) and each bucket's warm-up
     growth; ``outside``: each bucket's torch memory outside the pool, which its warm-up's growth counts
     and which it keeps (so it is not counted twice). ``upside``: bytes every warm-up may cache beyond the
@@ -261,17 +299,17 @@ def traced_headroom(mode: str, rows: Sequence, growth: dict[int, WarmupGrowth],
     for r in rows:
         g = growth[r.bucket]
         kept = r.device_used_delta_bytes
-        cached = max(0, g.reserved_bytes - outside.get(r.bucket, 0)) + upside
+        cached = warmup_cache_bytes(g, outside.get(r.bucket, 0)) + upside
         needs.append(BucketNeed(r.bucket, r.order, kept, cached + kept, warmup_bytes=g.reserved_bytes + upside,
                                 warmup_floor_bytes=g.allocated_peak_bytes))
-    h = Headroom(mode, TRACED if not upside else f"{TRACED}; an upper bound: {upside / 2**20:.0f} MiB more per "
+    h = NeedsFree(mode, TRACED if not upside else f"{TRACED}; an upper bound: {upside / 2**20:.0f} MiB more per "
                  "warm-up, what the profile's pre-warm left for later warm-ups", needs)
     h.upper_bound = bool(upside)
     return h
 
 
-def headroom_json(h: Optional[Headroom]) -> dict:
-    """The headroom fields of a mode's JSON entry (nulls when unknown)."""
+def needs_free_json(h: Optional[NeedsFree]) -> dict:
+    """The needs-free fields of a mode's JSON entry (nulls when unknown)."""
     if h is None:
         return {"needs_free_bytes": None, "keeps_bytes": None, "tightest_bucket": None, "headroom_source": None,
                 "needs_free_upper_bound": None, "needs_free_low_bytes": None, "needs_free_high_bytes": None,

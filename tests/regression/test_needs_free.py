@@ -1,13 +1,13 @@
 """The free memory a capture needs against the committed H200 captures that the rule must reproduce: the traced
 profile's measured peaks, the other lists captured beside it, the own list without traces, and captures under
-memory pressure. The rule on synthetic buckets: tests/unit/test_headroom.py."""
+memory pressure. The rule on synthetic buckets: tests/unit/test_needs_free.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from bcgprof.analysis.predict.headroom import WARMUP, measured_headroom
 from bcgprof.analysis.predict.lists import predict_buckets, predict_own_list
+from bcgprof.analysis.predict.needs_free import WARMUP, measured_needs
 from bcgprof.report import read_report
 
 MIB = 1 << 20
@@ -28,8 +28,8 @@ def test_the_traces_account_for_every_measured_peak_of_the_profile(profile):
     report, p = profile
     for mode in report.modes():
         rows = sorted((r for r in report.buckets if r.mode == mode), key=lambda r: r.order)
-        traced = predict_buckets(report, report.run.buckets, [mode], profile=p).mode(mode).headroom
-        measured = measured_headroom(mode, rows)
+        traced = predict_buckets(report, report.run.buckets, [mode], profile=p).mode(mode).needs_free
+        measured = measured_needs(mode, rows)
         assert [b.bucket for b in traced.buckets] == [r.bucket for r in rows]
         for t, m in zip(traced.buckets, measured.buckets, strict=True):
             assert abs(t.need_bytes - m.need_bytes) <= 4.5 * MIB, (mode, t.bucket)
@@ -42,9 +42,9 @@ def test_other_lists_need_what_they_measured_on_the_h200(profile, name):
     measured = read_report(f"reports/gpt-oss-20b-h200-{name}")
     for mode in measured.modes():
         rows = sorted((r for r in measured.buckets if r.mode == mode), key=lambda r: r.order)
-        h = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode).headroom
+        h = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode).needs_free
         assert not h.upper_bound
-        assert abs(h.needs_free_bytes - measured_headroom(mode, rows).needs_free_bytes) <= 2 * MIB, mode
+        assert abs(h.needs_free_bytes - measured_needs(mode, rows).needs_free_bytes) <= 2 * MIB, mode
         for t, r in zip(h.buckets, rows, strict=True):  # never under, by more than NVML's steps
             assert t.need_bytes >= r.device_peak_delta_bytes - 4.5 * MIB, (mode, r.bucket)
 
@@ -54,17 +54,17 @@ def test_a_smaller_largest_bucket_gives_an_upper_bound_that_holds(profile):
     measured = read_report("reports/gpt-oss-20b-h200-sparse")  # 8192 first: its warm-ups cached more
     for mode in measured.modes():
         rows = sorted((r for r in measured.buckets if r.mode == mode), key=lambda r: r.order)
-        h = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode).headroom
-        actual = measured_headroom(mode, rows).needs_free_bytes
+        h = predict_buckets(report, [r.bucket for r in rows], [mode], profile=p).mode(mode).needs_free
+        actual = measured_needs(mode, rows).needs_free_bytes
         assert h.upper_bound and actual <= h.needs_free_bytes <= actual + 200 * MIB, mode
 
 
 def test_the_own_list_without_traces_uses_the_measured_peaks():
     pred = predict_own_list(read_report("reports/llama-3.1-8b-h200"), free=5164 * MIB)
-    per_bucket = pred.mode("per-bucket").headroom
+    per_bucket = pred.mode("per-bucket").needs_free
     assert per_bucket.source.startswith("measured") and per_bucket.first_oom.bucket == 14336
     assert per_bucket.first_oom.order == 4 and per_bucket.first_oom_certain
-    assert pred.mode("shared").headroom.fits
+    assert pred.mode("shared").needs_free.fits
 
 
 # Captured on the H200 under memory held by another process (benchmarks/gpu/free_check.py): report -> its profile
@@ -79,7 +79,7 @@ def test_under_memory_pressure_the_predicted_bucket_failed_first(name):
     rows = sorted(measured.buckets, key=lambda r: r.order)
     first = rows[0]
     free = first.free_bytes + first.device_used_delta_bytes  # NVML free when the first warm-up began
-    h = predict_own_list(read_report(f"reports/{PRESSURE[name]}"), free=free).mode("per-bucket").headroom
+    h = predict_own_list(read_report(f"reports/{PRESSURE[name]}"), free=free).mode("per-bucket").needs_free
     failed = next((r for r in rows if r.status != "ok"), None)
     if h.first_oom is not None and h.first_oom_certain:
         assert failed is not None and (failed.bucket, failed.status) == (h.first_oom.bucket, "oom")
@@ -115,6 +115,6 @@ def test_a_report_written_before_the_ledger_counts_memory_outside_the_pool_in_ea
     shared = sorted((r for r in report.buckets if r.mode == "shared"), key=lambda r: r.order)
     assert shared[0].outside_pool_delta_bytes > 0  # the shared buffer
     without = [replace(r, outside_pool_delta_bytes=None) for r in shared]
-    full, old = measured_headroom("shared", shared), measured_headroom("shared", without)
+    full, old = measured_needs("shared", shared), measured_needs("shared", without)
     assert [b.warmup_bytes for b in old.buckets] == [b.warmup_bytes for b in full.buckets]
     assert old.needs_free_bytes == full.needs_free_bytes
