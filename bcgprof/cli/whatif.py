@@ -17,21 +17,34 @@ from bcgprof.options import DEFAULT_MODEL
 from bcgprof.vocab import Format, ListMode, Phase
 
 MAX_PREDICT_LAYERS = 4096  # deeper than any model; a larger --num-layers is a typing mistake
-MIN_PREDICT_LAYERS = 4  # analysis.predict.layers.STEADY_LAYERS (not imported: the CLI loads analysis on use)
+# analysis.predict.layers.STEADY_LAYERS (not imported: the CLI loads analysis on use)
+MIN_PREDICT_LAYERS = 4
 
 
 @app.command()
 @command
 def estimate(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
-                              help="Model preset name, path to a config.json, or a checkpoint directory holding one."),
+    model: str = typer.Option(
+        DEFAULT_MODEL,
+        "--model",
+        "-m",
+        help="Model preset name, path to a config.json, or a checkpoint directory holding one.",
+    ),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
-    phase: Phase = typer.Option(Phase.PREFILL, help="prefill: buckets are token counts; decode: batch sizes "
-                                                    "(one output row per sequence)."),
-    max_tokens: int = typer.Option(16384, help="Cap, in tokens, of the sglang-prefill preset; 1 to 1048576."),
-    max_bs: int = typer.Option(256, help="Cap, in sequences, of the sglang-decode preset; 1 to 1048576."),
-    dtype: Optional[str] = typer.Option(None, help="Output dtype: bfloat16, float16 or float32. "
-                                                   "Default: the model config's dtype."),
+    phase: Phase = typer.Option(
+        Phase.PREFILL,
+        help="prefill: buckets are token counts; decode: batch sizes "
+        "(one output row per sequence).",
+    ),
+    max_tokens: int = typer.Option(
+        16384, help="Cap, in tokens, of the sglang-prefill preset; 1 to 1048576."
+    ),
+    max_bs: int = typer.Option(
+        256, help="Cap, in sequences, of the sglang-decode preset; 1 to 1048576."
+    ),
+    dtype: Optional[str] = typer.Option(
+        None, help="Output dtype: bfloat16, float16 or float32. Default: the model config's dtype."
+    ),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
 ) -> None:
     """Output buffers per bucket: analytic, not measured (no GPU needed).
@@ -74,40 +87,62 @@ def explain(
     from bcgprof.render.analysis import explain_view
     from bcgprof.report import read_report
 
-    render(explain_view(explain_report(read_report(report))), format.value, stdout_console(), wide=wide)
+    render(
+        explain_view(explain_report(read_report(report))), format.value, stdout_console(), wide=wide
+    )
     flush_stdout()
 
 
 @app.command(cls=renamed(options={"--layers": "--num-layers"}))
 @command
 def predict(
-    source: list[Path] = typer.Option(..., "--from", metavar="REPORT",
-                                      help="A profile report; give two or more at different --num-layers (or the "
-                                      "directory `capture --num-layers 2,4` wrote) to predict another layer count, "
-                                      "one to predict --buckets.",
-                                      show_default=False),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=MIN_PREDICT_LAYERS, max=MAX_PREDICT_LAYERS,
-                                             help=f"Layer count to predict, {MIN_PREDICT_LAYERS} to "
-                                                  f"{MAX_PREDICT_LAYERS} (default: the model's full depth; below "
-                                                  f"{MIN_PREDICT_LAYERS} layers the graph pool has not settled, so "
-                                                  "those counts are refused)."),
-    buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help="Another bucket list within the "
-                                          "profiled range, to predict from one profile (buckets between "
-                                          "profiled ones are interpolated and labelled so)."),
+    source: list[Path] = typer.Option(
+        ...,
+        "--from",
+        metavar="REPORT",
+        help="A profile report; give two or more at different --num-layers (or the "
+        "directory `capture --num-layers 2,4` wrote) to predict another layer count, "
+        "one to predict --buckets.",
+        show_default=False,
+    ),
+    num_layers: Optional[int] = typer.Option(
+        None,
+        "--num-layers",
+        min=MIN_PREDICT_LAYERS,
+        max=MAX_PREDICT_LAYERS,
+        help=f"Layer count to predict, {MIN_PREDICT_LAYERS} to "
+        f"{MAX_PREDICT_LAYERS} (default: the model's full depth; below "
+        f"{MIN_PREDICT_LAYERS} layers the graph pool has not settled, so "
+        "those counts are refused).",
+    ),
+    buckets: Optional[str] = typer.Option(
+        None,
+        "--buckets",
+        "-b",
+        help="Another bucket list within the "
+        "profiled range, to predict from one profile (buckets between "
+        "profiled ones are interpolated and labelled so).",
+    ),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
-    rows: bool = typer.Option(False, "--rows", help="Also print every bucket's predicted row (json always has "
-                              "them)."),
-    free: Optional[str] = typer.Option(None, "--free", metavar="SIZE", help="Check each mode (of --buckets, "
-                                       "of the profile's own list, or at --num-layers) against SIZE free on the device "
-                                       "(NVML) when the first bucket's warm-up begins, e.g. 4GiB: whether it fits, "
-                                       "else the first bucket that runs out."),
+    rows: bool = typer.Option(
+        False, "--rows", help="Also print every bucket's predicted row (json always has them)."
+    ),
+    free: Optional[str] = typer.Option(
+        None,
+        "--free",
+        metavar="SIZE",
+        help="Check each mode (of --buckets, "
+        "of the profile's own list, or at --num-layers) against SIZE free on the device "
+        "(NVML) when the first bucket's warm-up begins, e.g. 4GiB: whether it fits, "
+        "else the first bucket that runs out.",
+    ),
 ) -> None:
     """Predict a capture's cost without running it (no GPU needed).
 
     With several reports that differ only in their layer count: every mode's totals and bucket rows
     at --num-layers, with an error band. With one report and --buckets: each mode's cost for that
-    bucket list (see the docs for how it is modelled and how well it holds). Labelled "predicted, not
-    measured".
+    bucket list (see the docs for how it is modelled and how well it holds). Labelled "predicted,
+    not measured".
     """
     from bcgprof.analysis.predict.layers import predict_layers
     from bcgprof.analysis.predict.lists import PredictionError, predict_buckets, predict_own_list
@@ -121,15 +156,25 @@ def predict(
     free_bytes = _size(free, "--free") if free is not None else None
     if buckets is not None:
         if len(reports) != 1:
-            held = f" ({source[0]} holds {len(reports)} layer reports: name one of them)" if len(source) == 1 else ""
-            raise PredictionError(f"--buckets predicts from one profile; pass a single --from report{held}")
+            held = (
+                f" ({source[0]} holds {len(reports)} layer reports: name one of them)"
+                if len(source) == 1
+                else ""
+            )
+            raise PredictionError(
+                f"--buckets predicts from one profile; pass a single --from report{held}"
+            )
         if num_layers is not None:
-            raise PredictionError("predict either another layer count (several --from) or another bucket list "
-                                  "(--buckets), not both at once")
+            raise PredictionError(
+                "predict either another layer count (several --from) or another bucket list "
+                "(--buckets), not both at once"
+            )
         profiled = reports[0].run.buckets
         if not profiled:
-            raise PredictionError(f"{source[0]} lists no buckets in run.json; predict from a report that profiled "
-                                  "some")
+            raise PredictionError(
+                f"{source[0]} lists no buckets in run.json; predict from a report that profiled "
+                "some"
+            )
         wanted = parse_buckets(buckets, max_tokens=max(profiled), max_bs=max(profiled))
         prediction = predict_buckets(reports[0], wanted, free=free_bytes)
     elif free_bytes is not None and len(reports) == 1 and num_layers is None:
@@ -141,9 +186,9 @@ def predict(
 
 
 def _layer_reports(paths: list[Path]) -> list[Path]:
-    """Each path, or, for a directory that `capture --num-layers` filled, all its layers-N reports (one that
-    cannot be read is then refused by the reader, not left out of the fit). Two names for one depth
-    (layers-4 and layers-04) are refused: which one was meant cannot be known."""
+    """Each path, or, for a directory that `capture --num-layers` filled, all its layers-N reports
+    (one that cannot be read is then refused by the reader, not left out of the fit). Two names for
+    one depth (layers-4 and layers-04) are refused: which one was meant cannot be known."""
     from itertools import pairwise
 
     from bcgprof.inputs import DIRECTORY, MISSING, kind_of
@@ -155,29 +200,38 @@ def _layer_reports(paths: list[Path]) -> list[Path]:
             out.append(path)  # a report, or what reading it says is wrong
             continue
         try:
-            named = sorted((n, d) for d in path.iterdir() if (n := layer_count_of(d.name)) is not None)
+            named = sorted(
+                (n, d) for d in path.iterdir() if (n := layer_count_of(d.name)) is not None
+            )
         except OSError as e:
-            raise BcgprofError(f"cannot read --from {path}: {e.strerror or e}; give a report directory you can "
-                               "read") from None
+            raise BcgprofError(
+                f"cannot read --from {path}: {e.strerror or e}; give a report directory you can "
+                "read"
+            ) from None
         for (n, a), (m, b) in pairwise(named):
             if n == m:
-                raise BcgprofError(f"--from {path} holds two reports for {n} layers, {a.name} and {b.name}; keep "
-                                   "one report per depth")
+                raise BcgprofError(
+                    f"--from {path} holds two reports for {n} layers, {a.name} and {b.name}; keep "
+                    "one report per depth"
+                )
         out.extend([d for _, d in named] if named else [path])
     return out
 
 
 def _check_layer_names(reports: list) -> None:
-    """A report named layers-N (as `capture --num-layers` names them) must record N layers in run.json:
-    a name that says another depth is a renamed or misplaced report, refused rather than fitted."""
+    """A report named layers-N (as `capture --num-layers` names them) must record N layers in
+    run.json: a name that says another depth is a renamed or misplaced report, refused rather than
+    fitted."""
     from bcgprof.analysis.predict.lists import PredictionError
     from bcgprof.report.schema import layer_count_of
 
     for r in reports:
         named = layer_count_of(Path(r.path).name)
         if named is not None and named != r.run.layers:
-            raise PredictionError(f"{r.path} is named for {named} layers but its run.json records {r.run.layers}; "
-                                  "a layer report is named after its depth: rename it or capture it again")
+            raise PredictionError(
+                f"{r.path} is named for {named} layers but its run.json records {r.run.layers}; "
+                "a layer report is named after its depth: rename it or capture it again"
+            )
 
 
 def _size(text: str, option: str = "--budget") -> int:
@@ -190,23 +244,51 @@ def _size(text: str, option: str = "--budget") -> int:
 @app.command()
 @command
 def advise(
-    source: Path = typer.Option(..., "--from", help="A profile report of the full bucket list to choose from.",
-                                show_default=False),
-    budget: str = typer.Option(..., "--budget", help="Capture-memory budget with its unit, e.g. 2.5GiB or 2048MiB.",
-                               show_default=False),
-    lengths: Optional[Path] = typer.Option(None, "--lengths", help="CSV of observed prefill token counts (first "
-                                           "column; a header row is allowed). Default: uniform over the profiled "
-                                           "range.", show_default=False),
-    mode: ListMode = typer.Option(ListMode.SHARED_LARGEST, "--mode", help="The mode the server would run "
-                                  "(the floor captures one bucket, so it has no list to advise)."),
-    free: Optional[str] = typer.Option(None, "--free", metavar="SIZE", help="Also require that the list "
-                                       "captures with SIZE free on the device (NVML) when its first bucket's "
-                                       "warm-up begins, e.g. 5GiB (a capture needs more free than it keeps: the "
-                                       "warm-ups' cached blocks and the pool's growth meet at each bucket's peak).",
-                                       show_default=False),
+    source: Path = typer.Option(
+        ...,
+        "--from",
+        help="A profile report of the full bucket list to choose from.",
+        show_default=False,
+    ),
+    budget: str = typer.Option(
+        ...,
+        "--budget",
+        help="Capture-memory budget with its unit, e.g. 2.5GiB or 2048MiB.",
+        show_default=False,
+    ),
+    lengths: Optional[Path] = typer.Option(
+        None,
+        "--lengths",
+        help="CSV of observed prefill token counts (first "
+        "column; a header row is allowed). Default: uniform over the profiled "
+        "range.",
+        show_default=False,
+    ),
+    mode: ListMode = typer.Option(
+        ListMode.SHARED_LARGEST,
+        "--mode",
+        help="The mode the server would run "
+        "(the floor captures one bucket, so it has no list to advise).",
+    ),
+    free: Optional[str] = typer.Option(
+        None,
+        "--free",
+        metavar="SIZE",
+        help="Also require that the list "
+        "captures with SIZE free on the device (NVML) when its first bucket's "
+        "warm-up begins, e.g. 5GiB (a capture needs more free than it keeps: the "
+        "warm-ups' cached blocks and the pool's growth meet at each bucket's peak).",
+        show_default=False,
+    ),
     format: Format = typer.Option(Format.TABLE, "--format", "-f", help=FORMAT_HELP),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also plot the budget/padding trade-off to this "
-                                       "image (.png, .svg, .pdf), written atomically.", show_default=False),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Also plot the budget/padding trade-off to this "
+        "image (.png, .svg, .pdf), written atomically.",
+        show_default=False,
+    ),
 ) -> None:
     """The least-padding bucket list that fits a budget (no GPU needed).
 
@@ -229,9 +311,13 @@ def advise(
         out = image_path(out)
         resolved_output(out, "--out", create_parents=True)
     limit = _size(budget)
-    advice = choose(read_report(source), limit, mode=mode.value,
-                    lengths=read_lengths(lengths) if lengths is not None else None,
-                    free=_size(free, "--free") if free is not None else None)
+    advice = choose(
+        read_report(source),
+        limit,
+        mode=mode.value,
+        lengths=read_lengths(lengths) if lengths is not None else None,
+        free=_size(free, "--free") if free is not None else None,
+    )
     view, console = advice_view(advice), stdout_console()
     render(view, format.value, console)
     flush_stdout()
@@ -239,4 +325,3 @@ def advise(
         from bcgprof.render.plot import plot_advice
 
         note(f"wrote {plot_advice(advice, out)}")
-

@@ -43,7 +43,9 @@ class TraceBuilder:
         self.pool = tuple(int(p) for p in pool)
         self._segments: dict[int, _Segment] = {}  # base address -> segment
         self._bases: list[int] = []  # sorted base addresses of live segments
-        self._live: dict[int, tuple[int, int]] = {}  # block address -> (allocation number, requested bytes)
+        self._live: dict[
+            int, tuple[int, int]
+        ] = {}  # block address -> (allocation number, requested bytes)
         self._streams: dict[int, int] = {}
         self._next_alloc = 1
         self._next_segment = 1
@@ -53,8 +55,11 @@ class TraceBuilder:
         return self._streams.setdefault(int(raw or 0), len(self._streams))
 
     def _pool_segments(self, segments: Iterable[dict]) -> dict[int, int]:
-        return {int(s["address"]): int(s["total_size"]) for s in segments
-                if tuple(s.get("segment_pool_id", ())) == self.pool}
+        return {
+            int(s["address"]): int(s["total_size"])
+            for s in segments
+            if tuple(s.get("segment_pool_id", ())) == self.pool
+        }
 
     def _add_segment(self, base: int, size: int, graph: bool) -> _Segment:
         seg = _Segment(self._next_segment, size, graph)
@@ -85,24 +90,51 @@ class TraceBuilder:
             base, size = int(s["address"]), int(s["total_size"])
             graph = pool.get(base) == size
             seg = self._add_segment(base, size, graph)
-            self._pending.append(TraceRow(0, "", TracePool.GRAPH if graph else TracePool.OTHER,
-                                          Action.SEGMENT_EXISTS, seg.number, size, self._stream(s.get("stream")),
-                                          address=base))
+            self._pending.append(
+                TraceRow(
+                    0,
+                    "",
+                    TracePool.GRAPH if graph else TracePool.OTHER,
+                    Action.SEGMENT_EXISTS,
+                    seg.number,
+                    size,
+                    self._stream(s.get("stream")),
+                    address=base,
+                )
+            )
 
-    def window(self, entries: Sequence[dict], segments: Iterable[dict], bucket: int, phase: str) -> list[TraceRow]:
-        """Rows of one window: ``entries`` in order, ``segments`` the snapshot's at the window's end."""
+    def window(
+        self, entries: Sequence[dict], segments: Iterable[dict], bucket: int, phase: str
+    ) -> list[TraceRow]:
+        """Rows of one window: ``entries`` in order, ``segments`` the snapshot's at the window's
+        end."""
         pool = self._pool_segments(segments)
-        freed_later: dict[int, int] = {}  # segment address -> index of its last segment_free in the window
+        freed_later: dict[
+            int, int
+        ] = {}  # segment address -> index of its last segment_free in the window
         for i, e in enumerate(entries):
             if e.get("action") == "segment_free":
                 freed_later[int(e["addr"])] = i
-        rows = [TraceRow(bucket, phase, r.pool, r.action, r.id, r.size, r.stream, r.segment, r.offset, r.address)
-                for r in self._pending]
+        rows = [
+            TraceRow(
+                bucket,
+                phase,
+                r.pool,
+                r.action,
+                r.id,
+                r.size,
+                r.stream,
+                r.segment,
+                r.offset,
+                r.address,
+            )
+            for r in self._pending
+        ]
         self._pending = []
         # A window holds tens of thousands of events, nearly all of them the eager warm-up's in the
         # ordinary pools, which give no row of their own: the loop below is written for them (names
-        # bound locally, each address's segment and the last stream remembered), since it runs on the
-        # capture's time.
+        # bound locally, each address's segment and the last stream remembered), since it runs on
+        # the capture's time.
         live, rnd, graph_row = self._live, round_size, TracePool.GRAPH
         next_alloc = self._next_alloc
         last_raw: Any = object()
@@ -115,24 +147,46 @@ class TraceBuilder:
             for i, e in enumerate(entries):
                 action = e.get("action")
                 if action not in _EVENTS:
-                    continue  # snapshot, oom; segment_map/unmap (expandable segments) are refused upstream
+                    # snapshot, oom; segment_map/unmap (expandable segments) are refused upstream
+                    continue
                 raw = e.get("stream")
                 if raw != last_raw:  # a run of events on one stream looks its number up once
                     last_raw, stream = raw, self._stream(raw)
                 addr, size = e.get("addr", 0), e.get("size", 0)
                 if action == "segment_alloc":
                     graph = pool.get(addr) == size and freed_later.get(addr, -1) < i
-                    self._drop_segment(addr)  # a segment freed before recording began leaves no free row
+                    # a segment freed before recording began leaves no free row
+                    self._drop_segment(addr)
                     seg = self._add_segment(addr, size, graph)
-                    rows.append(TraceRow(bucket, phase, graph_row if graph else TracePool.OTHER,
-                                         Action.SEGMENT_ALLOC, seg.number, size, stream, address=addr))
+                    rows.append(
+                        TraceRow(
+                            bucket,
+                            phase,
+                            graph_row if graph else TracePool.OTHER,
+                            Action.SEGMENT_ALLOC,
+                            seg.number,
+                            size,
+                            stream,
+                            address=addr,
+                        )
+                    )
                     located.clear()
                     continue
                 if action == "segment_free":
                     gone = self._drop_segment(addr)
                     if gone is not None:
-                        rows.append(TraceRow(bucket, phase, graph_row if gone.graph else TracePool.OTHER,
-                                             Action.SEGMENT_FREE, gone.number, size, stream, address=addr))
+                        rows.append(
+                            TraceRow(
+                                bucket,
+                                phase,
+                                graph_row if gone.graph else TracePool.OTHER,
+                                Action.SEGMENT_FREE,
+                                gone.number,
+                                size,
+                                stream,
+                                address=addr,
+                            )
+                        )
                     located.clear()
                     continue
                 found = located.get(addr)
@@ -158,8 +212,11 @@ class TraceBuilder:
                 else:
                     if action == "free_requested":
                         follows = entries[i + 1] if i + 1 < len(entries) else None
-                        if (follows is not None and follows.get("action") == "free_completed"
-                                and follows.get("addr", -1) == addr):
+                        if (
+                            follows is not None
+                            and follows.get("action") == "free_completed"
+                            and follows.get("addr", -1) == addr
+                        ):
                             continue  # completed at once: the completion row says it all
                     known = live.get(addr)
                     number = known[0] if known else None
@@ -167,8 +224,19 @@ class TraceBuilder:
                         live.pop(addr, None)
                 assert here is not None
                 base, seg = here
-                rows.append(TraceRow(bucket, phase, graph_row, Action(action), number, size, stream,
-                                     seg.number, addr - base))
+                rows.append(
+                    TraceRow(
+                        bucket,
+                        phase,
+                        graph_row,
+                        Action(action),
+                        number,
+                        size,
+                        stream,
+                        seg.number,
+                        addr - base,
+                    )
+                )
         finally:
             self._next_alloc = next_alloc
         rows.append(TraceRow(bucket, phase, TracePool.OTHER, Action.PEAK, None, peak, 0))

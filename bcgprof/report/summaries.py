@@ -35,21 +35,30 @@ def summarize(records: list[BucketRecord]) -> list[SummaryRecord]:
 
 def _totals(mode: str, rank: int, rows: list[BucketRecord]) -> SummaryRecord:
     """One (mode, rank)'s row (sums through attrgetter: a report may hold 100,000 rows)."""
-    rows = sorted(rows, key=attrgetter("order"))  # capture order: the pool after the last, times summed in order
+    # capture order: the pool after the last, times summed in order
+    rows = sorted(rows, key=attrgetter("order"))
 
     def total(name: str) -> int:
         return sum(map(attrgetter(name), rows))
 
     ok = list(map(attrgetter("status"), rows)).count(BucketStatus.OK)
-    ms = sum(map(add, map(attrgetter("warmup_ms"), rows), map(attrgetter("capture_ms"), rows)))  # in capture order
+    # in capture order
+    ms = sum(map(add, map(attrgetter("warmup_ms"), rows), map(attrgetter("capture_ms"), rows)))
     return SummaryRecord(
-        mode=mode, rank=str(rank), buckets=ok, failed=len(rows) - ok, segments=total("segments"),
-        pool_bytes=rows[-1].pool_bytes, torch_reserved_bytes=total("torch_reserved_delta_bytes"),
-        device_used_bytes=total("device_used_delta_bytes"), non_torch_bytes=total("non_torch_delta_bytes"),
+        mode=mode,
+        rank=str(rank),
+        buckets=ok,
+        failed=len(rows) - ok,
+        segments=total("segments"),
+        pool_bytes=rows[-1].pool_bytes,
+        torch_reserved_bytes=total("torch_reserved_delta_bytes"),
+        device_used_bytes=total("device_used_delta_bytes"),
+        non_torch_bytes=total("non_torch_delta_bytes"),
         retained_output_bytes=total("retained_output_bytes"),
         peak_transient_bytes=max(map(attrgetter("peak_transient_bytes"), rows)),
         capture_s=round(ms / 1000.0, 3),
-        **{name: sum_or_none(map(attrgetter(name), rows)) for name in LEDGER_FIELDS})
+        **{name: sum_or_none(map(attrgetter(name), rows)) for name in LEDGER_FIELDS},
+    )
 
 
 def sum_or_none(values: Iterable[Optional[int]]) -> Optional[int]:
@@ -71,8 +80,17 @@ def across_ranks(per_rank: list[SummaryRecord]) -> list[SummaryRecord]:
     by_mode: dict[str, list[SummaryRecord]] = {}
     for s in per_rank:
         by_mode.setdefault(s.mode, []).append(s)
-    summed = ("buckets", "failed", "segments", "pool_bytes", "torch_reserved_bytes", "device_used_bytes",
-              "non_torch_bytes", "retained_output_bytes", "peak_transient_bytes")
+    summed = (
+        "buckets",
+        "failed",
+        "segments",
+        "pool_bytes",
+        "torch_reserved_bytes",
+        "device_used_bytes",
+        "non_torch_bytes",
+        "retained_output_bytes",
+        "peak_transient_bytes",
+    )
     for rows in by_mode.values():
         worst = max(rows, key=lambda s: s.device_used_bytes)
         out.append(dataclasses.replace(worst, rank="max"))
@@ -95,6 +113,8 @@ def fill_comparisons(summary: list[SummaryRecord]) -> None:
         if base is not None and s.mode != Mode.PER_BUCKET:
             s.saved_vs_per_bucket_bytes = base.device_used_bytes - s.device_used_bytes
             if base.device_used_bytes:
-                s.saved_vs_per_bucket_pct = round(100.0 * s.saved_vs_per_bucket_bytes / base.device_used_bytes, 3)
+                s.saved_vs_per_bucket_pct = round(
+                    100.0 * s.saved_vs_per_bucket_bytes / base.device_used_bytes, 3
+                )
         if floor is not None and floor.device_used_bytes > 0:
             s.ratio_to_floor = round(s.device_used_bytes / floor.device_used_bytes, 4)

@@ -52,12 +52,10 @@ from bcgprof.vocab import Mode
 CHUNK = 1 << 20  # text inflated per step
 INPUT = 64 << 10  # compressed bytes fed to the inflater per step
 PIECE = 4 << 20  # text parsed at once
-MAX_HEADER_BYTES = (
-    1 << 20
-)  # the header line (a 4,096-bucket list and the allocator settings take a few KiB)
-DIGITS = (
-    19  # digits a cell may have: every value up to MAX_VALUE, and none overflows 64 bits unsigned
-)
+# the header line (a 4,096-bucket list and the allocator settings take a few KiB)
+MAX_HEADER_BYTES = 1 << 20
+# digits a cell may have: every value up to MAX_VALUE, and none overflows 64 bits unsigned
+DIGITS = 19
 
 PHASES: tuple[str, ...] = tuple(w.value for w in TracePhase)  # a word's code is its index
 POOLS: tuple[str, ...] = tuple(w.value for w in TracePool)
@@ -215,9 +213,8 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     if len(lines) < 2 or lines[1] != ",".join(COLUMNS).encode():
         raise bad(path, f"line 2 is not the column header {','.join(COLUMNS)}")
     known = np.unique(np.asarray(head["buckets"], dtype=np.int64))
-    buffer += b"".join(
-        chunks
-    )  # the whole text first (within the caps), so that a file over them costs no parsing
+    # the whole text first (within the caps), so that a file over them costs no parsing
+    buffer += b"".join(chunks)
     if buffer and not buffer.endswith(b"\n"):
         buffer += b"\n"
     if buffer.count(b"\n") > fmt.MAX_ROWS:
@@ -227,9 +224,8 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     tables: list[np.ndarray] = []
     count = at = 0
     while at < len(text):
-        cut = (
-            text.rfind(b"\n", at, at + PIECE) + 1 or text.find(b"\n", at) + 1
-        )  # whole lines, one at least
+        # whole lines, one at least
+        cut = text.rfind(b"\n", at, at + PIECE) + 1 or text.find(b"\n", at) + 1
         tables.append(_piece(path, text[at:cut], 3 + count, known))
         count, at = count + len(tables[-1]), cut
     table = np.concatenate(tables) if tables else np.empty((0, len(COLUMNS)), dtype=np.int64)
@@ -286,9 +282,8 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
     :func:`_refuse_line`."""
     u = np.frombuffer(text, dtype=np.uint8)
     delims = np.flatnonzero((u == ord(",")) | (u == ord("\n")))
-    newline = np.flatnonzero(
-        u[delims] == ord("\n")
-    )  # every line ends with one (the caller makes sure)
+    # every line ends with one (the caller makes sure)
+    newline = np.flatnonzero(u[delims] == ord("\n"))
     cells = len(COLUMNS)
     shape = newline != np.arange(cells - 1, cells * len(newline), cells)
     if shape.any():  # a line without ten cells
@@ -315,9 +310,8 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
             wrong[rows] |= (spelt != np.frombuffer(word, dtype=np.uint8)).any(axis=1)
         table[:, c] = code
     non_digit = np.zeros(len(u) + 1, dtype=np.int32)
-    np.cumsum(
-        (u - np.uint8(ord("0"))) > 9, out=non_digit[1:]
-    )  # uint8: bytes below "0" wrap above 9
+    # uint8: bytes below "0" wrap above 9
+    np.cumsum((u - np.uint8(ord("0"))) > 9, out=non_digit[1:])
     high = np.zeros(len(ends), dtype=bool)  # a value above MAX_VALUE
     for c in NUMBERS:
         length = lengths[:, c]
@@ -326,9 +320,8 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
             wrong |= length == 0
         value = _integers(u, ends[:, c], np.minimum(length, DIGITS))
         high |= value > np.uint64(MAX_VALUE)
-        column = value.astype(
-            np.int64
-        )  # values above 2**63 are refused below, whatever they become here
+        # values above 2**63 are refused below, whatever they become here
+        column = value.astype(np.int64)
         column[length == 0] = -1
         table[:, c] = column
     wrong |= high | (table[:, BUCKET] < 1) | ~np.isin(table[:, BUCKET], known)
@@ -370,9 +363,8 @@ def _refuse_line(path: Path, text: bytes, start: int, first: int, known: np.ndar
         raise bad(path, f"line {number}: bucket {bucket} is not in the header's buckets")
     for c in range(ID, len(COLUMNS)):
         _int(path, number, COLUMNS[c], cells[c], optional=c not in REQUIRED)
-    raise bad(
-        path, f"line {number} is not a row of the trace"
-    )  # not reached: a cell above is refused
+    # not reached: a cell above is refused
+    raise bad(path, f"line {number} is not a row of the trace")
 
 
 def _int(
@@ -386,9 +378,8 @@ def _int(
         raise bad(path, f"line {line}, column {name}: {raw[:30]!r} is not an integer") from None
     if not lo <= value <= MAX_VALUE:
         raise bad(path, f"line {line}, column {name}: {value} is out of range")
-    if not (
-        raw.isascii() and raw.isdigit()
-    ):  # a sign, spaces or underscores: not what the writer writes
+    # a sign, spaces or underscores: not what the writer writes
+    if not (raw.isascii() and raw.isdigit()):
         raise bad(path, f"line {line}, column {name}: {raw[:30]!r} is not an integer")
     if len(raw) > DIGITS:
         raise bad(path, f"line {line}, column {name}: {raw[:30]!r} has more than {DIGITS} digits")

@@ -5,10 +5,10 @@ A capture records, bucket after bucket, what the CUDA caching allocator did (fro
 ``torch.cuda.memory._snapshot()["device_traces"]``), so that another bucket list can be
 predicted by replaying it (:mod:`bcgprof.analysis.predict.replay`) on any machine, no GPU needed.
 
-The file is gzip-compressed UTF-8 text (two gzip members, read as one stream). Its first line is ``#`` followed by a JSON object,
-the header: ``format`` ("bcgprof-allocator-trace"), ``version`` (1), ``mode``,
-``torch_version``, ``device`` (the CUDA device index), ``pool`` (the graph pool's id, two
-integers), ``settings`` (the allocator settings of the snapshot, ``allocator_settings``),
+The file is gzip-compressed UTF-8 text (two gzip members, read as one stream). Its first line is
+``#`` followed by a JSON object, the header: ``format`` ("bcgprof-allocator-trace"), ``version``
+(1), ``mode``, ``torch_version``, ``device`` (the CUDA device index), ``pool`` (the graph pool's id,
+two integers), ``settings`` (the allocator settings of the snapshot, ``allocator_settings``),
 ``buckets`` (the buckets recorded so far, in capture order) and ``incomplete`` (buckets whose
 recording lost events: the history's ring buffer filled up; empty normally). Then one CSV
 header line and one row per event, in the order the allocator saw them:
@@ -16,15 +16,22 @@ header line and one row per event, in the order the allocator saw them:
 | column | meaning |
 | --- | --- |
 | ``bucket`` | the bucket being captured |
-| ``phase`` | ``warmup``: from the previous bucket's capture end to this bucket's capture start (its eager warm-up, the readings between); ``capture``: the capture itself |
-| ``pool`` | ``graph``: the graph pool all captures share; ``other``: the ordinary pools |
-| ``action`` | ``alloc``, ``free_requested`` (only when the free was deferred: the block had been used on another stream), ``free_completed`` (the block is free again), ``segment_alloc`` (cudaMalloc), ``segment_free`` (cudaFree), ``segment_exists`` (a segment there before recording began), ``peak`` (one per bucket and phase for ``other``: see ``size``) |
-| ``id`` | ``alloc``: this allocation's number (from 1, unique in the file); a free: the number of the allocation it frees (empty: allocated before recording began); a segment row: the segment's number (from 1) |
-| ``size`` | ``alloc`` and frees: the bytes requested (the allocator rounds them, :func:`bcgprof.analysis.predict.allocator.round_size`); segment rows: the segment's bytes; ``peak``: the highest growth of the ordinary pools' allocated bytes (rounded sizes) during the phase |
-| ``stream`` | the CUDA stream, numbered from 0 in the order first seen |
-| ``segment`` | block rows: the number of the segment holding the block (empty when unknown) |
-| ``offset`` | block rows: the block's byte offset in its segment |
-| ``address`` | segment rows: the segment's device address (its order decides best-fit ties) |
+| ``phase`` | ``warmup``: from the previous bucket's capture end to this bucket's capture start (its
+eager warm-up, the readings between); ``capture``: the capture itself | | ``pool`` | ``graph``: the
+graph pool all captures share; ``other``: the ordinary pools | | ``action`` | ``alloc``,
+``free_requested`` (only when the free was deferred: the block had been used on another stream),
+``free_completed`` (the block is free again), ``segment_alloc`` (cudaMalloc), ``segment_free``
+(cudaFree), ``segment_exists`` (a segment there before recording began), ``peak`` (one per bucket
+and phase for ``other``: see ``size``) | | ``id`` | ``alloc``: this allocation's number (from 1,
+unique in the file); a free: the number of the allocation it frees (empty: allocated before
+recording began); a segment row: the segment's number (from 1) | | ``size`` | ``alloc`` and frees:
+the bytes requested (the allocator rounds them,
+:func:`bcgprof.analysis.predict.allocator.round_size`); segment rows: the segment's bytes; ``peak``:
+the highest growth of the ordinary pools' allocated bytes (rounded sizes) during the phase | |
+``stream`` | the CUDA stream, numbered from 0 in the order first seen | | ``segment`` | block rows:
+the number of the segment holding the block (empty when unknown) | | ``offset`` | block rows: the
+block's byte offset in its segment | | ``address`` | segment rows: the segment's device address (its
+order decides best-fit ties) |
 
 Only segment rows and one ``peak`` row per phase are kept for the ordinary pools: their
 block events (the eager attention allocates over ten times as often as the pool) would
@@ -52,14 +59,26 @@ from bcgprof.vocab import StrEnum
 
 FORMAT = "bcgprof-allocator-trace"
 VERSION = 1
-# Caps, from the largest trace a real capture wrote (of every committed traces-*.csv.gz, Qwen3-30B-A3B's 74-bucket
-# profile: 675,217 rows, 38.4 MB of text, 2.39 MB compressed), with room to spare: about 1.5 times its rows and
-# 1.75 times its bytes. Reading stops as soon as one is passed (bcgprof.report.trace_read).
+# Caps, from the largest trace a real capture wrote (of every committed traces-*.csv.gz,
+# Qwen3-30B-A3B's 74-bucket profile: 675,217 rows, 38.4 MB of text, 2.39 MB compressed), with room
+# to spare: about 1.5 times its rows and 1.75 times its bytes. Reading stops as soon as one is
+# passed (bcgprof.report.trace_read).
 MAX_TRACE_BYTES = 4 << 20  # compressed
 MAX_TEXT_BYTES = 64 << 20  # inflated
 MAX_ROWS = 1_000_000
-MAX_VALUE = 2 ** 62  # addresses and byte counts of one GPU fit well below this
-COLUMNS = ("bucket", "phase", "pool", "action", "id", "size", "stream", "segment", "offset", "address")
+MAX_VALUE = 2**62  # addresses and byte counts of one GPU fit well below this
+COLUMNS = (
+    "bucket",
+    "phase",
+    "pool",
+    "action",
+    "id",
+    "size",
+    "stream",
+    "segment",
+    "offset",
+    "address",
+)
 
 
 class TracePhase(StrEnum):
@@ -124,9 +143,17 @@ class Trace:
     path: Optional[Path] = None
 
     def header(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "mode": self.mode, "torch_version": self.torch_version,
-                "device": self.device, "pool": list(self.pool), "settings": self.settings,
-                "buckets": self.buckets, "incomplete": self.incomplete}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "mode": self.mode,
+            "torch_version": self.torch_version,
+            "device": self.device,
+            "pool": list(self.pool),
+            "settings": self.settings,
+            "buckets": self.buckets,
+            "incomplete": self.incomplete,
+        }
 
 
 # ---------------------------------------------------------------- writing
@@ -137,8 +164,11 @@ def _cell(v: Optional[int]) -> str:
 
 
 def _row_text(rows: Iterable[TraceRow]) -> bytes:
-    return "".join(f"{r.bucket},{r.phase},{r.pool},{r.action},{_cell(r.id)},{r.size},{r.stream},"
-                   f"{_cell(r.segment)},{_cell(r.offset)},{_cell(r.address)}\n" for r in rows).encode()
+    return "".join(
+        f"{r.bucket},{r.phase},{r.pool},{r.action},{_cell(r.id)},{r.size},{r.stream},"
+        f"{_cell(r.segment)},{_cell(r.offset)},{_cell(r.address)}\n"
+        for r in rows
+    ).encode()
 
 
 # A gzip member's fixed header: magic, deflate, no flags, mtime 0, no extra flags, OS "unknown".
@@ -171,16 +201,23 @@ class TraceFileWriter:
         self._body += self._deflate.compress(data)
 
     def file_bytes(self) -> bytes:
-        """The whole file for the trace as it is now (rows added since the last call compressed once)."""
+        """The whole file for the trace as it is now (rows added since the last call compressed
+        once)."""
         rows = self.trace.rows
         if len(rows) < self._written:
             raise ValueError("a trace's rows were removed after they were written")
-        self._feed(_row_text(rows[self._written:]))
+        self._feed(_row_text(rows[self._written :]))
         self._written = len(rows)
         head = ("#" + json.dumps(self.trace.header(), sort_keys=True) + "\n").encode()
         tail = self._deflate.copy().flush(zlib.Z_FINISH)
         trailer = self._crc.to_bytes(4, "little") + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
-        return gzip.compress(head, compresslevel=6, mtime=0) + _GZIP_HEADER + bytes(self._body) + tail + trailer
+        return (
+            gzip.compress(head, compresslevel=6, mtime=0)
+            + _GZIP_HEADER
+            + bytes(self._body)
+            + tail
+            + trailer
+        )
 
     def write(self, directory: Path) -> Path:
         """Write (replace, atomically) ``traces-<mode>.csv.gz`` in ``directory``."""
@@ -205,12 +242,20 @@ def write_trace(directory: Path, trace: Trace) -> Path:
 
 
 def read_trace(path: Path) -> Trace:
-    """Read and check one trace file within its caps (:mod:`bcgprof.report.trace_read`); every malformed
-    line is refused with one line."""
+    """Read and check one trace file within its caps (:mod:`bcgprof.report.trace_read`); every
+    malformed line is refused with one line."""
     from bcgprof.report.trace_read import read_columns, rows_of
 
     columns = read_columns(path)
     head = columns.head
-    return Trace(mode=head["mode"], torch_version=str(head.get("torch_version", "")), device=head.get("device", 0),
-                 pool=(head["pool"][0], head["pool"][1]), settings=head["settings"], buckets=list(head["buckets"]),
-                 incomplete=list(head["incomplete"]), rows=rows_of(columns.table), path=columns.path)
+    return Trace(
+        mode=head["mode"],
+        torch_version=str(head.get("torch_version", "")),
+        device=head.get("device", 0),
+        pool=(head["pool"][0], head["pool"][1]),
+        settings=head["settings"],
+        buckets=list(head["buckets"]),
+        incomplete=list(head["incomplete"]),
+        rows=rows_of(columns.table),
+        path=columns.path,
+    )
