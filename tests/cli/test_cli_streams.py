@@ -31,20 +31,34 @@ def run(*args, **kwargs):
 
 def bcgprof(*args, stdout=subprocess.PIPE, env=None, cwd=None):
     """The real console entry point in a fresh interpreter (for what CliRunner cannot fake: fds)."""
-    return subprocess.run([sys.executable, "-m", "bcgprof", *map(str, args)], stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, env=env, cwd=cwd or REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "bcgprof", *map(str, args)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd or REPO,
+        timeout=120,
+    )
 
 
 # ---------------------------------------------------------------- usage errors
 
-@pytest.mark.parametrize("args, says", [
-    (("gate", "--baseline", DATA / "baseline"), "missing option '--current'; see 'bcgprof gate --help'"),
-    (("shw",), "no such command 'shw' (did you mean 'show'?); see 'bcgprof --help'"),
-    (("show", DATA / "baseline", "--colour"), "no such option: --colour"),
-    (("show", DATA / "baseline", "-f", "xml"), "'xml' is not one of"),
-    (("plot", DATA / "baseline", "--dpi", "many"), "'--dpi'"),
-    (("show",), "missing argument"),
-])
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ("gate", "--baseline", DATA / "baseline"),
+            "missing option '--current'; see 'bcgprof gate --help'",
+        ),
+        (("shw",), "no such command 'shw' (did you mean 'show'?); see 'bcgprof --help'"),
+        (("show", DATA / "baseline", "--colour"), "no such option: --colour"),
+        (("show", DATA / "baseline", "-f", "xml"), "'xml' is not one of"),
+        (("plot", DATA / "baseline", "--dpi", "many"), "'--dpi'"),
+        (("show",), "missing argument"),
+    ],
+)
 def test_usage_errors_are_one_line_and_exit_2(args, says):
     line = refused(run(*args))
     assert says in line
@@ -60,6 +74,7 @@ def test_help_has_no_boxes_and_no_bool_metavars():
 
 # ---------------------------------------------------------------- stdout and stderr
 
+
 def test_results_on_stdout_notes_on_stderr(tmp_path):
     shown = run("show", DATA / "baseline", "-f", "json")
     assert shown.exit_code == 0 and shown.stderr == ""
@@ -73,22 +88,52 @@ def test_capture_progress_goes_to_stderr(monkeypatch):
     from bcgprof.measure.runner import CaptureOutcome
 
     def fake_run_capture(opts, on_event=None, **_):
-        on_event({"event": "begin", "model": "m", "layers": 2, "dtype": "bfloat16", "buckets": [4, 2],
-                  "modes": ["floor"], "out": "r", "total": 1})
-        on_event({"event": "bucket", "mode": "floor", "bucket": 4, "pool_bytes": 1 << 20, "status": "oom",
-                  "detail": "out of memory [at 4]"})
+        on_event(
+            {
+                "event": "begin",
+                "model": "m",
+                "layers": 2,
+                "dtype": "bfloat16",
+                "buckets": [4, 2],
+                "modes": ["floor"],
+                "out": "r",
+                "total": 1,
+            }
+        )
+        on_event(
+            {
+                "event": "bucket",
+                "mode": "floor",
+                "bucket": 4,
+                "pool_bytes": 1 << 20,
+                "status": "oom",
+                "detail": "out of memory [at 4]",
+            }
+        )
         return CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
 
     monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake_run_capture)
     result = run("capture")
     assert result.exit_code == 0
     assert result.stdout == ""
-    assert "bcgprof capture: m (2 layers" in result.stderr and "floor bucket 4: oom: out of memory [at 4]" in result.stderr
+    assert (
+        "bcgprof capture: m (2 layers" in result.stderr
+        and "floor bucket 4: oom: out of memory [at 4]" in result.stderr
+    )
 
 
 def test_gate_has_strict_json_with_verdict_and_tolerances():
-    result = run("gate", "--baseline", DATA / "baseline", "--current", DATA / "grown", "-f", "json",
-                 "--rel-tol", "2%")
+    result = run(
+        "gate",
+        "--baseline",
+        DATA / "baseline",
+        "--current",
+        DATA / "grown",
+        "-f",
+        "json",
+        "--rel-tol",
+        "2%",
+    )
 
     def no_constants(name):
         raise AssertionError(f"non-standard JSON constant {name}")
@@ -98,15 +143,25 @@ def test_gate_has_strict_json_with_verdict_and_tolerances():
     assert data["verdict"] == "fail" and data["exit_code"] == 1 and data["regressions"] >= 1
     assert data["tolerance"]["default"]["rel"] == 0.02
     regression = next(c for c in data["checks"] if c["verdict"] == "regression")
-    assert isinstance(regression["baseline"], int) and regression["delta"] == regression["current"] - regression["baseline"]
+    assert (
+        isinstance(regression["baseline"], int)
+        and regression["delta"] == regression["current"] - regression["baseline"]
+    )
 
 
 def _closed_stdout_run(*args):
     """Run with file descriptor 1 closed, as `bcgprof ... >&-` does."""
-    code = ("import os, sys; os.close(1); sys.stdout = None; sys.argv = ['bcgprof', *sys.argv[1:]]; "
-            "from bcgprof.cli import main; main()")
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], stderr=subprocess.PIPE, text=True,
-                          cwd=REPO, timeout=120)
+    code = (
+        "import os, sys; os.close(1); sys.stdout = None; sys.argv = ['bcgprof', *sys.argv[1:]]; "
+        "from bcgprof.cli import main; main()"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def test_a_closed_stdout_never_changes_the_gate_verdict(tmp_path):
@@ -114,24 +169,33 @@ def test_a_closed_stdout_never_changes_the_gate_verdict(tmp_path):
     shutil.copytree(DATA / "baseline", same)
     passing = _closed_stdout_run("gate", "--baseline", DATA / "baseline", "--current", same)
     assert passing.returncode == 0, passing.stderr
-    regression = _closed_stdout_run("gate", "--baseline", DATA / "baseline", "--current", DATA / "grown")
+    regression = _closed_stdout_run(
+        "gate", "--baseline", DATA / "baseline", "--current", DATA / "grown"
+    )
     assert regression.returncode == 1, regression.stderr
     for result in (passing, regression):
-        assert "Traceback" not in result.stderr and "warning: standard output is closed" in result.stderr
+        assert (
+            "Traceback" not in result.stderr
+            and "warning: standard output is closed" in result.stderr
+        )
 
 
 def test_a_closed_stdout_is_an_error_for_show_not_an_internal_error():
     result = _closed_stdout_run("show", DATA / "baseline")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: standard output is closed; run the command with stdout open (a terminal, a file or a pipe)"]
+        "error: standard output is closed; run the command with stdout open (a terminal, a file "
+        "or a pipe)"
+    ]
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_stdout(tmp_path):
     with open("/dev/full", "w") as full:
         shown = bcgprof("show", DATA / "baseline", stdout=full)
-        regression = bcgprof("gate", "--baseline", DATA / "baseline", "--current", DATA / "grown", stdout=full)
+        regression = bcgprof(
+            "gate", "--baseline", DATA / "baseline", "--current", DATA / "grown", stdout=full
+        )
         same = tmp_path / "same"
         shutil.copytree(DATA / "baseline", same)
         passing = bcgprof("gate", "--baseline", DATA / "baseline", "--current", same, stdout=full)
@@ -142,8 +206,12 @@ def test_a_full_stdout(tmp_path):
 
 
 def test_a_reader_that_stops_reading_is_not_an_error():
-    proc = subprocess.Popen([sys.executable, "-m", "bcgprof", "show", str(DATA / "baseline"), "-f", "csv"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bcgprof", "show", str(DATA / "baseline"), "-f", "csv"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
     proc.stdout.read(10)
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
@@ -151,6 +219,7 @@ def test_a_reader_that_stops_reading_is_not_an_error():
 
 
 # ---------------------------------------------------------------- outputs never land in a report
+
 
 @pytest.fixture
 def report(tmp_path) -> Path:
@@ -167,7 +236,9 @@ def test_summary_md_through_a_link_into_a_report_is_refused(report, tmp_path):
     before = _contents(report)
     link = tmp_path / "summary.md"
     link.symlink_to(report / "buckets.csv")
-    line = refused(run("gate", "--baseline", DATA / "baseline", "--current", report, "--summary-md", link))
+    line = refused(
+        run("gate", "--baseline", DATA / "baseline", "--current", report, "--summary-md", link)
+    )
     assert "inside a report directory (through the link to" in line
     assert _contents(report) == before
 
@@ -189,18 +260,30 @@ def test_outputs_through_a_link_elsewhere_replace_the_target_atomically(tmp_path
     link.symlink_to(target)
     assert run("plot", DATA / "baseline", "-o", link).exit_code == 0
     assert link.is_symlink() and target.read_bytes()[:4] == b"\x89PNG"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+    assert [
+        p.name for p in tmp_path.iterdir() if p.name.startswith(".")
+    ] == []  # no temporary file left
 
 
 def test_an_unusable_summary_md_and_a_bad_report_give_one_line_naming_the_summary(tmp_path):
-    """--summary-md is checked before any report is read: unusable, it is the one line (README, ci-gate.md)."""
+    """--summary-md is checked before any report is read: unusable, it is the one line (README,
+    ci-gate.md)."""
     unwritable = tmp_path / "no-such-dir" / "s.md"
-    result = run("gate", "--baseline", DATA / "baseline", "--current", DATA / "corrupt", "--summary-md", unwritable)
+    result = run(
+        "gate",
+        "--baseline",
+        DATA / "baseline",
+        "--current",
+        DATA / "corrupt",
+        "--summary-md",
+        unwritable,
+    )
     line = refused(result)
     assert "--summary-md" in line and "does not exist" in line and "corrupt" not in line
 
 
 # ---------------------------------------------------------------- strings from files
+
 
 def test_printable_neutralises_escapes_and_caps_length():
     assert printable("a\x1b]0;owned\x07b\x1b[2J") == "a\ufffd]0;owned\ufffdb\ufffd[2J"
@@ -212,18 +295,27 @@ def test_printable_neutralises_escapes_and_caps_length():
 
 def test_error_lines_quote_files_safely(tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"architectures": ["Evil\x1b]0;title\x07ForCausalLM"], "hidden_size": 8}))
+    config.write_text(
+        json.dumps({"architectures": ["Evil\x1b]0;title\x07ForCausalLM"], "hidden_size": 8})
+    )
     line = refused(run("estimate", "--model", config))
     assert "\x1b" not in line and "\x07" not in line
 
 
-# ---------------------------------------------------------------- capture: every check before the GPU's
+# ------------------------------------------------------------ capture: every check before the GPU's
 
-@pytest.mark.parametrize("args, says", [
-    (("--modes", "shared-largest", "--order", "smallest-first"), "use --order largest-first"),
-    (("--weights", "safetensors"), "--weights safetensors needs a checkpoint: gpt-oss-20b is a preset"),
-    (("--modes", "shared,sharde"), "unknown mode 'sharde'"),
-])
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--modes", "shared-largest", "--order", "smallest-first"), "use --order largest-first"),
+        (
+            ("--weights", "safetensors"),
+            "--weights safetensors needs a checkpoint: gpt-oss-20b is a preset",
+        ),
+        (("--modes", "shared,sharde"), "unknown mode 'sharde'"),
+    ],
+)
 def test_capture_names_the_real_problem_before_looking_for_a_gpu(args, says):
     line = refused(run("capture", *args))
     assert says in line and "CUDA" not in line
@@ -252,6 +344,7 @@ def test_safetensors_checkpoint_without_weights(tmp_path):
 
 
 # ---------------------------------------------------------------- quiet nonsense, refused
+
 
 def test_a_budget_needs_a_unit():
     line = refused(run("advise", "--from", DATA / "baseline", "--budget", "2.5"))
@@ -286,7 +379,9 @@ def test_predict_refuses_a_depth_below_where_the_pool_settles_as_its_help_says(l
 
 
 def test_advise_refuses_the_floor_mode():
-    line = refused(run("advise", "--from", DATA / "baseline", "--budget", "2GiB", "--mode", "floor"))
+    line = refused(
+        run("advise", "--from", DATA / "baseline", "--budget", "2GiB", "--mode", "floor")
+    )
     assert "'floor' is not one of 'per-bucket', 'shared', 'shared-largest'" in line
 
 
@@ -299,7 +394,12 @@ def test_only_rank_0_prints_errors_under_torchrun():
 
 
 def test_the_benchmark_without_a_gpu_is_one_line():
-    result = subprocess.run([sys.executable, "-m", "bcgprof.measure.benchmark", "--no-sampler-check"], capture_output=True,
-                            text=True, cwd=REPO, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "bcgprof.measure.benchmark", "--no-sampler-check"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")

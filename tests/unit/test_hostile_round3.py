@@ -1,6 +1,7 @@
-"""The mechanisms behind the third round of hostile inputs (their commands: tests/cli/test_bad_input_round3.py):
-paths looked at without an OSError, sizes and numbers read by one rule, a real append, displayable
-lines, predictions that cannot print an impossible figure, traces that cannot be dropped silently."""
+"""The mechanisms behind the third round of hostile inputs (their commands:
+tests/cli/test_bad_input_round3.py): paths looked at without an OSError, sizes and numbers read by
+one rule, a real append, displayable lines, predictions that cannot print an impossible figure,
+traces that cannot be dropped silently."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def test_sizes_need_a_unit_and_numbers_ascii_digits():
 
 
 def test_appends_side_by_side_each_land_whole(tmp_path):
-    """Threads share one process, but each append is its own open, lock and write, as processes' are."""
+    """Threads share one process, but each append is its own open, lock and write, as processes'
+    are."""
     path = tmp_path / "s.md"
     texts = [f"## verdict {i}\n" + f"row {i}\n" * 2000 for i in range(8)]
     threads = [threading.Thread(target=append_text, args=(path, t, "--summary-md")) for t in texts]
@@ -79,21 +81,32 @@ def test_appends_side_by_side_each_land_whole(tmp_path):
     for t in threads:
         t.join()
     written = path.read_text()
-    assert len(written) == sum(map(len, texts)) and all(t in written for t in texts)  # none lost, none torn
+    # none lost, none torn
+    assert len(written) == sum(map(len, texts)) and all(t in written for t in texts)
     (tmp_path / "link.md").symlink_to(path)
     with pytest.raises(BcgprofError, match="cannot write"):
-        append_text(tmp_path / "link.md", "x", "--summary-md")  # O_NOFOLLOW: a link put in its place
+        # O_NOFOLLOW: a link put in its place
+        append_text(tmp_path / "link.md", "x", "--summary-md")
 
 
 def test_a_line_shows_no_control_character_but_keeps_every_other():
     line = Line("a\x1b[2Jb\tc\nd", lead="r\x1b]0;t\x07" + "y" * 500)
     assert line.text == "a\N{REPLACEMENT CHARACTER}[2Jb c d"
-    assert line.lead.startswith("r\N{REPLACEMENT CHARACTER}]0;t\N{REPLACEMENT CHARACTER}") and len(line.lead) == 507
+    assert (
+        line.lead.startswith("r\N{REPLACEMENT CHARACTER}]0;t\N{REPLACEMENT CHARACTER}")
+        and len(line.lead) == 507
+    )
 
 
 def _mode(used: int, low: int, high: int, pool: int = 0, non_torch: int = 0) -> ModePrediction:
-    return ModePrediction(mode="shared", device_used_bytes=used, pool_bytes=pool, non_torch_bytes=non_torch,
-                          low_bytes=low, high_bytes=high)
+    return ModePrediction(
+        mode="shared",
+        device_used_bytes=used,
+        pool_bytes=pool,
+        non_torch_bytes=non_torch,
+        low_bytes=low,
+        high_bytes=high,
+    )
 
 
 def test_a_prediction_never_holds_a_figure_below_zero_nor_a_band_without_its_point():
@@ -120,7 +133,8 @@ def test_a_damaged_trace_is_refused_by_the_layer_band_and_a_missing_one_is_none(
     with pytest.raises(TraceError, match=str(trace)):
         layout_spread(read_report(tmp_path / "p"), "per-bucket", rows)
     trace.unlink()
-    assert layout_spread(read_report(tmp_path / "p"), "per-bucket", rows) is None  # named in the band's source
+    # named in the band's source
+    assert layout_spread(read_report(tmp_path / "p"), "per-bucket", rows) is None
 
 
 def test_a_hard_linked_summary_is_refused(tmp_path):
