@@ -1,15 +1,15 @@
-"""The committed reports' traced profiles, each read and prepared once per test session (helpers only,
-no tests; tests/conftest.py hands them out as the ``committed_profiles`` and ``shared_profiles``
-fixtures).
+"""The committed reports' traced profiles, each read and prepared once per test session (helpers
+only, no tests; tests/conftest.py hands them out as the ``committed_profiles`` and
+``shared_profiles`` fixtures).
 
-A prepared profile (:func:`bcgprof.analysis.predict.lists.bucket_profile`) replays its own list once per
-mode the first time a mode is predicted, to check its traces against its report's pools, and keeps
-every list it replayed after that. Preparing it in each module or command that predicts from it
-repeats those replays: the largest profiles take tens of seconds each. Here each profile is prepared
-the first time a test asks for it and shared by every later test, so its check runs once per
-session. Predictions do not depend on what a profile replayed before (the replays it keeps are only
-a cache), so sharing changes no result. Only reports under reports/ are shared: a test's own copy,
-which it may damage, is prepared afresh."""
+A prepared profile (:func:`bcgprof.analysis.predict.lists.bucket_profile`) replays its own list once
+per mode the first time a mode is predicted, to check its traces against its report's pools, and
+keeps every list it replayed after that. Preparing it in each module or command that predicts from
+it repeats those replays: the largest profiles take tens of seconds each. Here each profile is
+prepared the first time a test asks for it and shared by every later test, so its check runs once
+per session. Predictions do not depend on what a profile replayed before (the replays it keeps are
+only a cache), so sharing changes no result. Only reports under reports/ are shared: a test's own
+copy, which it may damage, is prepared afresh."""
 
 from __future__ import annotations
 
@@ -33,11 +33,13 @@ def _name(path: Path | str, base: Path = ROOT) -> str:
 
 
 class CommittedProfiles:
-    """``profiles("reports/gpt-oss-20b-h200-traced")`` (or the report's name, or its absolute path) -> (its
-    report, its prepared profile), made once."""
+    """``profiles("reports/gpt-oss-20b-h200-traced")`` (or the report's name, or its absolute path)
+    -> (its report, its prepared profile), made once."""
 
     def __init__(self) -> None:
-        self.prepared: dict[str, BucketProfile] = {}  # reports/NAME -> profile, as calibrate.held_out keys them
+        self.prepared: dict[
+            str, BucketProfile
+        ] = {}  # reports/NAME -> profile, as calibrate.held_out keys them
         self.reports: dict[str, Report] = {}
         self._bucket_profile = predict.bucket_profile
 

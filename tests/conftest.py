@@ -1,5 +1,6 @@
-"""Shared fixtures for the CPU tests: the hand-made reports under tests/data/ and a way to make variants,
-and the committed reports' traced profiles, prepared once per session (tests/committed.py)."""
+"""Shared fixtures for the CPU tests: the hand-made reports under tests/data/ and a way to make
+variants, and the committed reports' traced profiles, prepared once per session
+(tests/committed.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def report_copy(tmp_path):
 
 @pytest.fixture
 def write_report(tmp_path):
-    """write_report(name, rows=None, **run_changes) -> path of a fresh report built like tests/data/baseline."""
+    """write_report(name, rows=None, **run_changes) -> path of a fresh report built like
+    tests/data/baseline."""
     from bcgprof.report import ReportWriter
 
     def write(name: str, rows=None, **run_changes) -> Path:
@@ -68,24 +70,32 @@ def rows():
     """rows(**mode_rows_kwargs) -> fresh :class:`Rows` shaped like tests/data/baseline."""
 
     def build(**kwargs) -> Rows:
-        return Rows({mode: {r.bucket: r for r in maker.mode_rows(mode, **kwargs)}
-                     for mode in ("per-bucket", "shared", "floor")})
+        return Rows(
+            {
+                mode: {r.bucket: r for r in maker.mode_rows(mode, **kwargs)}
+                for mode in ("per-bucket", "shared", "floor")
+            }
+        )
 
     return build
 
 
 @pytest.fixture(scope="session", autouse=True)
 def trace_cache_of_the_session(tmp_path_factory, request):
-    """What commands keep of trace files between runs (bcgprof.analysis.predict.trace_cache) goes to a directory of
-    this session, shared by its tests, the commands they start and the session's other workers (pytest-xdist),
-    never the user's own cache: a run starts cold, as CI's does, and leaves the user's cache alone."""
+    """What commands keep of trace files between runs (bcgprof.analysis.predict.trace_cache) goes to
+    a directory of this session, shared by its tests, the commands they start and the session's
+    other workers (pytest-xdist), never the user's own cache: a run starts cold, as CI's does, and
+    leaves the
+    user's cache alone."""
     base = tmp_path_factory.getbasetemp()
-    worker = hasattr(request.config, "workerinput")  # a pytest-xdist worker: its folder is one of the session's
+    # a pytest-xdist worker: its folder is one of the session's
+    worker = hasattr(request.config, "workerinput")
     root = (base.parent if worker else base) / "xdg-cache"
     root.mkdir(exist_ok=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_CACHE_HOME", str(root))
-    if worker:  # a worker gets COLUMNS=80, which a plain run does not set: the CLI's pipe width would follow it
+    # a worker gets COLUMNS=80, which a plain run does not set: the CLI's pipe width would follow it
+    if worker:
         patch.delenv("COLUMNS", raising=False)
     yield
     patch.undo()
@@ -93,13 +103,14 @@ def trace_cache_of_the_session(tmp_path_factory, request):
 
 @pytest.fixture(scope="session")
 def committed_profiles() -> CommittedProfiles:
-    """committed_profiles("reports/NAME") -> (report, prepared profile), each prepared and checked once."""
+    """committed_profiles("reports/NAME") -> (report, prepared profile), each prepared and
+    checked once."""
     return CommittedProfiles()
 
 
 @pytest.fixture
 def shared_profiles(committed_profiles, monkeypatch) -> CommittedProfiles:
-    """The package's own predictions from a committed report (predict, advise, the CLI) use the session's
-    prepared profile of it instead of preparing and checking it again."""
+    """The package's own predictions from a committed report (predict, advise, the CLI) use the
+    session's prepared profile of it instead of preparing and checking it again."""
     committed_profiles.patch(monkeypatch)
     return committed_profiles

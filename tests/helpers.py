@@ -34,9 +34,13 @@ def load_data_module(name: str) -> ModuleType:
 
 
 def refused(result, code=2) -> str:
-    """A CliRunner result that exited ``code`` with exactly one stderr line starting `error: ` and no
-    traceback anywhere; returns the line."""
-    assert result.exit_code == code, (result.exit_code, result.stdout[-2000:], result.stderr[-2000:])
+    """A CliRunner result that exited ``code`` with exactly one stderr line starting `error: ` and
+    no traceback anywhere; returns the line."""
+    assert result.exit_code == code, (
+        result.exit_code,
+        result.stdout[-2000:],
+        result.stderr[-2000:],
+    )
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
     assert "Traceback" not in result.stdout + result.stderr

@@ -40,7 +40,8 @@ from bcgprof.models.args import ModelArgs
 FP4_E2M1_EPS = 2.0**-1
 
 # Rounded operations an exp or sigmoid is worth: SLEEF's u10 functions (PyTorch's vectorised CPU
-# paths) are within 1 ulp, NumPy's SIMD float32 exp documents at most 2.52 ulp (Triton's interpreter).
+# paths) are within 1 ulp, NumPy's SIMD float32 exp documents at most 2.52 ulp (Triton's
+# interpreter).
 TRANSCENDENTAL_ULPS = 4
 
 # Rounded operations of a SwiGLU (gpt-oss's clamped one the longest): the clamps, the product with
@@ -72,10 +73,14 @@ def close(dtype: torch.dtype, *, reduction: int, depth: int = 1, scale: float = 
     Raises ValueError where ``reduction * depth * u >= 1/2``, where no such bound exists.
     """
     if reduction < 1 or depth < 1 or scale < 0:
-        raise ValueError(f"reduction {reduction} and depth {depth} must be >= 1, scale {scale} >= 0")
+        raise ValueError(
+            f"reduction {reduction} and depth {depth} must be >= 1, scale {scale} >= 0"
+        )
     n_u = reduction * depth * eps(dtype) / 2
     if n_u >= 0.5:
-        raise ValueError(f"{reduction * depth} rounded terms in {dtype}: no useful bound (n*u = {n_u:.2f})")
+        raise ValueError(
+            f"{reduction * depth} rounded terms in {dtype}: no useful bound (n*u = {n_u:.2f})"
+        )
     bound = 2 * n_u / (1 - n_u)
     return Tolerance(rtol=bound, atol=bound * scale)
 
@@ -95,11 +100,21 @@ def largest_logit(q: torch.Tensor, k: torch.Tensor, scale: float) -> float:
     """``scale * sum(|q_i * k_i|)`` over every pair of a query row and a key row (the last dim is
     head_dim; pairs across heads and sequences included, which only makes it larger)."""
     d = q.shape[-1]
-    return scale * float((q.abs().reshape(-1, d).double() @ k.abs().reshape(-1, d).double().T).max())
+    return scale * float(
+        (q.abs().reshape(-1, d).double() @ k.abs().reshape(-1, d).double().T).max()
+    )
 
 
-def attention_close(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, keys: int,
-                    sinks: torch.Tensor | None = None, depth: int = 1) -> Tolerance:
+def attention_close(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    keys: int,
+    sinks: torch.Tensor | None = None,
+    depth: int = 1,
+) -> Tolerance:
     """``close`` for two float32 softmax attentions of ``q`` over ``keys`` of ``k`` and ``v``
     (``sinks``: one more logit per head in the denominator), ``depth`` of them chained."""
     logit = largest_logit(q, k, scale)
@@ -123,14 +138,23 @@ def layer_terms(args: ModelArgs, *, keys: int) -> int:
     sum of values (keys each) and its exp, the output projection (heads * head_dim), RoPE and the
     residual adds (a few), the router (hidden), and the MLP (``mlp_terms``)."""
     hidden, head_dim = args.hidden_size, args.head_dim
-    attention = 3 * hidden + 2 * head_dim + 2 * keys + TRANSCENDENTAL_ULPS + args.num_heads * head_dim + 6
-    mlp = mlp_terms(hidden=hidden, intermediate=max(args.intermediate_size, args.moe_intermediate_size),
-                    experts=max(args.top_k, 1))
+    attention = (
+        3 * hidden + 2 * head_dim + 2 * keys + TRANSCENDENTAL_ULPS + args.num_heads * head_dim + 6
+    )
+    mlp = mlp_terms(
+        hidden=hidden,
+        intermediate=max(args.intermediate_size, args.moe_intermediate_size),
+        experts=max(args.top_k, 1),
+    )
     return attention + hidden + mlp
 
 
-def model_close(args: ModelArgs, *, keys: int, scale: float, dtype: torch.dtype = torch.float32) -> Tolerance:
+def model_close(
+    args: ModelArgs, *, keys: int, scale: float, dtype: torch.dtype = torch.float32
+) -> Tolerance:
     """``close`` for the hidden states of a forward through a built model (``model.args``):
     ``layer_terms`` per layer, ``args.num_layers`` layers plus one stage for the embedding and
     the final norm; ``scale`` the largest magnitude of the hidden states compared."""
-    return close(dtype, reduction=layer_terms(args, keys=keys), depth=args.num_layers + 1, scale=scale)
+    return close(
+        dtype, reduction=layer_terms(args, keys=keys), depth=args.num_layers + 1, scale=scale
+    )
