@@ -1,7 +1,7 @@
-"""A program for `bcgprof record`'s CPU tests: it captures through the engines' stand-ins with a stand-in
-graph class (the shape of torch.cuda.CUDAGraph's capture API) and stand-in readings, so every figure of
-its report is known: a capture of size S grows the pool and torch reserved by S MiB and the device by
-S MiB plus 2 MiB of executable."""
+"""A program for `bcgprof record`'s CPU tests: it captures through the engines' stand-ins with a
+stand-in graph class (the shape of torch.cuda.CUDAGraph's capture API) and stand-in readings, so
+every figure of its report is known: a capture of size S grows the pool and torch reserved by S MiB
+and the device by S MiB plus 2 MiB of executable."""
 
 import argparse
 import multiprocessing
@@ -13,7 +13,7 @@ import torch
 
 from bcgprof.record import hook
 
-MIB = 2 ** 20
+MIB = 2**20
 BASE = 1000 * MIB
 
 
@@ -43,8 +43,15 @@ class StandInGraph:
 
 
 def reading():
-    return {"allocated": State.pool, "reserved": State.reserved, "used": State.used, "process": State.used - BASE,
-            "free": 80_000 * MIB - State.used, "pools": {"1,1": [State.pool, State.pool]}, "time": time.time()}
+    return {
+        "allocated": State.pool,
+        "reserved": State.reserved,
+        "used": State.used,
+        "process": State.used - BASE,
+        "free": 80_000 * MIB - State.used,
+        "pools": {"1,1": [State.pool, State.pool]},
+        "time": time.time(),
+    }
 
 
 def forward(size):
@@ -64,17 +71,24 @@ def install():
     rec = hook.recorder()
     rec.read = reading
     rec.patch_graphs(StandInGraph)
-    print("torch.cuda.CUDAGraph patched:", bool(getattr(torch.cuda.CUDAGraph, "__bcgprof_recorded__", False)),
-          flush=True)
+    print(
+        "torch.cuda.CUDAGraph patched:",
+        bool(getattr(torch.cuda.CUDAGraph, "__bcgprof_recorded__", False)),
+        flush=True,
+    )
 
 
 def sglang(sizes, logged_gb):
-    from sglang.srt.model_executor.model_runner_components.cuda_graph_setup import capture_cuda_graphs
+    from sglang.srt.model_executor.model_runner_components.cuda_graph_setup import (
+        capture_cuda_graphs,
+    )
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
     from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
 
-    capture_cuda_graphs([DecodeCudaGraphRunner(sizes, forward), PrefillCudaGraphRunner([16, 32], forward)],
-                        logged_gb)
+    capture_cuda_graphs(
+        [DecodeCudaGraphRunner(sizes, forward), PrefillCudaGraphRunner([16, 32], forward)],
+        logged_gb,
+    )
 
 
 def child(rank):

@@ -19,8 +19,15 @@ class GPUModelRunner:
         self.sizes = sizes
         self.forward = forward
 
-    def _warmup_and_capture(self, desc, cudagraph_runtime_mode, profile_seq_lens=None, allow_microbatching=False,
-                            num_warmups=None, profiler=None):
+    def _warmup_and_capture(
+        self,
+        desc,
+        cudagraph_runtime_mode,
+        profile_seq_lens=None,
+        allow_microbatching=False,
+        num_warmups=None,
+        profiler=None,
+    ):
         self.forward(desc.num_tokens)
 
     def profile_cudagraph_memory(self):
