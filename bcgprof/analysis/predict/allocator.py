@@ -46,8 +46,9 @@ the recorded one where that is free; otherwise above every segment so far (``bel
 rule that reproduces every list captured from the full profiles) or below every segment
 (``below=True``: the driver's addresses mostly descend, two in three of the committed traces'
 graph-pool segments came below every earlier one). Predictions replay both and report where they
-differ (:mod:`bcgprof.analysis.predict.replay`). Expandable segments and ``roundup_power2_divisions`` are not
-modelled (:func:`check_settings` refuses traces recorded with them).
+differ (:mod:`bcgprof.analysis.predict.replay`). Expandable segments and
+``roundup_power2_divisions`` are not modelled (:func:`check_settings` refuses traces recorded with
+them).
 
 Invariants: every byte of every segment belongs to exactly one block; no two free blocks of
 a segment are adjacent; :attr:`Pool.reserved` is the sum of the segment sizes and never
@@ -68,9 +69,10 @@ K_SMALL_BUFFER = 2 << 20  # kSmallBuffer: small requests are packed in 2 MiB seg
 K_LARGE_BUFFER = 20 << 20  # kLargeBuffer: requests under 10 MiB share 20 MiB segments
 K_MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
 K_ROUND_LARGE = 2 << 20  # kRoundLarge: larger segments come in 2 MiB steps
-UNLIMITED = 2 ** 64 - 1  # max_split_size when unset (SIZE_MAX)
+UNLIMITED = 2**64 - 1  # max_split_size when unset (SIZE_MAX)
 SEGMENT_GAP = 1 << 36  # spacing of made-up segment addresses (64 GiB: larger than any segment)
-MADE_UP_START = 1 << 60  # below=True: the first made-up address lies below this (above any real address)
+# below=True: the first made-up address lies below this (above any real address)
+MADE_UP_START = 1 << 60
 
 
 class AllocatorError(ValueError):
@@ -89,10 +91,15 @@ class Settings:
 def check_settings(settings: dict) -> Settings:
     """:class:`Settings` from a snapshot's ``allocator_settings``; refuses what is not modelled."""
     if settings.get("expandable_segments"):
-        raise AllocatorError("the capture ran with expandable_segments, which the allocator model does not follow")
+        raise AllocatorError(
+            "the capture ran with expandable_segments, which the allocator model does not follow"
+        )
     divisions = settings.get("roundup_power2_divisions") or {}
     if any(int(v) > 1 for v in (divisions.values() if isinstance(divisions, dict) else divisions)):
-        raise AllocatorError("the capture ran with roundup_power2_divisions, which the allocator model does not follow")
+        raise AllocatorError(
+            "the capture ran with roundup_power2_divisions, which the allocator model does not "
+            "follow"
+        )
     split = int(settings.get("max_split_size", -1))
     return Settings(max_split_size=UNLIMITED if split < 0 else split)
 
@@ -110,7 +117,8 @@ def is_small(rounded: int) -> bool:
 
 
 def allocation_size(rounded: int, settings: Settings = Settings()) -> int:
-    """``get_allocation_size``: the size of the segment a new allocation of ``rounded`` bytes opens."""
+    """``get_allocation_size``: the size of the segment a new allocation of ``rounded`` bytes
+    opens."""
     if rounded <= K_SMALL_SIZE:
         return K_SMALL_BUFFER
     if rounded < K_MIN_LARGE_ALLOC:
@@ -146,26 +154,35 @@ class Pool:
     above its size is ``get_free_block``'s ``lower_bound``.
     """
 
-    def __init__(self, settings: Settings = Settings(), below: bool = False, shuffle: Optional[Random] = None):
+    def __init__(
+        self, settings: Settings = Settings(), below: bool = False, shuffle: Optional[Random] = None
+    ):
         self.settings = settings
-        self.below = below  # where a segment without a usable recorded address goes (see the module's notes)
-        self.shuffle = shuffle  # set: every segment goes to a random free address (another process's layout)
+        # where a segment without a usable recorded address goes (see the module's notes)
+        self.below = below
+        # set: every segment goes to a random free address (another process's layout)
+        self.shuffle = shuffle
         self.segments: dict[int, int] = {}  # base address -> bytes
-        self._bases: list[int] = []  # the segments' base addresses, sorted (a new segment's overlap test bisects)
+        # the segments' base addresses, sorted (a new segment's overlap test bisects)
+        self._bases: list[int] = []
         self.reserved = 0
         self._free: dict[tuple[bool, int], list[tuple[int, int]]] = {}
         self._blocks: dict[int, Block] = {}  # address -> block (every block of every segment)
         self._top = SEGMENT_GAP  # made-up addresses start above this
-        self.made_up = 0  # segments placed without a usable recorded address (``below`` decides where)
+        # segments placed without a usable recorded address (``below`` decides where)
+        self.made_up = 0
 
     # ------------------------------------------------------------ allocation
 
-    def malloc(self, requested: int, stream: int = 0, at: Optional[int] = None) -> tuple[Block, bool]:
-        """Allocate ``requested`` bytes on ``stream``; returns the block and whether a segment was added.
+    def malloc(
+        self, requested: int, stream: int = 0, at: Optional[int] = None
+    ) -> tuple[Block, bool]:
+        """Allocate ``requested`` bytes on ``stream``; returns the block and whether a segment was
+        added.
 
         ``at``: the address to give a new segment, when one is needed and it overlaps none
-        (a recorded address); otherwise the segment goes above every segment so far (below them all when
-        the pool was made with ``below``).
+        (a recorded address); otherwise the segment goes above every segment so far (below them all
+        when the pool was made with ``below``).
         """
         size = round_size(requested)
         small = is_small(size)
@@ -191,7 +208,8 @@ class Pool:
         return block, grew
 
     def _take_free(self, size: int, small: bool, stream: int) -> Optional[Block]:
-        """``get_free_block``: the best-fitting free block, taken off its free list (None: none fits)."""
+        """``get_free_block``: the best-fitting free block, taken off its free list (None: none
+        fits)."""
         free = self._free.get((small, stream))
         if not free:
             return None
@@ -209,7 +227,8 @@ class Pool:
         return self._blocks[addr]
 
     def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
-        if self.shuffle is not None:  # the recorded addresses were another layout's: any order can come
+        # the recorded addresses were another layout's: any order can come
+        if self.shuffle is not None:
             at = self.shuffle.randrange(1, 1 << 20) * SEGMENT_GAP
             while at in self.segments or self._overlaps(at, size):
                 at = self.shuffle.randrange(1, 1 << 20) * SEGMENT_GAP
@@ -217,7 +236,8 @@ class Pool:
         elif at is None or at in self.segments or self._overlaps(at, size):
             self.made_up += 1
             if self.below:
-                lowest = self._bases[0] if self._bases else MADE_UP_START  # segments never leave a graph pool
+                # segments never leave a graph pool
+                lowest = self._bases[0] if self._bases else MADE_UP_START
                 at = (lowest // SEGMENT_GAP - (-(-size // SEGMENT_GAP)) - 1) * SEGMENT_GAP
             else:
                 at = self._top
@@ -230,8 +250,9 @@ class Pool:
         return block
 
     def _overlaps(self, addr: int, size: int) -> bool:
-        """Whether ``[addr, addr + size)`` meets a segment: segments do not overlap, so their ends rise with their
-        bases and only the last segment starting below ``addr + size`` can reach ``addr`` (O(log segments))."""
+        """Whether ``[addr, addr + size)`` meets a segment: segments do not overlap, so their ends
+        rise with their bases and only the last segment starting below ``addr + size`` can reach
+        ``addr`` (O(log segments))."""
         i = bisect_left(self._bases, addr + size)
         return i > 0 and self._bases[i - 1] + self.segments[self._bases[i - 1]] > addr
 
@@ -286,16 +307,23 @@ class Pool:
             yield self._blocks[addr]
 
     def layout(self) -> tuple:
-        """The free blocks, list by list (with the segments' total): equal layouts hold the same free space."""
+        """The free blocks, list by list (with the segments' total): equal layouts hold the same
+        free space."""
         return self.reserved, tuple((k, tuple(v)) for k, v in sorted(self._free.items()) if v)
 
     def fingerprint(self) -> tuple:
-        """Everything later decisions depend on: every block (address, bytes, in use, stream, small pool, its
-        segment), where made-up addresses go next and how many were made up. Equal fingerprints make equal
-        decisions."""
+        """Everything later decisions depend on: every block (address, bytes, in use, stream, small
+        pool, its segment), where made-up addresses go next and how many were made up. Equal
+        fingerprints make equal decisions."""
         blocks = self._blocks
-        return self._top, self.made_up, tuple((a, b.size, b.allocated, b.stream, b.small, b.segment)
-                                              for a, b in sorted(blocks.items()))
+        return (
+            self._top,
+            self.made_up,
+            tuple(
+                (a, b.size, b.allocated, b.stream, b.small, b.segment)
+                for a, b in sorted(blocks.items())
+            ),
+        )
 
     @property
     def allocated(self) -> int:

@@ -8,16 +8,19 @@ profile's own list, predicted from that profile and compared with its measured d
 total, mode by mode. The band is the point plus or minus the largest absolute residual (their
 signs are mixed, so the evidence says how large the error is, not which way it goes), widened
 by one NVML step (a total is read in 2 MiB steps), and, for a list longer than the longest held
-out, grown in proportion to its buckets (the executables' error is per bucket). Where no held-out list of the configuration exists the
-band says so: one NVML step per bucket either way, stated as no evidence.
+out, grown in proportion to its buckets (the executables' error is per bucket). Where no held-out
+list of the configuration exists the band says so: one NVML step per bucket either way, stated as no
+evidence.
 
-Layer predictions keep their formula band (:func:`bcgprof.analysis.predict.lists.predict_layers`); the
-evidence here is its check against deeper captures (full and intermediate depths), cited in the
+Layer predictions keep their formula band (:func:`bcgprof.analysis.predict.lists.predict_layers`);
+the evidence here is its check against deeper captures (full and intermediate depths), cited in the
 band's source.
 
-The evidence ships as ``bcgprof/analysis/predict/bands.json``, generated from the committed reports by
-``benchmarks/calibrate_bands.py`` (:mod:`bcgprof.analysis.predict.calibrate`); a test regenerates it and fails
-when the shipped file is stale. A band wider than :data:`MAX_WIDTH` of its value is flagged:
+The evidence ships as ``bcgprof/analysis/predict/bands.json``, generated from the committed reports
+by
+``benchmarks/calibrate_bands.py`` (:mod:`bcgprof.analysis.predict.calibrate`); a test regenerates it
+and fails when the shipped file is stale. A band wider than :data:`MAX_WIDTH` of its value is
+flagged:
 the model does not explain that case, so the figure is not a result. Torch-free.
 """
 
@@ -40,8 +43,19 @@ QUANTUM = 2 << 20  # NVML reports device memory in 2 MiB steps
 MAX_WIDTH = 0.02  # a band wider than this share of its value is a sign the model is wrong
 MIB = 1 << 20
 CALIBRATION = "bands.json"
-KEY_FIELDS = ("config_hash", "gpu_name", "driver", "torch_version", "layers", "dtype", "phase", "graph", "weights",
-              "experts")  # packed experts run another kernel: their lists are not evidence for bf16 ones
+KEY_FIELDS = (
+    "config_hash",
+    "gpu_name",
+    "driver",
+    "torch_version",
+    "layers",
+    "dtype",
+    "phase",
+    "graph",
+    "weights",
+    # packed experts run another kernel: their lists are not evidence for bf16 ones
+    "experts",
+)
 REGENERATE = "python benchmarks/calibrate_bands.py"
 
 
@@ -56,7 +70,8 @@ def run_key(run: RunInfo) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Residual:
-    """One held-out list in one mode: the profile's prediction of it and what its capture measured."""
+    """One held-out list in one mode: the profile's prediction of it and what its capture
+    measured."""
 
     report: str
     mode: str
@@ -84,8 +99,8 @@ class ListEvidence:
 
 @dataclass(frozen=True)
 class LayerCheck:
-    """One mode of a layer prediction (from ``inputs``) against a deeper capture, ``full`` (the full depth
-    or an intermediate one)."""
+    """One mode of a layer prediction (from ``inputs``) against a deeper capture, ``full`` (the full
+    depth or an intermediate one)."""
 
     model: str
     gpu: str
@@ -98,7 +113,8 @@ class LayerCheck:
     measured_bytes: int
     low_bytes: int
     high_bytes: int
-    # the free memory the capture needed: predicted (layers) and measured (full depth); None where unknown
+    # the free memory the capture needed: predicted (layers) and measured (full depth); None where
+    # unknown
     predicted_needs_free_bytes: Optional[int] = None
     measured_needs_free_bytes: Optional[int] = None
 
@@ -137,14 +153,25 @@ class Band:
 
 
 def calibration_json(cal: Calibration) -> dict[str, Any]:
-    """The file's content: the evidence, and how often the band of the others held each held-out list."""
+    """The file's content: the evidence, and how often the band of the others held each held-out
+    list."""
     return {
-        "about": ("Residuals behind bcgprof's prediction bands, from the committed reports; regenerate with "
-                  f"{REGENERATE}. error = measured - predicted device used."),
+        "about": (
+            "Residuals behind bcgprof's prediction bands, from the committed reports; regenerate "
+            "with "
+            f"{REGENERATE}. error = measured - predicted device used."
+        ),
         "quantum_bytes": QUANTUM,
-        "lists": [{"key": e.key, "model": e.model, "gpu": e.gpu, "profile": e.profile,
-                   "residuals": [{**asdict(r), "error_bytes": r.error_bytes} for r in e.residuals]}
-                  for e in cal.lists],
+        "lists": [
+            {
+                "key": e.key,
+                "model": e.model,
+                "gpu": e.gpu,
+                "profile": e.profile,
+                "residuals": [{**asdict(r), "error_bytes": r.error_bytes} for r in e.residuals],
+            }
+            for e in cal.lists
+        ],
         "layers": [{**asdict(c), "inputs": list(c.inputs), "inside": c.inside} for c in cal.layers],
         "leave_one_out": dict(cal.leave_one_out),
     }
@@ -153,25 +180,49 @@ def calibration_json(cal: Calibration) -> dict[str, Any]:
 def parse_calibration(data: Any, path: str = "") -> Calibration:
     """A :class:`Calibration` from :func:`calibration_json`'s content; refuses a malformed one."""
     try:
-        lists = tuple(ListEvidence(
-            key={k: str(e["key"][k]) for k in KEY_FIELDS}, model=str(e["model"]), gpu=str(e["gpu"]),
-            profile=str(e["profile"]),
-            residuals=tuple(Residual(str(r["report"]), str(r["mode"]), int(r["buckets"]), int(r["predicted_bytes"]),
-                                     int(r["measured_bytes"]), int(r.get("interpolated", 0)))
-                            for r in e["residuals"]))
-            for e in data["lists"])
-        layers = tuple(LayerCheck(
-            model=str(c["model"]), gpu=str(c["gpu"]), config_hash=str(c["config_hash"]),
-            inputs=tuple(str(i) for i in c["inputs"]), full=str(c["full"]), mode=str(c["mode"]),
-            layers=int(c["layers"]), predicted_bytes=int(c["predicted_bytes"]),
-            measured_bytes=int(c["measured_bytes"]), low_bytes=int(c["low_bytes"]), high_bytes=int(c["high_bytes"]),
-            predicted_needs_free_bytes=_optional_int(c.get("predicted_needs_free_bytes")),
-            measured_needs_free_bytes=_optional_int(c.get("measured_needs_free_bytes")))
-            for c in data["layers"])
+        lists = tuple(
+            ListEvidence(
+                key={k: str(e["key"][k]) for k in KEY_FIELDS},
+                model=str(e["model"]),
+                gpu=str(e["gpu"]),
+                profile=str(e["profile"]),
+                residuals=tuple(
+                    Residual(
+                        str(r["report"]),
+                        str(r["mode"]),
+                        int(r["buckets"]),
+                        int(r["predicted_bytes"]),
+                        int(r["measured_bytes"]),
+                        int(r.get("interpolated", 0)),
+                    )
+                    for r in e["residuals"]
+                ),
+            )
+            for e in data["lists"]
+        )
+        layers = tuple(
+            LayerCheck(
+                model=str(c["model"]),
+                gpu=str(c["gpu"]),
+                config_hash=str(c["config_hash"]),
+                inputs=tuple(str(i) for i in c["inputs"]),
+                full=str(c["full"]),
+                mode=str(c["mode"]),
+                layers=int(c["layers"]),
+                predicted_bytes=int(c["predicted_bytes"]),
+                measured_bytes=int(c["measured_bytes"]),
+                low_bytes=int(c["low_bytes"]),
+                high_bytes=int(c["high_bytes"]),
+                predicted_needs_free_bytes=_optional_int(c.get("predicted_needs_free_bytes")),
+                measured_needs_free_bytes=_optional_int(c.get("measured_needs_free_bytes")),
+            )
+            for c in data["layers"]
+        )
         loo = {str(k): int(v) for k, v in data.get("leave_one_out", {}).items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise CalibrationError(f"{path or 'the calibration'} is malformed ({e!r}); regenerate it with "
-                               f"{REGENERATE}") from None
+        raise CalibrationError(
+            f"{path or 'the calibration'} is malformed ({e!r}); regenerate it with {REGENERATE}"
+        ) from None
     return Calibration(lists, layers, loo, path)
 
 
@@ -181,7 +232,8 @@ def _optional_int(v: Any) -> Optional[int]:
 
 def write_calibration(cal: Calibration, path: Path) -> Path:
     path = Path(path)
-    atomic_write_text(path, json.dumps(calibration_json(cal), indent=1) + "\n")  # a cut-short write keeps the old
+    # a cut-short write keeps the old
+    atomic_write_text(path, json.dumps(calibration_json(cal), indent=1) + "\n")
     return path
 
 
@@ -189,20 +241,25 @@ def read_calibration(path: Path) -> Calibration:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
-        raise CalibrationError(f"cannot read {path}: {e}; regenerate it with {REGENERATE}") from None
+        raise CalibrationError(
+            f"cannot read {path}: {e}; regenerate it with {REGENERATE}"
+        ) from None
     return parse_calibration(data, str(path))
 
 
 @lru_cache(maxsize=1)
 def shipped_calibration() -> Calibration:
-    """The calibration shipped with the package (no evidence when the file is absent from the install)."""
+    """The calibration shipped with the package (no evidence when the file is absent from the
+    install)."""
     resource = resources.files("bcgprof.analysis.predict").joinpath(CALIBRATION)
     if not resource.is_file():
         return Calibration()
     try:
         data = json.loads(resource.read_text())
     except ValueError as e:
-        raise CalibrationError(f"bcgprof/analysis/{CALIBRATION} is not JSON ({e}); reinstall bcgprof") from None
+        raise CalibrationError(
+            f"bcgprof/analysis/{CALIBRATION} is not JSON ({e}); reinstall bcgprof"
+        ) from None
     return parse_calibration(data, f"bcgprof/analysis/{CALIBRATION}")
 
 
@@ -212,27 +269,43 @@ def shipped_calibration() -> Calibration:
 class ListBands:
     """The bands of one profile's list predictions in one mode, from the calibration's residuals."""
 
-    def __init__(self, run: RunInfo, mode: str, calibration: Optional[Calibration] = None, profile: str = "",
-                 exclude: Sequence[str] = ()):
+    def __init__(
+        self,
+        run: RunInfo,
+        mode: str,
+        calibration: Optional[Calibration] = None,
+        profile: str = "",
+        exclude: Sequence[str] = (),
+    ):
         """``exclude``: reports whose residuals are left out (leave-one-out checks)."""
         cal = shipped_calibration() if calibration is None else calibration
         key = run_key(run)
         groups = [e for e in cal.lists if e.key == key]
         self.run, self.mode, self.profile = run, mode, profile
-        mine = [r for e in groups for r in e.residuals if r.mode == mode and r.report not in exclude]
-        self.residuals = [r for r in mine if not r.interpolated]  # lists drawn from their profile's buckets
-        self.interpolated = [r for r in mine if r.interpolated]  # lists with buckets their profile lacked
+        mine = [
+            r for e in groups for r in e.residuals if r.mode == mode and r.report not in exclude
+        ]
+        # lists drawn from their profile's buckets
+        self.residuals = [r for r in mine if not r.interpolated]
+        # lists with buckets their profile lacked
+        self.interpolated = [r for r in mine if r.interpolated]
         self.profiles = sorted({e.profile for e in groups})
 
     def band(self, buckets: int, interpolated: int = 0) -> Band:
-        """The band of a ``buckets``-bucket list's device-used total; ``interpolated``: how many of its buckets
-        the profile lacks (their executables are their neighbours', so lists like it are the evidence too)."""
-        what = f"{self.run.model} on {self.run.gpu_name or 'its GPU'}"  # the mode: the band's own row
+        """The band of a ``buckets``-bucket list's device-used total; ``interpolated``: how many of
+        its buckets the profile lacks (their executables are their neighbours', so lists like it are
+        the evidence too)."""
+        # the mode: the band's own row
+        what = f"{self.run.model} on {self.run.gpu_name or 'its GPU'}"
         if not self.residuals:
             step = buckets * QUANTUM
-            return Band(step, step, f"graph executables: no held-out lists of {what} (torch "
-                                    f"{self.run.torch_version or '?'}, driver {self.run.driver or '?'}): one NVML "
-                                    "step (2 MiB) per bucket either way, a guess, not evidence")
+            return Band(
+                step,
+                step,
+                f"graph executables: no held-out lists of {what} (torch "
+                f"{self.run.torch_version or '?'}, driver {self.run.driver or '?'}): one NVML "
+                "step (2 MiB) per bucket either way, a guess, not evidence",
+            )
         residuals = self.residuals + self.interpolated if interpolated else self.residuals
         errors = [r.error_bytes for r in residuals]
         longest = max(r.buckets for r in residuals)
@@ -240,18 +313,28 @@ class ListBands:
         worst = max(abs(e) for e in errors)
         # The residuals' signs are mixed: the evidence gives the error's size, not its direction.
         half = math.ceil(worst * scale) + QUANTUM
-        text = (f"graph executables: from {len(errors)} held-out list(s) of {what} (measured minus predicted "
-                f"{min(errors) / MIB:+.1f} to {max(errors) / MIB:+.1f} MiB): the largest |error|, "
-                f"{worst / MIB:.1f} MiB, plus one NVML step (2 MiB) either way")
+        text = (
+            f"graph executables: from {len(errors)} held-out list(s) of {what} (measured minus "
+            "predicted "
+            f"{min(errors) / MIB:+.1f} to {max(errors) / MIB:+.1f} MiB): the largest |error|, "
+            f"{worst / MIB:.1f} MiB, plus one NVML step (2 MiB) either way"
+        )
         if scale > 1:
-            text += f", grown x{scale:.2f} for a list longer than the longest held out ({longest} buckets)"
+            text += (
+                f", grown x{scale:.2f} for a list longer than the longest held out ({longest} "
+                "buckets)"
+            )
         others = [p for p in self.profiles if p != self.profile]
         if self.profile and others and self.profile not in self.profiles:
             text += f"; the residuals were predicted from {', '.join(others)}"
         if interpolated:
-            text += (f"; {len(self.interpolated)} of those lists had buckets their profile lacked" if self.interpolated
-                     else "; no measured list of this configuration had buckets its profile lacked, so the "
-                          "interpolated buckets' executables are unchecked here")
+            text += (
+                f"; {len(self.interpolated)} of those lists had buckets their profile lacked"
+                if self.interpolated
+                else "; no measured list of this configuration had buckets its profile lacked, so "
+                "the "
+                "interpolated buckets' executables are unchecked here"
+            )
         return Band(half, half, text, len(errors), worst)
 
 
@@ -277,21 +360,28 @@ class LooCheck:
 
 
 def leave_one_out(cal: Calibration, runs: dict[str, RunInfo]) -> list[LooCheck]:
-    """For every held-out list and mode, the band derived from the other lists (``runs``: each profile's run)."""
+    """For every held-out list and mode, the band derived from the other lists (``runs``: each
+    profile's run)."""
     out = []
     for e in cal.lists:
         others = Calibration(lists=(e,))
         for r in e.residuals:
             if r.interpolated:
-                continue  # evidence for interpolated lists only; the check is of the bands of lists drawn from profiles
-            band = ListBands(runs[e.profile], r.mode, others, e.profile, exclude=[r.report]).band(r.buckets)
+                # evidence for interpolated lists only; the check is of the bands of lists drawn
+                # from profiles
+                continue
+            band = ListBands(runs[e.profile], r.mode, others, e.profile, exclude=[r.report]).band(
+                r.buckets
+            )
             out.append(LooCheck(e.profile, r, band))
     return out
 
 
 # ---------------------------------------------------------------- layer bands
 
-LAYER_FORMULA = "twice the propagated error of the NVML staircase slopes, plus two NVML steps (a formula)"
+LAYER_FORMULA = (
+    "twice the propagated error of the NVML staircase slopes, plus two NVML steps (a formula)"
+)
 
 
 def layer_band_source(run: RunInfo, calibration: Optional[Calibration] = None) -> str:
@@ -302,20 +392,25 @@ def layer_band_source(run: RunInfo, calibration: Optional[Calibration] = None) -
     models = sorted({c.model for c in cal.layers})
     gpus = sorted({c.gpu for c in cal.layers})
     inside = sum(c.inside for c in cal.layers)
-    worst = max(cal.layers, key=lambda c: abs(c.predicted_bytes - c.measured_bytes) / c.measured_bytes)
+    worst = max(
+        cal.layers, key=lambda c: abs(c.predicted_bytes - c.measured_bytes) / c.measured_bytes
+    )
     pct = 100.0 * (worst.predicted_bytes - worst.measured_bytes) / worst.measured_bytes
     mine = any(c.config_hash == run.config_hash and c.gpu == run.gpu_name for c in cal.layers)
-    return (f"{LAYER_FORMULA}; checked against deeper captures (full and intermediate depths) of "
-            f"{', '.join(models)} on {', '.join(gpus)}: "
-            f"{inside} of {len(cal.layers)} mode totals inside their band, largest error {pct:+.2f}% "
-            f"({worst.model}, {worst.mode}); {'this model is among them' if mine else 'this model is not among them'}")
+    return (
+        f"{LAYER_FORMULA}; checked against deeper captures (full and intermediate depths) of "
+        f"{', '.join(models)} on {', '.join(gpus)}: "
+        f"{inside} of {len(cal.layers)} mode totals inside their band, largest error {pct:+.2f}% "
+        f"({worst.model}, {worst.mode}); "
+        f"{'this model is among them' if mine else 'this model is not among them'}"
+    )
 
 
 def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[int, str]:
     """How far a layer prediction's needs-free may be off either way, and what says so: the largest
-    |measured - predicted| over the committed deeper captures' modes (full and intermediate depths), plus
-    one NVML step (the residuals' signs are mixed, so the band is symmetric). With no such check: one NVML
-    step, and the source says it is unchecked."""
+    |measured - predicted| over the committed deeper captures' modes (full and intermediate depths),
+    plus one NVML step (the residuals' signs are mixed, so the band is symmetric). With no such
+    check: one NVML step, and the source says it is unchecked."""
     cal = shipped_calibration() if calibration is None else calibration
     checks = [c for c in cal.layers if c.needs_free_error_bytes is not None]
     if not checks:
@@ -326,6 +421,7 @@ def layer_needs_free_band(calibration: Optional[Calibration] = None) -> tuple[in
     close = sum(abs(c.needs_free_error_bytes or 0) <= 2 * QUANTUM for c in checks)
     return abs(err) + QUANTUM, (
         f"the largest |measured - predicted| over {len(checks)} mode(s) of deeper captures "
-        f"(full and intermediate depths) ({', '.join(models)}), {abs(err) / MIB:.1f} MiB ({worst.model}, {worst.mode}), plus one NVML step; "
-        f"{close} of them within two steps")
-
+        f"(full and intermediate depths) ({', '.join(models)}), {abs(err) / MIB:.1f} MiB "
+        f"({worst.model}, {worst.mode}), plus one NVML step; "
+        f"{close} of them within two steps"
+    )

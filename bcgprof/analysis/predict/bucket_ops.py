@@ -46,8 +46,8 @@ class BucketOps:
     range instead (a folded replay skips most). ``cross``: keys of earlier buckets' blocks its
     capture frees; ``unknown``: graph-pool frees of blocks allocated before recording began;
     ``frees``: key -> index of the op that frees it; ``fold``: a repeating region
-    (:func:`bcgprof.analysis.predict.fold.find_period`); ``between``: for an interpolated bucket, the
-    profiled buckets below and above it; ``size``: how many events."""
+    (:func:`bcgprof.analysis.predict.fold.find_period`); ``between``: for an interpolated bucket,
+    the profiled buckets below and above it; ``size``: how many events."""
 
     __slots__ = (
         "_columns",
@@ -196,8 +196,8 @@ _MADE: OrderedDict = (
 
 
 def _held(ops: BucketOps) -> None:
-    """Count ``ops``'s new tuples; drop the least recently used others' beyond :data:`MADE_EVENTS`.
-    """
+    """Count ``ops``'s new tuples; drop the least recently used others' beyond
+    :data:`MADE_EVENTS`."""
     _MADE[ops] = ops.count or 0
     total = sum(_MADE.values())
     while total > MADE_EVENTS and len(_MADE) > 1:

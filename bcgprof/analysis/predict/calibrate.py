@@ -1,14 +1,15 @@
 """The evidence behind prediction bands, built from a directory of committed reports
-(``benchmarks/calibrate_bands.py`` writes it to ``bcgprof/analysis/predict/bands.json``; :mod:`bcgprof.analysis.predict.bands` reads it).
+(``benchmarks/calibrate_bands.py`` writes it to ``bcgprof/analysis/predict/bands.json``;
+:mod:`bcgprof.analysis.predict.bands` reads it).
 
 * **Held-out lists.** For every traced profile (a complete single-GPU report, captured largest
   first, with allocator traces), every other report of the same configuration
-  (:func:`bcgprof.analysis.predict.bands.run_key`) whose bucket list differs from the profile's and is drawn from
-  it is predicted from the profile, mode by mode, and its measured device-used total kept beside
-  the prediction. A list within the profile's range with buckets it lacks counts too (they are
-  interpolated; the residual records how many). Where the two segment placements replay different
-  pools, the band spans both, so the residual is taken from the nearer one. A repeat capture of
-  the profile's own list is not held out.
+  (:func:`bcgprof.analysis.predict.bands.run_key`) whose bucket list differs from the profile's and
+  is drawn from it is predicted from the profile, mode by mode, and its measured device-used total
+  kept beside the prediction. A list within the profile's range with buckets it lacks counts too
+  (they are interpolated; the residual records how many). Where the two segment placements replay
+  different pools, the band spans both, so the residual is taken from the nearer one. A repeat
+  capture of the profile's own list is not held out.
 * **Layer checks.** For every directory holding captures of one configuration at two or more
   layer counts, the layer prediction at each deeper depth captured (full depth, and intermediate
   depths such as 8 and 16 layers), mode by mode, against the first (by name) capture of that
@@ -25,17 +26,39 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from bcgprof.analysis.predict.bands import Calibration, LayerCheck, ListEvidence, Residual, leave_one_out, run_key
+from bcgprof.analysis.predict.bands import (
+    Calibration,
+    LayerCheck,
+    ListEvidence,
+    Residual,
+    leave_one_out,
+    run_key,
+)
 from bcgprof.analysis.predict.layers import predict_layers
-from bcgprof.analysis.predict.lists import BucketProfile, PredictionError, bucket_profile, predict_buckets
+from bcgprof.analysis.predict.lists import (
+    BucketProfile,
+    PredictionError,
+    bucket_profile,
+    predict_buckets,
+)
 from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 from bcgprof.errors import BcgprofError
 from bcgprof.report import Report, RunInfo, read_report
 from bcgprof.report.traces import trace_name
 from bcgprof.vocab import BucketStatus, Order, RunStatus, Weights
 
-LAYER_KEY = ("config_hash", "gpu_name", "driver", "torch_version", "dtype", "phase", "graph", "weights", "order",
-             "experts")
+LAYER_KEY = (
+    "config_hash",
+    "gpu_name",
+    "driver",
+    "torch_version",
+    "dtype",
+    "phase",
+    "graph",
+    "weights",
+    "order",
+    "experts",
+)
 
 
 def _name(report: Report, root: Path) -> str:
@@ -77,17 +100,27 @@ def _has_traces(report: Report) -> bool:
 
 
 def _mode_rows(report: Report, mode: str) -> list:
-    return sorted((r for r in report.buckets if r.mode == mode and r.rank == 0), key=lambda r: r.order)
+    return sorted(
+        (r for r in report.buckets if r.mode == mode and r.rank == 0), key=lambda r: r.order
+    )
 
 
 def _total(report: Report, mode: str) -> int:
-    return next(s.device_used_bytes for s in report.summary if s.mode == mode and str(s.rank) == "0")  # summary ranks are text ("max", "sum")
+    # summary ranks are text ("max", "sum")
+    return next(
+        s.device_used_bytes for s in report.summary if s.mode == mode and str(s.rank) == "0"
+    )
 
 
-def held_out(profile: Report, reports: Sequence[Report], root: Path,
-             prepared: Optional[dict[str, BucketProfile]] = None) -> ListEvidence:
-    """The residuals of every held-out list of ``profile``'s configuration. ``prepared``: where the prepared
-    profile is kept, by report name, so that a caller predicting the same lists again replays from its cache."""
+def held_out(
+    profile: Report,
+    reports: Sequence[Report],
+    root: Path,
+    prepared: Optional[dict[str, BucketProfile]] = None,
+) -> ListEvidence:
+    """The residuals of every held-out list of ``profile``'s configuration. ``prepared``: where the
+    prepared profile is kept, by report name, so that a caller predicting the same lists again
+    replays from its cache."""
     name = _name(profile, root)
     prepared = {} if prepared is None else prepared
     if name not in prepared:
@@ -96,42 +129,58 @@ def held_out(profile: Report, reports: Sequence[Report], root: Path,
     profiled = set(profile.run.buckets)
     residuals = []
     for report in sorted(reports, key=lambda r: _name(r, root)):
-        if (report.path == profile.path or run_key(report.run) != key or report.run.buckets == profile.run.buckets
-                or not min(profiled) <= min(report.run.buckets) <= max(report.run.buckets) <= max(profiled)):
+        if (
+            report.path == profile.path
+            or run_key(report.run) != key
+            or report.run.buckets == profile.run.buckets
+            or not min(profiled)
+            <= min(report.run.buckets)
+            <= max(report.run.buckets)
+            <= max(profiled)
+        ):
             continue
         for mode in report.modes():
             if mode not in p.rows:
                 continue
             rows = _mode_rows(report, mode)
             try:
-                pred = predict_buckets(profile, [r.bucket for r in rows], [mode], profile=p).mode(mode)
+                pred = predict_buckets(profile, [r.bucket for r in rows], [mode], profile=p).mode(
+                    mode
+                )
             except PredictionError:
                 continue  # a bucket that cannot be interpolated from this profile
             if pred is None:
                 continue
             measured, point = _total(report, mode), pred.device_used_bytes
-            if pred.other_placement_pool_bytes is not None:  # the band spans both placements: the residual is
-                other = point + pred.other_placement_pool_bytes - pred.pool_bytes  # what lies beyond the nearer
+            # the band spans both placements: the residual is
+            if pred.other_placement_pool_bytes is not None:
+                # what lies beyond the nearer
+                other = point + pred.other_placement_pool_bytes - pred.pool_bytes
                 point = min((point, other), key=lambda v: abs(measured - v))
             interpolated = sum(1 for r in pred.buckets if r.interpolated_from)
-            residuals.append(Residual(_name(report, root), mode, len(rows), point, measured, interpolated))
+            residuals.append(
+                Residual(_name(report, root), mode, len(rows), point, measured, interpolated)
+            )
     return ListEvidence(key, profile.run.model, profile.run.gpu_name, name, tuple(residuals))
 
 
 # One layer's weights used by every layer capture what distinct dummy weights capture (shapes, not
-# values, decide what a capture allocates; docs/h200.md has the zero-tolerance check), so a full-depth
+# values, decide what a capture allocates; docs/h200.md has the zero-tolerance check), so a
+# full-depth
 # capture with one-layer weights checks a layer prediction made from captures with distinct ones.
 _SAME_CAPTURE = {"weights": {Weights.ONE_LAYER.value: Weights.DUMMY.value}}
 
 
 def _layer_key(run: RunInfo) -> tuple:
     values = (str(getattr(run, f)) for f in LAYER_KEY)
-    return tuple(_SAME_CAPTURE.get(f, {}).get(v, v) for f, v in zip(LAYER_KEY, values)) + (tuple(run.buckets),)
+    return tuple(_SAME_CAPTURE.get(f, {}).get(v, v) for f, v in zip(LAYER_KEY, values)) + (
+        tuple(run.buckets),
+    )
 
 
 def layer_checks(reports: Sequence[Report], root: Path) -> list[LayerCheck]:
-    """Each layer set's prediction at every deeper depth captured of its configuration (the full depth, and
-    intermediate depths where they were captured) against that capture."""
+    """Each layer set's prediction at every deeper depth captured of its configuration (the full
+    depth, and intermediate depths where they were captured) against that capture."""
     sets: dict[tuple, list[Report]] = {}
     for r in reports:
         sets.setdefault((Path(r.path).parent.as_posix(), _layer_key(r.run)), []).append(r)
@@ -141,9 +190,12 @@ def layer_checks(reports: Sequence[Report], root: Path) -> list[LayerCheck]:
             continue
         members = sorted(members, key=lambda m: int(m.run.layers))
         deepest = max(int(m.run.layers) for m in members)
-        deeper: dict[int, Report] = {}  # each deeper depth captured: the first capture of it by name
-        for r in sorted((r for r in reports if _layer_key(r.run) == key and int(r.run.layers) > deepest),
-                        key=lambda r: _name(r, root)):
+        # each deeper depth captured: the first capture of it by name
+        deeper: dict[int, Report] = {}
+        for r in sorted(
+            (r for r in reports if _layer_key(r.run) == key and int(r.run.layers) > deepest),
+            key=lambda r: _name(r, root),
+        ):
             deeper.setdefault(int(r.run.layers), r)
         for _depth, target in sorted(deeper.items()):
             checks.extend(_layer_check(members, target, root))
@@ -151,31 +203,51 @@ def layer_checks(reports: Sequence[Report], root: Path) -> list[LayerCheck]:
 
 
 def _layer_check(members: list[Report], target: Report, root: Path) -> list[LayerCheck]:
-    """The layer set ``members`` predicted at ``target``'s depth, mode by mode, against ``target``."""
+    """The layer set ``members`` predicted at ``target``'s depth, mode by mode, against
+    ``target``."""
     checks = []
     pred = predict_layers(members, int(target.run.layers))
     for m in pred.modes:
         if not any(s.mode == m.mode for s in target.summary):
             continue
-        checks.append(LayerCheck(
-            model=target.run.model, gpu=target.run.gpu_name, config_hash=target.run.config_hash,
-            inputs=tuple(_name(r, root) for r in members), full=_name(target, root), mode=m.mode,
-            layers=int(target.run.layers), predicted_bytes=m.device_used_bytes,
-            measured_bytes=_total(target, m.mode), low_bytes=m.low_bytes, high_bytes=m.high_bytes,
-            predicted_needs_free_bytes=m.needs_free.needs_free_bytes if m.needs_free else None,
-            measured_needs_free_bytes=measured_needs_free_bytes([r for r in target.buckets
-                                                            if r.mode == m.mode and r.rank == 0])))
+        checks.append(
+            LayerCheck(
+                model=target.run.model,
+                gpu=target.run.gpu_name,
+                config_hash=target.run.config_hash,
+                inputs=tuple(_name(r, root) for r in members),
+                full=_name(target, root),
+                mode=m.mode,
+                layers=int(target.run.layers),
+                predicted_bytes=m.device_used_bytes,
+                measured_bytes=_total(target, m.mode),
+                low_bytes=m.low_bytes,
+                high_bytes=m.high_bytes,
+                predicted_needs_free_bytes=m.needs_free.needs_free_bytes if m.needs_free else None,
+                measured_needs_free_bytes=measured_needs_free_bytes(
+                    [r for r in target.buckets if r.mode == m.mode and r.rank == 0]
+                ),
+            )
+        )
     return checks
 
 
-def build(root: Path, prepared: Optional[dict[str, BucketProfile]] = None) -> tuple[Calibration, list[tuple[str, str]]]:
+def build(
+    root: Path, prepared: Optional[dict[str, BucketProfile]] = None
+) -> tuple[Calibration, list[tuple[str, str]]]:
     """The calibration from every report under ``root``, and the reports passed over (path, why).
     ``prepared``: as for :func:`held_out`."""
     root = Path(root)
     reports, skipped = _read_all(root)
     profiles = [r for r in reports if _has_traces(r)]
-    lists = tuple(e for e in (held_out(p, reports, root, prepared) for p in sorted(profiles, key=lambda r: _name(r, root)))
-                  if e.residuals)
+    lists = tuple(
+        e
+        for e in (
+            held_out(p, reports, root, prepared)
+            for p in sorted(profiles, key=lambda r: _name(r, root))
+        )
+        if e.residuals
+    )
     cal = Calibration(lists=lists, layers=tuple(layer_checks(reports, root)))
     runs = {_name(p, root): p.run for p in profiles}
     checks = leave_one_out(cal, runs)

@@ -24,9 +24,10 @@ from bcgprof.report import BucketRecord
 
 
 def staircase_slope(rows: Sequence[BucketRecord]) -> tuple[float, float]:
-    """Bytes of executables per bucket over ``rows`` (one mode's later buckets, in capture order), and the
-    standard error: the least-squares slope of their cumulative non-torch bytes against the bucket count.
-    NVML counts in 2 MiB steps, so the slope of the whole staircase is far finer than any one step."""
+    """Bytes of executables per bucket over ``rows`` (one mode's later buckets, in capture order),
+    and the standard error: the least-squares slope of their cumulative non-torch bytes against the
+    bucket count. NVML counts in 2 MiB steps, so the slope of the whole staircase is far finer than
+    any one step."""
     totals, run = [], 0
     for r in rows:
         run += r.non_torch_delta_bytes
@@ -39,8 +40,9 @@ def staircase_slope(rows: Sequence[BucketRecord]) -> tuple[float, float]:
 
 
 def later_executables(rows: Sequence[BucketRecord]) -> dict[int, int]:
-    """bucket -> bytes of graph executables for every bucket after the first of ``rows`` (one mode's rows, in
-    capture order). Without kernel-node counts on every row, each later bucket costs the mean."""
+    """bucket -> bytes of graph executables for every bucket after the first of ``rows`` (one mode's
+    rows, in capture order). Without kernel-node counts on every row, each later bucket costs the
+    mean."""
     later = list(rows[1:])
     if not later:
         return {}
@@ -59,7 +61,8 @@ def later_executables(rows: Sequence[BucketRecord]) -> dict[int, int]:
     per = [fit.coef[0] + (fit.coef[1] * (r.graph_nodes or 0) if with_nodes else 0.0) for r in later]
     fitted = sum(per)
     scale = measured / fitted if fitted > 0 else 0.0
-    if fitted <= 0:  # nothing fitted (every delta 0, or a staircase that falls): spread the total evenly
+    # nothing fitted (every delta 0, or a staircase that falls): spread the total evenly
+    if fitted <= 0:
         per, scale = [1.0] * len(later), measured / len(later)
     out, before, running = {}, 0, 0.0
     for r, value in zip(later, per, strict=True):
@@ -67,5 +70,6 @@ def later_executables(rows: Sequence[BucketRecord]) -> dict[int, int]:
         now = round(running)
         out[r.bucket] = now - before
         before = now
-    out[later[-1].bucket] += measured - before  # float rounding of the running sum: the total is exact
+    # float rounding of the running sum: the total is exact
+    out[later[-1].bucket] += measured - before
     return out

@@ -45,12 +45,15 @@ class Fit:
         return math.fsum(c * x for c, x in zip(self.coef, row, strict=True))
 
     def weights_at(self, row: Sequence[float]) -> list[float]:
-        """``w`` with ``at(row) == sum(w[i] * y[i])``: how each observation moves the fitted value."""
+        """``w`` with ``at(row) == sum(w[i] * y[i])``: how each observation moves the fitted
+        value."""
         n = len(self.residuals)
         return [math.fsum(x * s[i] for x, s in zip(row, self.solve, strict=True)) for i in range(n)]
 
 
-def least_squares(columns: Sequence[Sequence[float]], ys: Sequence[float], *, nonnegative: bool = False) -> Fit:
+def least_squares(
+    columns: Sequence[Sequence[float]], ys: Sequence[float], *, nonnegative: bool = False
+) -> Fit:
     """Fit ``ys`` to the ``columns`` (each as long as ``ys``) by least squares.
 
     ``nonnegative``: the best fit with every coefficient >= 0, found by trying every subset of
@@ -105,5 +108,9 @@ def _solve(design, y, cols: list[int]) -> Fit | None:
     s2 = float(residuals @ residuals) / spare if spare > 0 else math.nan
     errors = np.sqrt(s2 * np.einsum("ji,ji->j", solve, solve)) if cols else np.zeros(k)
     errors[[j for j in range(k) if j not in cols]] = 0.0
-    return Fit(tuple(float(c) for c in coef), tuple(float(e) for e in residuals),
-               tuple(float(e) for e in errors), tuple(tuple(float(v) for v in row) for row in solve))
+    return Fit(
+        tuple(float(c) for c in coef),
+        tuple(float(e) for e in residuals),
+        tuple(float(e) for e in errors),
+        tuple(tuple(float(v) for v in row) for row in solve),
+    )

@@ -37,24 +37,35 @@ def free_index(ops: list) -> dict:
 
 
 def find_period(ops: list, frees: dict) -> Optional[tuple[int, int, int]]:
-    """``(start, run, period)``: ``code[i] == code[i + period]`` for every ``i`` in ``[start, start + run)``,
-    the longest such region over a few candidate periods; None when nothing repeats ``MIN_PERIODS`` times.
+    """``(start, run, period)``: ``code[i] == code[i + period]`` for every ``i`` in ``[start, start
+    + run)``, the longest such region over a few candidate periods; None when nothing repeats
+    ``MIN_PERIODS`` times.
     ``frees``: :func:`free_index` of ``ops`` (the codes are found from the ops alone)."""
     n = len(ops)
     if n < 2 * MIN_PERIODS:
         return None
-    number: dict = {}  # keys can pass 64 bits (interpolated buckets'): numbered in their order instead
-    columns = np.array([(ALLOC, op[1], op[2], number.setdefault(op[3], len(number))) if op[0] == ALLOC
-                        else (FREE, 0, 0, number.setdefault(op[1], len(number))) for op in ops], dtype=np.int64)
+    # keys can pass 64 bits (interpolated buckets'): numbered in their order instead
+    number: dict = {}
+    columns = np.array(
+        [
+            (ALLOC, op[1], op[2], number.setdefault(op[3], len(number)))
+            if op[0] == ALLOC
+            else (FREE, 0, 0, number.setdefault(op[1], len(number)))
+            for op in ops
+        ],
+        dtype=np.int64,
+    )
     return find_period_arrays(columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3])
 
 
-def find_period_arrays(kind: np.ndarray, size: np.ndarray, stream: np.ndarray,
-                       key: np.ndarray) -> Optional[tuple[int, int, int]]:
-    """:func:`find_period` of ops given as columns (``kind``: ALLOC or FREE; ``size``, ``stream``: an
-    allocation's; ``key``: the event key an op allocates or frees). An allocation's code is (its size, stream,
-    how many events later its key is freed, if it is), a free's (how many events earlier its key was allocated),
-    or a code of its own where the ops do not allocate it; the same codes as interning them one by one."""
+def find_period_arrays(
+    kind: np.ndarray, size: np.ndarray, stream: np.ndarray, key: np.ndarray
+) -> Optional[tuple[int, int, int]]:
+    """:func:`find_period` of ops given as columns (``kind``: ALLOC or FREE; ``size``, ``stream``:
+    an allocation's; ``key``: the event key an op allocates or frees). An allocation's code is (its
+    size, stream, how many events later its key is freed, if it is), a free's (how many events
+    earlier its key was allocated), or a code of its own where the ops do not allocate it; the same
+    codes as interning them one by one."""
     n = len(kind)
     if n < 2 * MIN_PERIODS:
         return None
@@ -73,7 +84,8 @@ def find_period_arrays(kind: np.ndarray, size: np.ndarray, stream: np.ndarray,
         new_code[1:] |= ordered[1:] != ordered[:-1]
     codes = np.empty(n, dtype=np.int64)
     codes[by_code] = np.cumsum(new_code)  # equal codes for equal columns
-    order = np.lexsort((index, codes))  # each code's events in order: the one before is its last repeat
+    # each code's events in order: the one before is its last repeat
+    order = np.lexsort((index, codes))
     same = codes[order][1:] == codes[order][:-1]
     gap_at = order[1:][same]
     gaps = np.empty(n, dtype=np.int64)
@@ -82,7 +94,8 @@ def find_period_arrays(kind: np.ndarray, size: np.ndarray, stream: np.ndarray,
     seen[gap_at] = True
     found = gaps[seen]  # in event order, as a counter would meet them
     values, first, counts = np.unique(found, return_index=True, return_counts=True)
-    candidates = values[np.lexsort((first, -counts))][:CANDIDATES]  # most common first, ties by first seen
+    # most common first, ties by first seen
+    candidates = values[np.lexsort((first, -counts))][:CANDIDATES]
     best: Optional[tuple[int, int, int]] = None
     for period in candidates.tolist():
         if period * MIN_PERIODS > n:
@@ -96,7 +109,11 @@ def find_period_arrays(kind: np.ndarray, size: np.ndarray, stream: np.ndarray,
         run, start = int(lengths[k]), int(edges[2 * k])
         if run // period + 1 < MIN_PERIODS:
             continue
-        if best is None or run // period > best[1] // best[2] or (run // period == best[1] // best[2] and run > best[1]):
+        if (
+            best is None
+            or run // period > best[1] // best[2]
+            or (run // period == best[1] // best[2] and run > best[1])
+        ):
             best = (start, run, period)
     return best
 
@@ -124,9 +141,9 @@ def boundaries(fold: tuple[int, int, int]) -> tuple[list[int], int]:
 
 
 def signature(layout: tuple, live: dict, frees: dict, at: int, end: int) -> tuple:
-    """The state at event ``at`` up to renaming: the pool's layout, and each live block's address with how
-    many events later it is freed; a block freed only after the region's ``end`` (or never in this bucket)
-    takes no part in it and is marked by its own key."""
+    """The state at event ``at`` up to renaming: the pool's layout, and each live block's address
+    with how many events later it is freed; a block freed only after the region's ``end`` (or never
+    in this bucket) takes no part in it and is marked by its own key."""
     marks = []
     for key, addr in live.items():
         f = frees.get(key)
@@ -136,8 +153,8 @@ def signature(layout: tuple, live: dict, frees: dict, at: int, end: int) -> tupl
 
 
 def rename(ops: Sequence, live: dict, frees: dict, shift: int, end: int) -> Optional[dict]:
-    """The live map ``shift`` events later in an equivalent state (blocks freed after ``end`` keep their
-    keys); None if an op there is not the free it must be (the jump is then not taken)."""
+    """The live map ``shift`` events later in an equivalent state (blocks freed after ``end`` keep
+    their keys); None if an op there is not the free it must be (the jump is then not taken)."""
     out = {}
     for key, addr in live.items():
         f = frees.get(key)

@@ -34,14 +34,15 @@ def neighbours(profiled: Sequence[int], bucket: int) -> Optional[tuple[int, int]
 
 
 def line_size(bucket: int, lower: int, lower_size: int, upper: int, upper_size: int) -> int:
-    """The size at ``bucket`` on the line through (lower, lower_size) and (upper, upper_size), rounded up."""
+    """The size at ``bucket`` on the line through (lower, lower_size) and (upper, upper_size),
+    rounded up."""
     span = upper - lower
     return -(-(lower_size * (upper - bucket) + upper_size * (bucket - lower)) // span)
 
 
 def _pattern(ops: Sequence[tuple]) -> tuple[list[tuple], list[int]]:
-    """The events with their sizes left out (a free names the allocation it frees by its number in the bucket),
-    and the sizes."""
+    """The events with their sizes left out (a free names the allocation it frees by its number in
+    the bucket), and the sizes."""
     number: dict[int, int] = {}
     pattern: list[tuple] = []
     sizes: list[int] = []
@@ -57,8 +58,8 @@ def _pattern(ops: Sequence[tuple]) -> tuple[list[tuple], list[int]]:
 
 @dataclass(frozen=True)
 class Pattern:
-    """What two profiled buckets' events share: the events with sizes left out (``events``), each bucket's
-    allocation sizes, and each one's segment hints (they only break ties)."""
+    """What two profiled buckets' events share: the events with sizes left out (``events``), each
+    bucket's allocation sizes, and each one's segment hints (they only break ties)."""
 
     lower: int
     upper: int
@@ -73,28 +74,37 @@ class Pattern:
         return len(self.pattern)
 
 
-def pair_pattern(lower: int, lower_ops: Sequence[tuple], upper: int, upper_ops: Sequence[tuple]
-                 ) -> tuple[Optional[Pattern], str]:
-    """The :class:`Pattern` of two profiled buckets' replayable ops (``(ALLOC, requested, stream, key, segment
-    hint, address)`` or ``(FREE, key)``), or (None, why no bucket between them can be drawn from them)."""
+def pair_pattern(
+    lower: int, lower_ops: Sequence[tuple], upper: int, upper_ops: Sequence[tuple]
+) -> tuple[Optional[Pattern], str]:
+    """The :class:`Pattern` of two profiled buckets' replayable ops (``(ALLOC, requested, stream,
+    key, segment hint, address)`` or ``(FREE, key)``), or (None, why no bucket between them can be
+    drawn from them)."""
     low_pattern, low_sizes = _pattern(lower_ops)
     high_pattern, high_sizes = _pattern(upper_ops)
     short, long = sorted((low_pattern, high_pattern), key=len)
-    if long[:len(short)] == short and all(op[0] == FREE for op in long[len(short):]):
-        # the last bucket captured has no later warm-up to record the frees after its capture: the other's tell
+    if long[: len(short)] == short and all(op[0] == FREE for op in long[len(short) :]):
+        # the last bucket captured has no later warm-up to record the frees after its capture: the
+        # other's tell
         low_pattern = high_pattern = long
     if low_pattern != high_pattern:
-        return None, (f"the captures of {lower} and {upper} differ in more than their sizes (the kernels allocate "
-                      "differently between them)")
+        return None, (
+            f"the captures of {lower} and {upper} differ in more than their sizes (the kernels "
+            "allocate "
+            "differently between them)"
+        )
     if any(op[0] == FREE and op[1] < 0 for op in low_pattern):
         return None, f"the capture of {lower} or {upper} frees blocks of another bucket"
-    hints = ([op[4] for op in lower_ops if op[0] == ALLOC], [op[4] for op in upper_ops if op[0] == ALLOC])
+    hints = (
+        [op[4] for op in lower_ops if op[0] == ALLOC],
+        [op[4] for op in upper_ops if op[0] == ALLOC],
+    )
     return Pattern(lower, upper, low_pattern, low_sizes, high_sizes, *hints), ""
 
 
 def interpolated_ops(bucket: int, p: Pattern, base: int) -> list[tuple]:
-    """``bucket``'s events (``p.lower`` < bucket < ``p.upper``): each size on the line between its neighbours',
-    keys ``base | number``, segment hints from the nearer neighbour."""
+    """``bucket``'s events (``p.lower`` < bucket < ``p.upper``): each size on the line between its
+    neighbours', keys ``base | number``, segment hints from the nearer neighbour."""
     hints = p.low_hints if bucket - p.lower <= p.upper - bucket else p.high_hints
     ops: list[tuple] = []
     number = 0
@@ -108,10 +118,18 @@ def interpolated_ops(bucket: int, p: Pattern, base: int) -> list[tuple]:
     return ops
 
 
-def interpolate_ops(bucket: int, lower: int, lower_ops: Sequence[tuple], upper: int, upper_ops: Sequence[tuple],
-                    base: int) -> tuple[list[tuple], str]:
-    """``bucket``'s events, from its profiled neighbours ``lower`` < bucket < ``upper`` (each one's replayable ops:
-    ``(ALLOC, requested, stream, key, segment hint, address)`` or ``(FREE, key)``). Keys are ``base | number``;
-    segment hints come from the nearer neighbour (they only break ties). Returns (ops, "") or ([], why not)."""
+def interpolate_ops(
+    bucket: int,
+    lower: int,
+    lower_ops: Sequence[tuple],
+    upper: int,
+    upper_ops: Sequence[tuple],
+    base: int,
+) -> tuple[list[tuple], str]:
+    """``bucket``'s events, from its profiled neighbours ``lower`` < bucket < ``upper`` (each one's
+    replayable ops:
+    ``(ALLOC, requested, stream, key, segment hint, address)`` or ``(FREE, key)``). Keys are ``base
+    | number``; segment hints come from the nearer neighbour (they only break ties). Returns (ops,
+    "") or ([], why not)."""
     found, why = pair_pattern(lower, lower_ops, upper, upper_ops)
     return (interpolated_ops(bucket, found, base), "") if found is not None else ([], why)

@@ -24,15 +24,18 @@ from bcgprof.errors import AdviceError
 from bcgprof.inputs import open_regular_text
 from bcgprof.text import printable
 
-# A lengths file is a sample of observed prefill sizes, one count (at most 10 digits) a row: a million
-# rows is far more than a padding estimate needs, and 16 MiB holds them with room for a few more columns.
+# A lengths file is a sample of observed prefill sizes, one count (at most 10 digits) a row: a
+# million
+# rows is far more than a padding estimate needs, and 16 MiB holds them with room for a few more
+# columns.
 # Within both caps reading takes well under a second and some 100 MiB.
-MAX_LENGTHS_FILE_BYTES = 16 * 2 ** 20
+MAX_LENGTHS_FILE_BYTES = 16 * 2**20
 MAX_LENGTHS = 1_000_000
-MAX_REQUEST_TOKENS = 2 ** 31 - 1  # longer than any context window
+MAX_REQUEST_TOKENS = 2**31 - 1  # longer than any context window
 
 
-_COUNT = re.compile(r"[+-]?[0-9]+")  # ASCII digits: str.isdigit() also takes "²", which int() refuses
+# ASCII digits: str.isdigit() also takes "²", which int() refuses
+_COUNT = re.compile(r"[+-]?[0-9]+")
 
 
 def _looks_numeric(cell: str) -> bool:
@@ -47,24 +50,34 @@ def _looks_numeric(cell: str) -> bool:
 
 
 def read_lengths(path: Path) -> list[int]:
-    """Token counts, one per row, from a CSV file (a header row is allowed; the first column is read).
+    """Token counts, one per row, from a CSV file (a header row is allowed; the first column is
+    read).
 
-    Only a regular file of at most :data:`MAX_LENGTHS_FILE_BYTES` is read (its size checked before a byte
-    is), of at most :data:`MAX_LENGTHS` counts (a line each, and a header). A file of plain counts is checked
-    in one pass over its first column; any other is read row by row, which names the first bad row.
+    Only a regular file of at most :data:`MAX_LENGTHS_FILE_BYTES` is read (its size checked before a
+    byte is), of at most :data:`MAX_LENGTHS` counts (a line each, and a header). A file of plain
+    counts is checked in one pass over its first column; any other is read row by row, which names
+    the first bad row.
     """
     what = "--lengths"
     with open_regular_text(Path(path), what, MAX_LENGTHS_FILE_BYTES) as f:
         try:
             text = f.read(MAX_LENGTHS_FILE_BYTES + 1)
         except UnicodeDecodeError as e:
-            raise AdviceError(f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
-                              "counts") from None
+            raise AdviceError(
+                f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
+                "counts"
+            ) from None
     if len(text) > MAX_LENGTHS_FILE_BYTES:  # it grew while being read
-        raise AdviceError(f"{what} {path} is over the cap of {MAX_LENGTHS_FILE_BYTES // 2 ** 20} MiB; pass a sample")
-    if text.count("\n", 0, len(text) - 1) >= MAX_LENGTHS + 1:  # lines beyond a header and the counts
-        raise AdviceError(f"{what} {path} has more than {MAX_LENGTHS + 1} lines; it may hold at most {MAX_LENGTHS} "
-                          "token counts, one a line: pass a sample")
+        raise AdviceError(
+            f"{what} {path} is over the cap of {MAX_LENGTHS_FILE_BYTES // 2**20} MiB; pass a sample"
+        )
+    # lines beyond a header and the counts
+    if text.count("\n", 0, len(text) - 1) >= MAX_LENGTHS + 1:
+        raise AdviceError(
+            f"{what} {path} has more than {MAX_LENGTHS + 1} lines; it may hold at most "
+            f"{MAX_LENGTHS} "
+            "token counts, one a line: pass a sample"
+        )
     values = _plain_counts(text)
     values = _checked_counts(text, path, what) if values is None else values
     if not values:
@@ -73,8 +86,8 @@ def read_lengths(path: Path) -> list[int]:
 
 
 def _plain_counts(text: str) -> Optional[list[int]]:
-    """The counts of a file that is a column of unsigned counts (a header, other columns and blank rows
-    allowed), each in range; None for anything else (quotes, a sign, a bad cell), for
+    """The counts of a file that is a column of unsigned counts (a header, other columns and blank
+    rows allowed), each in range; None for anything else (quotes, a sign, a bad cell), for
     :func:`_checked_counts` to read and name."""
     if '"' in text:
         return None
@@ -83,7 +96,8 @@ def _plain_counts(text: str) -> Optional[list[int]]:
         cells[0] = ""  # a header
     cells = [c for c in cells if c]
     joined = "".join(cells)
-    if not (joined.isascii() and joined.isdigit() and max(map(len, cells)) <= 10):  # ASCII digits only
+    # ASCII digits only
+    if not (joined.isascii() and joined.isdigit() and max(map(len, cells)) <= 10):
         return None
     values = list(map(int, cells))
     return values if min(values) >= 1 and max(values) <= MAX_REQUEST_TOKENS else None
@@ -100,57 +114,69 @@ def _checked_counts(text: str, path: Path, what: str) -> list[int]:
             if len(cell) > 40 or not _COUNT.fullmatch(cell):
                 if lineno == 1 and not _looks_numeric(cell):
                     continue  # a header
-                raise AdviceError(f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
-                                  "integer per row")
+                raise AdviceError(
+                    f"{what} {path}:{lineno}: {printable(cell, 40)!r} is not a token count; one "
+                    "integer per row"
+                )
             value = int(cell)
             if not 1 <= value <= MAX_REQUEST_TOKENS:
-                raise AdviceError(f"{what} {path}:{lineno}: a token count is from 1 to {MAX_REQUEST_TOKENS}, "
-                                  f"got {value}")
+                raise AdviceError(
+                    f"{what} {path}:{lineno}: a token count is from 1 to {MAX_REQUEST_TOKENS}, "
+                    f"got {value}"
+                )
             values.append(value)
     except csv.Error as e:
-        raise AdviceError(f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token "
-                          "counts") from None
+        raise AdviceError(
+            f"cannot read {what} {path}: {printable(e, 120)}; give a UTF-8 CSV file of token counts"
+        ) from None
     return values
 
 
-def length_weights(candidates: list[int], lengths: Optional[Sequence[int]]) -> tuple[np.ndarray, float, str]:
-    """Per-token-count weights over 1..max (the remainders after chunking at the largest bucket), the
-    requested tokens they stand for (full chunks included), and a description of the source."""
+def length_weights(
+    candidates: list[int], lengths: Optional[Sequence[int]]
+) -> tuple[np.ndarray, float, str]:
+    """Per-token-count weights over 1..max (the remainders after chunking at the largest bucket),
+    the requested tokens they stand for (full chunks included), and a description of the source."""
     top = candidates[-1]
     weights = np.zeros(top + 1)
     if lengths is None:
         weights[1:] = 1.0
         return weights, float(top * (top + 1) // 2), f"uniform over 1..{top} tokens"
-    counts = np.bincount(np.asarray(lengths, dtype=np.int64) % top, minlength=top + 1)  # the remainders
-    weights[1:] = counts[1:top + 1]  # a remainder of 0 is full chunks alone: it pads nothing
+    # the remainders
+    counts = np.bincount(np.asarray(lengths, dtype=np.int64) % top, minlength=top + 1)
+    weights[1:] = counts[1 : top + 1]  # a remainder of 0 is full chunks alone: it pads nothing
     requested = float(sum(lengths))
     return weights, requested, f"{len(lengths)} observed lengths ({requested:.0f} tokens)"
 
 
 def padding_pct(buckets: Sequence[int], weights: np.ndarray, requested_tokens: float) -> float:
-    """Expected padding in percent: padded tokens over requested tokens (the module docstring's definition)."""
+    """Expected padding in percent: padded tokens over requested tokens (the module docstring's
+    definition)."""
     return 100.0 * padding_of(buckets, weights) / requested_tokens if requested_tokens else 0.0
 
 
-
 def padding_of(buckets: Sequence[int], weights: np.ndarray) -> float:
-    """Weighted padded tokens of a bucket list (every count runs in the smallest bucket that holds it)."""
+    """Weighted padded tokens of a bucket list (every count runs in the smallest bucket that holds
+    it)."""
     total, lo = 0.0, 0
     for b in sorted(buckets):
         counts = np.arange(lo + 1, b + 1)
-        total += float(np.sum((b - counts) * weights[lo + 1: b + 1]))
+        total += float(np.sum((b - counts) * weights[lo + 1 : b + 1]))
         lo = b
     return total
 
 
 class Padding:
-    """Weighted padded tokens from cumulative sums: ``pad(lo, b)``, of the counts in ``(lo, b]`` run in bucket
-    ``b``, is ``b * (W(b) - W(lo)) - (T(b) - T(lo))`` (``W``: the weight of the counts up to a value, ``T``:
+    """Weighted padded tokens from cumulative sums: ``pad(lo, b)``, of the counts in ``(lo, b]`` run
+    in bucket
+    ``b``, is ``b * (W(b) - W(lo)) - (T(b) - T(lo))`` (``W``: the weight of the counts up to a
+    value, ``T``:
     their weighted tokens); :func:`padding_of` summed over a list's gaps, in O(1) a gap."""
 
     def __init__(self, weights: np.ndarray):
         self.cw = np.cumsum(weights)  # weight of counts <= x
-        self.ct = np.cumsum(weights * np.arange(len(weights), dtype=float))  # weighted tokens of counts <= x
+        # weighted tokens of counts <= x
+        self.ct = np.cumsum(weights * np.arange(len(weights), dtype=float))
 
     def pad(self, lo: int, b: int) -> float:
         return float(b * (self.cw[b] - self.cw[lo]) - (self.ct[b] - self.ct[lo]))
@@ -164,8 +190,8 @@ class Padding:
 
 
 def padding_table(candidates: list[int], weights: np.ndarray) -> np.ndarray:
-    """pad[i, j]: padded tokens (weighted) of the counts in (candidates[i], candidates[j]] run in bucket j;
-    i = -1 (row 0 here) for counts from 1."""
+    """pad[i, j]: padded tokens (weighted) of the counts in (candidates[i], candidates[j]] run in
+    bucket j; i = -1 (row 0 here) for counts from 1."""
     n = len(candidates)
     tokens = np.arange(len(weights), dtype=float)
     cw = np.cumsum(weights)  # weight of counts <= x

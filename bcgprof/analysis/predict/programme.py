@@ -22,19 +22,22 @@ import numpy as np
 from bcgprof.analysis.predict.padding import padding_of, padding_table
 
 
-def programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """best[j][u]: least padding of counts <= cand[j] with cand[j] chosen, spending at most u units on the
-    chosen buckets below the largest; back[j][u]: the chosen bucket before j (-1: none; -2: out of reach).
-    Ties go to the earliest bucket before j (none first). Integer weights (counts: what advise passes) take
+def programme(
+    cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """best[j][u]: least padding of counts <= cand[j] with cand[j] chosen, spending at most u units
+    on the chosen buckets below the largest; back[j][u]: the chosen bucket before j (-1: none; -2:
+    out of reach). Ties go to the earliest bucket before j (none first). Integer weights (counts:
+    what advise passes) take
     :func:`hull_programme`, O(n * units); others the O(n^2 * units) table, with the same results."""
     if exact_counts(cand, weights):
         return hull_programme(cand, costs, units, weights)
     return table_programme(cand, costs, units, weights)
 
 
-def table_programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def table_programme(
+    cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     n = len(cand)
     pad = padding_table(cand, weights)
     inf = np.inf
@@ -56,14 +59,14 @@ def table_programme(cand: list[int], costs: Sequence[int], units: int, weights: 
     return best, back
 
 
-EXACT_INTERCEPT = 2 ** 48  # the hull's lines: intercepts and slopes below these, and buckets below
-EXACT_SLOPE = 2 ** 27  # EXACT_BUCKET, keep every comparison exact in float64
-EXACT_BUCKET = 2 ** 21
+EXACT_INTERCEPT = 2**48  # the hull's lines: intercepts and slopes below these, and buckets below
+EXACT_SLOPE = 2**27  # EXACT_BUCKET, keep every comparison exact in float64
+EXACT_BUCKET = 2**21
 
 
 def exact_counts(cand: Sequence[int], weights: np.ndarray) -> bool:
-    """Whether the weights are counts small enough for :func:`hull_programme`'s exact arithmetic (every count
-    bcgprof accepts: at most 50 million lengths, buckets up to 2^20 tokens)."""
+    """Whether the weights are counts small enough for :func:`hull_programme`'s exact arithmetic
+    (every count bcgprof accepts: at most 50 million lengths, buckets up to 2^20 tokens)."""
     w = np.asarray(weights[: cand[-1] + 1], dtype=float)
     if cand[-1] >= EXACT_BUCKET or np.any(w < 0) or np.any(w != np.floor(w)):
         return False
@@ -72,20 +75,25 @@ def exact_counts(cand: Sequence[int], weights: np.ndarray) -> bool:
     return total < EXACT_SLOPE and cand[-1] * total + tokens < EXACT_INTERCEPT
 
 
-def hull_programme(cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def hull_programme(
+    cand: list[int], costs: Sequence[int], units: int, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`programme` in O(n * units) amortised (the convex hull trick, one hull per budget).
 
-    The padding of a gap below bucket ``x`` is ``K(x) + A_i - x * B_i``: ``K`` depends on the bucket only,
-    ``A_i`` is the least padding up to candidate ``i`` (for the budget) plus ``T`` there, ``B_i`` is ``W``
-    there. So for each budget the best bucket before ``x`` is the lowest of the lines ``A_i - x * B_i`` at
-    ``x``. Buckets come in rising order and lines in rising ``B``, so each budget keeps the lower hull of
-    its lines in a deque, each line with the first bucket (row) at which it is strictly below the line
-    before it: a row drops from the front the lines that start below their successor by then, and a new
-    line drops from the back the lines it starts below no later than they start below theirs (they can
-    never be the first least again). Each line joins and leaves each budget's hull at most once. Ties go
-    to the earlier line, as in :func:`table_programme`; every figure is an integer below 2^53 (see
-    :func:`exact_counts`), so values, rows and ties are exactly the table's. Vectorised over the budgets.
+    The padding of a gap below bucket ``x`` is ``K(x) + A_i - x * B_i``: ``K`` depends on the bucket
+    only,
+    ``A_i`` is the least padding up to candidate ``i`` (for the budget) plus ``T`` there, ``B_i`` is
+    ``W`` there. So for each budget the best bucket before ``x`` is the lowest of the lines ``A_i -
+    x * B_i`` at
+    ``x``. Buckets come in rising order and lines in rising ``B``, so each budget keeps the lower
+    hull of its lines in a deque, each line with the first bucket (row) at which it is strictly
+    below the line before it: a row drops from the front the lines that start below their successor
+    by then, and a new line drops from the back the lines it starts below no later than they start
+    below theirs (they can never be the first least again). Each line joins and leaves each budget's
+    hull at most once. Ties go to the earlier line, as in :func:`table_programme`; every figure is
+    an integer below 2^53 (see
+    :func:`exact_counts`), so values, rows and ties are exactly the table's. Vectorised over the
+    budgets.
     """
     n, width = len(cand), units + 1
     cw = np.cumsum(weights)
@@ -93,12 +101,15 @@ def hull_programme(cand: list[int], costs: Sequence[int], units: int, weights: n
     lo = np.array([0] + list(cand[:-1]))
     slope, offset = cw[lo], ct[lo]  # line r is candidate r - 1 (r = 0: nothing below)
     xs = np.asarray(cand, dtype=float)
-    best = np.full((n + 1, width), np.inf)  # row r: line r's least padding for each budget (row 0: nothing, 0)
+    # row r: line r's least padding for each budget (row 0: nothing, 0)
+    best = np.full((n + 1, width), np.inf)
     best[0] = 0.0
     flat = best.reshape(-1)
     back = np.full((n, width), -2, dtype=np.int32)
-    hull = np.zeros((n + 1) * width, dtype=np.int32)  # budget w's hull: its lines at p * width + w, head <= p < tail
-    start = np.zeros((n + 1) * width, dtype=np.int32)  # the row from which each is below the one before it (n: never)
+    # budget w's hull: its lines at p * width + w, head <= p < tail
+    hull = np.zeros((n + 1) * width, dtype=np.int32)
+    # the row from which each is below the one before it (n: never)
+    start = np.zeros((n + 1) * width, dtype=np.int32)
     budgets = np.arange(width, dtype=np.int64)
     head = budgets.copy()  # as indices into hull (p * width + w), so that a step is + width
     tail = head + width
@@ -114,21 +125,26 @@ def hull_programme(cand: list[int], costs: Sequence[int], units: int, weights: n
             head[front] += width
             front = front[tail[front] - head[front] > width]
         line = hull[head[:m]]
-        best[j + 1, c:] = flat[line * stride + budgets[:m]] + (x * (cw[x] - slope[line]) - (ct[x] - offset[line]))
+        best[j + 1, c:] = flat[line * stride + budgets[:m]] + (
+            x * (cw[x] - slope[line]) - (ct[x] - offset[line])
+        )
         back[j, c:] = line - 1
         if j == n - 1:
             break
         r = j + 1  # the new line, in every budget it reaches
         a_new, b_new = best[r, c:] + offset[r], slope[r]
-        first = np.empty(width - c, dtype=np.int64)  # the row from which it is below the hull's last line
+        # the row from which it is below the hull's last line
+        first = np.empty(width - c, dtype=np.int64)
         act: Optional[np.ndarray]
-        lay, act = budgets[c:], None  # act: the budgets still looking, as positions in lay (None: all)
+        # act: the budgets still looking, as positions in lay (None: all)
+        lay, act = budgets[c:], None
         while True:  # the back
             at = tail[lay] - width
             last = hull[at]
             da = (a_new if act is None else a_new[act]) - (flat[last * stride + lay] + offset[last])
             db = b_new - slope[last]
-            # below it at x when x * db > da: rows past da / db (exact: see exact_counts); parallel: never or from
+            # below it at x when x * db > da: rows past da / db (exact: see exact_counts); parallel:
+            # never or from
             # the next row on
             level = db == 0
             if level.any():
@@ -157,7 +173,8 @@ def hull_programme(cand: list[int], costs: Sequence[int], units: int, weights: n
 
 
 def list_at(cand: list[int], costs: Sequence[int], back: np.ndarray, u: int) -> list[int]:
-    """The list the programme chose with ``u`` units: the largest bucket, then back to the smallest."""
+    """The list the programme chose with ``u`` units: the largest bucket, then back to the
+    smallest."""
     last = len(cand) - 1
     chosen, j = [], last
     while j >= 0:
@@ -175,8 +192,8 @@ def padding_levels(row: np.ndarray) -> np.ndarray:
 
 
 def level_lists(costs: Sequence[int], back: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """:func:`list_at` of every level at once: row s holds each list's s-th bucket from the largest down (as a
-    candidate index; -1 past its smallest)."""
+    """:func:`list_at` of every level at once: row s holds each list's s-th bucket from the largest
+    down (as a candidate index; -1 past its smallest)."""
     last = back.shape[0] - 1
     cost = np.asarray(list(costs)[:-1] + [0], dtype=np.int64)
     at, u = np.full(len(levels), last, dtype=np.int64), levels.astype(np.int64)
@@ -189,14 +206,16 @@ def level_lists(costs: Sequence[int], back: np.ndarray, levels: np.ndarray) -> n
         nxt = back[at[on], u[on]].astype(np.int64)
         u[on] -= cost[at[on]]
         at[on] = nxt
-    return np.array(rows[:-1], dtype=np.int16 if last < 2 ** 15 else np.int32)
+    return np.array(rows[:-1], dtype=np.int16 if last < 2**15 else np.int32)
 
 
-def optimise(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
-             ) -> tuple[Optional[list[int]], np.ndarray]:
-    """Least padding subject to ``fixed + sum(costs of chosen) <= budget`` (costs in MiB, the last candidate always
-    chosen and its cost in ``fixed``). Returns the chosen buckets (None if nothing fits) and the best padding for
-    every budget fixed..budget (the trade-off curve, indexed by units above ``fixed``)."""
+def optimise(
+    candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
+) -> tuple[Optional[list[int]], np.ndarray]:
+    """Least padding subject to ``fixed + sum(costs of chosen) <= budget`` (costs in MiB, the last
+    candidate always chosen and its cost in ``fixed``). Returns the chosen buckets (None if nothing
+    fits) and the best padding for every budget fixed..budget (the trade-off curve, indexed by units
+    above ``fixed``)."""
     cand = list(candidates)
     units = budget - fixed
     if units < 0:
@@ -209,19 +228,28 @@ def optimise(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget
     return list_at(cand, costs, back, u), row
 
 
-def pareto_lists(candidates: Sequence[int], costs: Sequence[int], fixed: int, weights: np.ndarray,
-                 units: Optional[int] = None) -> list[list[int]]:
-    """Every list that is optimal (least padding) for some budget under additive ``costs`` (MiB), cheapest
-    first: one per padding level of the trade-off curve; with ``units``, those costing at most that (the same
-    lists: the programme up to ``u`` units does not depend on what lies above)."""
+def pareto_lists(
+    candidates: Sequence[int],
+    costs: Sequence[int],
+    fixed: int,
+    weights: np.ndarray,
+    units: Optional[int] = None,
+) -> list[list[int]]:
+    """Every list that is optimal (least padding) for some budget under additive ``costs`` (MiB),
+    cheapest first: one per padding level of the trade-off curve; with ``units``, those costing at
+    most that (the same lists: the programme up to ``u`` units does not depend on what lies
+    above)."""
     cand = list(candidates)
     total = sum(int(c) for c in costs)
-    best, back = programme(cand, costs, total if units is None else max(0, min(units, total)), weights)
+    best, back = programme(
+        cand, costs, total if units is None else max(0, min(units, total)), weights
+    )
     return [list_at(cand, costs, back, int(u)) for u in padding_levels(best[-1])]
 
 
-def brute_force(candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
-                ) -> tuple[Optional[list[int]], float]:
+def brute_force(
+    candidates: Sequence[int], costs: Sequence[int], fixed: int, budget: int, weights: np.ndarray
+) -> tuple[Optional[list[int]], float]:
     """The same optimum by trying every subset (small candidate sets; tests)."""
     from itertools import combinations
 
@@ -241,8 +269,9 @@ def brute_force(candidates: Sequence[int], costs: Sequence[int], fixed: int, bud
 
 
 def most_units(costs: Sequence[int], weights: Sequence[int], room: float) -> float:
-    """The most ``costs`` a set of buckets whose ``weights`` add up to at most ``room`` can add up to: the
-    fractional knapsack's optimum, an upper bound on any set's (weights at most 0 are taken, and give room)."""
+    """The most ``costs`` a set of buckets whose ``weights`` add up to at most ``room`` can add up
+    to: the fractional knapsack's optimum, an upper bound on any set's (weights at most 0 are taken,
+    and give room)."""
     c, w = np.asarray(costs, dtype=float), np.asarray(weights, dtype=float)
     free = w <= 0
     room -= float(w[free].sum())

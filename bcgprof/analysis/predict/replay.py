@@ -4,8 +4,8 @@ A profile's report holds, per mode, the graph pool's events of every bucket's ca
 (:mod:`bcgprof.report.traces`). A bucket's requests do not depend on what was captured before it
 (the model code asks for the same sizes in the same order), so the pool of any list drawn
 from the profiled buckets follows from replaying their events, in the list's capture order
-(largest first), through the allocator model (:mod:`bcgprof.analysis.predict.allocator`): every segment the
-pool opens, hence its bytes after each bucket, is the allocator's own decision.
+(largest first), through the allocator model (:mod:`bcgprof.analysis.predict.allocator`): every
+segment the pool opens, hence its bytes after each bucket, is the allocator's own decision.
 
 Where each bucket's events come from (the retention rules are in the events themselves: a
 kept output is an allocation the trace never frees):
@@ -25,7 +25,8 @@ capture stays there; when that later bucket is not in the list it is applied bef
 bucket that is. New segments take the address the profile's allocator gave the recorded
 block's segment when it is free, else one above every segment (addresses only break best-fit
 ties; :meth:`Replayer.laid_out` puts every segment at random, as another process layout would).
-Replaying the profile's own list reproduces its pool and every block address (:meth:`Replayer.check`).
+Replaying the profile's own list reproduces its pool and every block address
+(:meth:`Replayer.check`).
 
 Cost: one replay step per event of the list's buckets (a bucket's events are its layers' allocations
 and frees, so they grow with the layer count; fewer where repeated layers are skipped), each O(log)
@@ -63,7 +64,8 @@ from bcgprof.report.traces import Trace, trace_name
 __all__ = ["MODE_BITS", "PoolReplay", "ReplayError", "Replayer"]
 
 CACHE_STATES = 256  # replay states kept (each holds a pool's blocks)
-MEMO_BLOCKS = 64  # a state of at most this many blocks is looked up by its content before a bucket is replayed
+# a state of at most this many blocks is looked up by its content before a bucket is replayed
+MEMO_BLOCKS = 64
 MEMO_STATES = 8192  # bucket replays remembered that way
 
 
@@ -74,12 +76,19 @@ class _State:
     at: dict  # trace mode -> position of its last replayed bucket
     reserved: list  # pool bytes after each bucket so far
     mismatches: int = 0
-    content: Optional[int] = None  # the number of its content in Replayer's memo, when known and small
+    # the number of its content in Replayer's memo, when known and small
+    content: Optional[int] = None
     borrowed: bool = False  # pool and live belong to the memo: copy them before changing them
 
     def clone(self) -> _State:
-        return _State(self.pool.clone(), dict(self.live), dict(self.at), list(self.reserved), self.mismatches,
-                      self.content)
+        return _State(
+            self.pool.clone(),
+            dict(self.live),
+            dict(self.at),
+            list(self.reserved),
+            self.mismatches,
+            self.content,
+        )
 
     def own(self) -> None:
         """Copy what the memo lent, before a change."""
@@ -89,7 +98,8 @@ class _State:
 
 
 class _Node:
-    """A prefix of the lists replayed: the pool after its last bucket, and the state there when kept."""
+    """A prefix of the lists replayed: the pool after its last bucket, and the state there when
+    kept."""
 
     __slots__ = ("children", "reserved", "state")
 
@@ -108,7 +118,8 @@ def _span(buckets: Sequence[int]) -> str:
 
 @dataclass
 class PoolReplay:
-    """The replayed pool of one mode's list: bytes after each bucket (capture order) and what it rests on."""
+    """The replayed pool of one mode's list: bytes after each bucket (capture order) and what it
+    rests on."""
 
     mode: str
     buckets: list[int]
@@ -116,31 +127,52 @@ class PoolReplay:
     exact: bool  # every graph-pool event of every bucket replayed (incomplete traces are refused)
     sources: list[str]  # the trace each bucket's events came from
     mismatches: int = 0  # with check: allocations placed elsewhere than recorded
-    made_up: int = 0  # segments placed without a usable recorded address (0: the other placement is the same)
+    # segments placed without a usable recorded address (0: the other placement is the same)
+    made_up: int = 0
 
 
 def _pool_replay(mode: str, plan: tuple, kept: list) -> PoolReplay:
-    """A replay as :meth:`Replayer.keep_replays` kept it: ``[pool bytes after each bucket, exact, mismatches, made
-    up]`` (ValueError unless it is whole)."""
+    """A replay as :meth:`Replayer.keep_replays` kept it: ``[pool bytes after each bucket, exact,
+    mismatches, made up]`` (ValueError unless it is whole)."""
     pools, exact, mismatches, made_up = kept
-    if not (isinstance(pools, list) and len(pools) == len(plan) and all(type(p) is int for p in pools)
-            and type(exact) is bool and type(mismatches) is int and type(made_up) is int):
+    if not (
+        isinstance(pools, list)
+        and len(pools) == len(plan)
+        and all(type(p) is int for p in pools)
+        and type(exact) is bool
+        and type(mismatches) is int
+        and type(made_up) is int
+    ):
         raise ValueError("not a kept replay")
-    return PoolReplay(mode=mode, buckets=[b for b, _ in plan], pool_bytes=pools, exact=exact,
-                      sources=[s for _, s in plan], mismatches=mismatches, made_up=made_up)
+    return PoolReplay(
+        mode=mode,
+        buckets=[b for b, _ in plan],
+        pool_bytes=pools,
+        exact=exact,
+        sources=[s for _, s in plan],
+        mismatches=mismatches,
+        made_up=made_up,
+    )
 
 
 class Replayer(BucketSources):
-    """Replays the traces of one report; states after each list prefix are cached. Where each bucket's events
-    come from, and the traces' checks, are :class:`~bcgprof.analysis.predict.sources.BucketSources`'."""
+    """Replays the traces of one report; states after each list prefix are cached. Where each
+    bucket's events come from, and the traces' checks, are
+    :class:`~bcgprof.analysis.predict.sources.BucketSources`'."""
 
-    def __init__(self, traces: Union[TraceSet, Mapping[str, Union[Trace, Path, ModeTrace]]], below: bool = False,
-                 expected: Optional[dict[str, list[tuple[int, int]]]] = None, layout: Optional[int] = None):
-        """``traces``: a :class:`~bcgprof.analysis.predict.trace_set.TraceSet`, or mode -> its trace (or the path of its
-        file, read when first needed). ``below``, ``layout`` (a seed): where segments go
-        (:class:`bcgprof.analysis.predict.allocator.Pool`'s ``below``, ``shuffle``). ``expected``: mode -> the report's
-        measured (bucket, pool bytes) in capture order; a mode's trace is used only once the replay of its own
-        list gives them (a damaged or another capture's would be "exact"); the trace set remembers the verdict."""
+    def __init__(
+        self,
+        traces: Union[TraceSet, Mapping[str, Union[Trace, Path, ModeTrace]]],
+        below: bool = False,
+        expected: Optional[dict[str, list[tuple[int, int]]]] = None,
+        layout: Optional[int] = None,
+    ):
+        """``traces``: a :class:`~bcgprof.analysis.predict.trace_set.TraceSet`, or mode -> its trace
+        (or the path of its file, read when first needed). ``below``, ``layout`` (a seed): where
+        segments go (:class:`bcgprof.analysis.predict.allocator.Pool`'s ``below``, ``shuffle``).
+        ``expected``: mode -> the report's measured (bucket, pool bytes) in capture order; a mode's
+        trace is used only once the replay of its own list gives them (a damaged or another
+        capture's would be "exact"); the trace set remembers the verdict."""
         if not isinstance(traces, TraceSet):
             traces = TraceSet(traces, expected)
         elif expected:
@@ -148,39 +180,52 @@ class Replayer(BucketSources):
         super().__init__(traces)
         self.below, self.layout = below, layout
         self._twin: Optional[Replayer] = None
-        self._roots: dict[tuple[str, bool], _Node] = {}  # (mode, check) -> the prefix tree of lists replayed
-        self._states: OrderedDict = OrderedDict()  # nodes holding a state, least recently used first
+        # (mode, check) -> the prefix tree of lists replayed
+        self._roots: dict[tuple[str, bool], _Node] = {}
+        # nodes holding a state, least recently used first
+        self._states: OrderedDict = OrderedDict()
         self._stopped = 0  # the pool where the last replay with a limit went above it
-        self._memo: dict = {}  # (bucket, source, small state's content, ...) -> (pool, live, content) after it
+        # (bucket, source, small state's content, ...) -> (pool, live, content) after it
+        self._memo: dict = {}
         self._contents: dict = {}  # small state's content -> its number
         self._numbered = 0  # numbers given so far
-        self.memo_hits = 0  # buckets not replayed because the same bucket was replayed from the same state
-        self.bucket_replays = 0  # buckets replayed (one per bucket of a list, after its longest kept prefix)
+        # buckets not replayed because the same bucket was replayed from the same state
+        self.memo_hits = 0
+        # buckets replayed (one per bucket of a list, after its longest kept prefix)
+        self.bucket_replays = 0
         self.events_replayed = 0  # allocator events stepped through
-        self._known: dict = {}  # (mode, plan, below, layout) -> its PoolReplay, kept from an earlier command
+        # (mode, plan, below, layout) -> its PoolReplay, kept from an earlier command
+        self._known: dict = {}
 
     @classmethod
-    def load(cls, report_dir: Path, modes: Sequence[str],
-             expected: Optional[dict[str, list[tuple[int, int]]]] = None) -> Optional[Replayer]:
-        """The report's traces of ``modes`` (those present, read when first needed); None when it has none.
+    def load(
+        cls,
+        report_dir: Path,
+        modes: Sequence[str],
+        expected: Optional[dict[str, list[tuple[int, int]]]] = None,
+    ) -> Optional[Replayer]:
+        """The report's traces of ``modes`` (those present, read when first needed); None when it
+        has none.
         ``expected``: as for the constructor."""
         found: dict[str, Union[Trace, Path, ModeTrace]] = {}
         for mode in modes:
             path = Path(report_dir) / trace_name(mode)
-            if path.exists() or path.is_symlink():  # a broken link is a damaged trace, which reading it says
+            # a broken link is a damaged trace, which reading it says
+            if path.exists() or path.is_symlink():
                 found[mode] = path
         return cls(found, expected=expected) if found else None
 
     def other_placement(self) -> Replayer:
-        """The same traces with segments that lack a recorded address put the other way (above or below every
-        segment): where the two differ, the driver's address choice decides the pool."""
+        """The same traces with segments that lack a recorded address put the other way (above or
+        below every segment): where the two differ, the driver's address choice decides the pool."""
         if self._twin is None:
             twin = self._sibling(not self.below, None)
             twin._twin, self._twin = self, twin
         return self._twin
 
     def laid_out(self, seed: int) -> Replayer:
-        """The same traces with every segment at a random address (seeded): another process layout."""
+        """The same traces with every segment at a random address (seeded): another process
+        layout."""
         return self._sibling(self.below, seed)
 
     def _sibling(self, below: bool, layout: Optional[int]) -> Replayer:
@@ -192,8 +237,9 @@ class Replayer(BucketSources):
     # ------------------------------------------------------------ replay
 
     def replay(self, mode: str, buckets: Sequence[int], check: bool = False) -> PoolReplay:
-        """The pool after each bucket of ``mode``'s list. ``check``: count allocations the model places
-        elsewhere than the profile's allocator did (0 for the profile's own list: the model is right)."""
+        """The pool after each bucket of ``mode``'s list. ``check``: count allocations the model
+        places elsewhere than the profile's allocator did (0 for the profile's own list: the model
+        is right)."""
         plan = self.sources(mode, buckets)
         known = None if check else self._known.get((mode, tuple(plan), self.below, self.layout))
         if known is not None:
@@ -201,21 +247,34 @@ class Replayer(BucketSources):
         state = self._advance(mode, plan, check, None)
         assert state is not None  # no limit: replayed to the end
         exact = not any(self.ops[s][b].unknown for b, s in plan)
-        return PoolReplay(mode=mode, buckets=[b for b, _ in plan], pool_bytes=list(state.reserved), exact=exact,
-                          sources=[s for _, s in plan], mismatches=state.mismatches, made_up=state.pool.made_up)
+        return PoolReplay(
+            mode=mode,
+            buckets=[b for b, _ in plan],
+            pool_bytes=list(state.reserved),
+            exact=exact,
+            sources=[s for _, s in plan],
+            mismatches=state.mismatches,
+            made_up=state.pool.made_up,
+        )
 
     def recall_replays(self, mode: str, lists: Sequence[Sequence[int]]) -> bool:
-        """Take the replays of ``mode``'s ``lists`` (in both placements where they differ) that an earlier command
-        kept for these traces (:meth:`keep_replays`), so that they are not replayed again; whether all were."""
+        """Take the replays of ``mode``'s ``lists`` (in both placements where they differ) that an
+        earlier command kept for these traces (:meth:`keep_replays`), so that they are not replayed
+        again; whether all were."""
         plans, parts, near = self._book(mode, lists)
         kept = trace_cache.recall("replays", parts, near) if parts else None
         if not isinstance(kept, list):
             return False  # none kept
         try:
-            found = [[_pool_replay(mode, plan, e) for e in entry] for plan, entry in zip(plans, kept, strict=True)]
+            found = [
+                [_pool_replay(mode, plan, e) for e in entry]
+                for plan, entry in zip(plans, kept, strict=True)
+            ]
         except (ValueError, TypeError, KeyError, IndexError):
             return False  # not whole
-        if any(not replays or len(replays) != (2 if replays[0].made_up else 1) for replays in found):
+        if any(
+            not replays or len(replays) != (2 if replays[0].made_up else 1) for replays in found
+        ):
             return False  # the other placement, where it differs, is kept too
         twin = self.other_placement()
         for plan, replays in zip(plans, found):
@@ -224,8 +283,9 @@ class Replayer(BucketSources):
         return True
 
     def keep_replays(self, mode: str, lists: Sequence[Sequence[int]]) -> None:
-        """Keep the replays of ``mode``'s ``lists`` (replayed now if they were not) for a later command on the same
-        traces (:mod:`bcgprof.analysis.predict.trace_cache`, keyed by the traces' content and the lists)."""
+        """Keep the replays of ``mode``'s ``lists`` (replayed now if they were not) for a later
+        command on the same traces (:mod:`bcgprof.analysis.predict.trace_cache`, keyed by the
+        traces' content and the lists)."""
         _, parts, near = self._book(mode, lists)
         if parts:
             entries = []
@@ -236,30 +296,41 @@ class Replayer(BucketSources):
                 entries.append([[r.pool_bytes, r.exact, r.mismatches, r.made_up] for r in replays])
             trace_cache.remember("replays", parts, entries, near)
 
-    def _book(self, mode: str, lists: Sequence[Sequence[int]]) -> tuple[list[tuple], Optional[list], Optional[Path]]:
-        """Each list's plan, the key its replays are kept under (None for traces held in memory), and a trace."""
+    def _book(
+        self, mode: str, lists: Sequence[Sequence[int]]
+    ) -> tuple[list[tuple], Optional[list], Optional[Path]]:
+        """Each list's plan, the key its replays are kept under (None for traces held in memory),
+        and a trace."""
         plans = [tuple(self.sources(mode, buckets)) for buckets in lists]
         used = sorted({s for plan in plans for _, s in plan})
         traces = [self.traces.get(s) for s in used]
         digests = [t.digest if t is not None else "" for t in traces]
         if not all(digests):
             return plans, None, None
-        parts = [mode, self.below, self.layout, dict(zip(used, digests)), [[list(x) for x in p] for p in plans]]
+        parts = [
+            mode,
+            self.below,
+            self.layout,
+            dict(zip(used, digests)),
+            [[list(x) for x in p] for p in plans],
+        ]
         return plans, parts, traces[0].path if traces and traces[0] is not None else None
 
     def pool_within(self, mode: str, buckets: Sequence[int], limit: int) -> tuple[bool, int]:
-        """Whether ``mode``'s list's pool stays within ``limit`` bytes, replaying only until it does not (the
-        pool never falls): (True, the pool) or (False, the pool where it went above). A later :meth:`replay`
-        of the list goes on from where this one stopped."""
+        """Whether ``mode``'s list's pool stays within ``limit`` bytes, replaying only until it does
+        not (the pool never falls): (True, the pool) or (False, the pool where it went above). A
+        later :meth:`replay` of the list goes on from where this one stopped."""
         state = self._advance(mode, self.sources(mode, buckets), False, limit)
         if state is None:
             return False, self._stopped
         return True, state.reserved[-1]
 
-    def _advance(self, mode: str, plan: list[tuple[int, str]], check: bool, limit: Optional[int]
-                 ) -> Optional[_State]:
-        """The state after ``plan``, from the deepest state kept on its path; None as soon as the pool is
-        above ``limit`` (its bytes in ``_stopped``; the state there kept for a later call)."""
+    def _advance(
+        self, mode: str, plan: list[tuple[int, str]], check: bool, limit: Optional[int]
+    ) -> Optional[_State]:
+        """The state after ``plan``, from the deepest state kept on its path; None as soon as the
+        pool is above ``limit`` (its bytes in ``_stopped``; the state there kept for a later
+        call)."""
         root = self._roots.setdefault((mode, check), _Node())
         path: list[_Node] = []  # the nodes of the longest prefix replayed before
         kept = -1  # depth of the deepest node there that holds a state (-1: none)
@@ -281,8 +352,16 @@ class Replayer(BucketSources):
                 return held  # replayed already (read it, do not change it)
             state = held.clone()
         else:
-            state = _State(Pool(self.settings[plan[0][1]], self.below,
-                                None if self.layout is None else Random(self.layout)), {}, {}, [])
+            state = _State(
+                Pool(
+                    self.settings[plan[0][1]],
+                    self.below,
+                    None if self.layout is None else Random(self.layout),
+                ),
+                {},
+                {},
+                [],
+            )
         shared = len(path)
         parent = path[-1] if path else root
         for n in range(kept + 1, len(plan)):
@@ -316,8 +395,8 @@ class Replayer(BucketSources):
             old.state = None
 
     def known_pool(self, mode: str, buckets: Sequence[int]) -> int:
-        """The pool after the longest prefix of ``mode``'s list already replayed (0 if none): at most the
-        list's pool, which never shrinks. Costs no replay."""
+        """The pool after the longest prefix of ``mode``'s list already replayed (0 if none): at
+        most the list's pool, which never shrinks. Costs no replay."""
         plan = self.sources(mode, buckets)
         node, reserved = self._roots.get((mode, False)), 0
         for key in plan:
@@ -328,11 +407,11 @@ class Replayer(BucketSources):
         return reserved
 
     def _memo_step(self, state: _State, bucket: int, source: str, check: bool) -> _State:
-        """The state after ``bucket``: a bucket replayed before from a state with the same content (pool, live
-        blocks, and where each trace with frees inside captures stands) gives the same state, so a small state is
-        looked up before it is replayed (a pool whose buckets free all they allocate comes back to the same
-        few free segments bucket after bucket, whatever list it is in). States found that way share the memo's
-        copy until they change."""
+        """The state after ``bucket``: a bucket replayed before from a state with the same content
+        (pool, live blocks, and where each trace with frees inside captures stands) gives the same
+        state, so a small state is looked up before it is replayed (a pool whose buckets free all
+        they allocate comes back to the same few free segments bucket after bucket, whatever list it
+        is in). States found that way share the memo's copy until they change."""
         content = state.content if state.content is not None else self._content(state, check)
         if content is None:
             state.own()
@@ -357,15 +436,16 @@ class Replayer(BucketSources):
         return _State(pool, live, at, state.reserved, state.mismatches, content, borrowed=True)
 
     def _content(self, state: _State, check: bool) -> Optional[int]:
-        """A number for the state's content (its pool's fingerprint and live blocks), if it is small enough
-        to be worth looking up; None otherwise."""
+        """A number for the state's content (its pool's fingerprint and live blocks), if it is small
+        enough to be worth looking up; None otherwise."""
         if check or len(state.pool._blocks) > MEMO_BLOCKS:
             return None
         key = (state.pool.fingerprint(), tuple(sorted(state.live.items())))
         number = self._contents.get(key)
         if number is None:
             if len(self._contents) >= MEMO_STATES:
-                self._contents.clear()  # numbers are never reused: states holding old ones stay right
+                # numbers are never reused: states holding old ones stay right
+                self._contents.clear()
                 self._memo.clear()
             number = self._contents[key] = self._numbered
             self._numbered += 1
@@ -377,15 +457,17 @@ class Replayer(BucketSources):
         last = state.at.get(source, -1)
         pool, live = state.pool, state.live
         crossing = self.crossing[source]
-        for at in crossing[bisect_right(crossing, last): bisect_left(crossing, position)]:
-            for k in self.ops[source][order[at]].cross:  # frees inside captures left out of the list
+        for at in crossing[bisect_right(crossing, last) : bisect_left(crossing, position)]:
+            # frees inside captures left out of the list
+            for k in self.ops[source][order[at]].cross:
                 addr = live.pop(k, None)
                 if addr is not None:
                     pool.free_at(addr)
         state.at[source] = max(last, position)
         bops = self.ops[source][bucket]
         self.bucket_replays += 1
-        if bops.fold is None or (check and not bops.from_trace):  # check: every placement is compared
+        # check: every placement is compared
+        if bops.fold is None or (check and not bops.from_trace):
             ops = bops.ops
             self.events_replayed += len(ops)
             self._run(state, ops, 0, len(ops), check)
@@ -394,10 +476,16 @@ class Replayer(BucketSources):
         state.reserved.append(pool.reserved)
 
     @staticmethod
-    def _run(state: _State, ops: Sequence, begin: int, end: int, check: bool = False,
-             placed: Optional[list] = None) -> None:
-        """Events ``[begin, end)``; ``check``: count allocations placed elsewhere than recorded; ``placed``: where
-        each allocation went, by its index."""
+    def _run(
+        state: _State,
+        ops: Sequence,
+        begin: int,
+        end: int,
+        check: bool = False,
+        placed: Optional[list] = None,
+    ) -> None:
+        """Events ``[begin, end)``; ``check``: count allocations placed elsewhere than recorded;
+        ``placed``: where each allocation went, by its index."""
         pool, live = state.pool, state.live
         malloc, free_at = pool.malloc, pool.free_at
         for at, op in enumerate(ops[begin:end], begin):
@@ -415,9 +503,10 @@ class Replayer(BucketSources):
 
     def _run_folded(self, state: _State, bops: BucketOps, check: bool = False) -> None:
         """:meth:`_run` over the whole bucket, jumping over repeated periods where the state repeats
-        (:mod:`bcgprof.analysis.predict.fold`): the same result, in a fraction of the steps. The events skipped
-        place each allocation where the same event a cycle earlier did, so ``check`` compares their recorded
-        addresses with those (:meth:`~bcgprof.analysis.predict.trace_set.BucketOps.mismatches`) instead of replaying."""
+        (:mod:`bcgprof.analysis.predict.fold`): the same result, in a fraction of the steps. The
+        events skipped place each allocation where the same event a cycle earlier did, so ``check``
+        compares their recorded addresses with those
+        (:meth:`~bcgprof.analysis.predict.trace_set.BucketOps.mismatches`) instead of replaying."""
         ops, frees = bops.lazy(), bops.frees  # the events made into tuples only where they are run
         assert bops.fold is not None
         placed = [-1] * len(ops) if check else None
@@ -435,7 +524,7 @@ class Replayer(BucketSources):
                 renamed = rename(ops, state.live, frees, shift, end) if shift else None
                 if renamed is not None:
                     if placed is not None:
-                        state.mismatches += bops.mismatches(placed[b - cycle:b], b, b + shift)
+                        state.mismatches += bops.mismatches(placed[b - cycle : b], b, b + shift)
                     state.live.clear()
                     state.live.update(renamed)
                     at = b + shift
@@ -450,23 +539,27 @@ class Replayer(BucketSources):
             raise ReplayError(f"the report has no {mode} trace")
         return self.replay(mode, self.order[mode], check=True)
 
-
     def verify(self, trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
-        """Refuse ``trace`` unless replaying its own list gives the report's measured pool after every bucket (on
-        every committed trace it does, to the byte), every block where it was recorded. The replay is a fresh one
-        (placements as recorded), so the verdict depends on the trace and the figures alone; a trace read from a
-        file keeps it in the cache (:mod:`bcgprof.analysis.predict.trace_cache`), keyed by the file's content and the
-        figures, and the next command reads it there instead of replaying."""
+        """Refuse ``trace`` unless replaying its own list gives the report's measured pool after
+        every bucket (on every committed trace it does, to the byte), every block where it was
+        recorded. The replay is a fresh one (placements as recorded), so the verdict depends on the
+        trace and the figures alone; a trace read from a file keeps it in the cache
+        (:mod:`bcgprof.analysis.predict.trace_cache`), keyed by the file's content and the figures,
+        and the next command reads it there instead of replaying."""
         mode, where = trace.mode, trace.path or trace_name(trace.mode)
         order = list(trace.order)
         if [b for b, _ in measured] != order:
-            raise ReplayError(f"{where} holds buckets {_span(order)} where the report measured "
-                              f"{_span([b for b, _ in measured])}; the trace is damaged or another capture's: "
-                              "re-capture the report")
+            raise ReplayError(
+                f"{where} holds buckets {_span(order)} where the report measured "
+                f"{_span([b for b, _ in measured])}; the trace is damaged or another capture's: "
+                "re-capture the report"
+            )
         empty = [b for b in order if not trace.sizes.get(b)]
         if empty:  # every capture allocates in the graph pool (its output, its activations)
-            raise ReplayError(f"{where} holds no graph-pool events for bucket(s) {_span(empty)}; the trace is "
-                              "damaged: re-capture the report")
+            raise ReplayError(
+                f"{where} holds no graph-pool events for bucket(s) {_span(empty)}; the trace is "
+                "damaged: re-capture the report"
+            )
         parts = [trace.digest, mode, measured]
         if trace.digest and trace_cache.recall("verified", parts, trace.path) is True:
             return
@@ -476,7 +569,11 @@ class Replayer(BucketSources):
             raise ReplayError(f"{where} cannot be replayed ({e}); re-capture the report") from None
         for (bucket, pool), got in zip(measured, replayed.pool_bytes, strict=True):
             if got != pool or replayed.mismatches:
-                raise ReplayError(f"{where} does not replay to the report's own pool (bucket {bucket}: {got} bytes, "
-                                  f"measured {pool}); the trace is damaged or another capture's: re-capture the report")
+                raise ReplayError(
+                    f"{where} does not replay to the report's own pool (bucket {bucket}: {got} "
+                    "bytes, "
+                    f"measured {pool}); the trace is damaged or another capture's: re-capture the "
+                    "report"
+                )
         if trace.digest:
             trace_cache.remember("verified", parts, True, trace.path)

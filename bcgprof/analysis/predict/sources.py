@@ -1,12 +1,13 @@
 """Where each bucket of a list gets its allocator events from, checked before any is replayed.
 
 Mechanism. :class:`BucketSources` prepares each mode's trace once (from its
-:class:`~bcgprof.analysis.predict.trace_set.TraceSet`: loaded, checked against the report's measured pools
-by :meth:`BucketSources.verify`, which the replayer provides) and says, for a list, which trace each
-bucket's events come from (:meth:`BucketSources.sources`, the rules in
-:mod:`bcgprof.analysis.predict.replay`): the mode's own, or per-bucket's for a list's largest bucket that
-keeps its own output where the mode's trace has it free its output. A bucket the profile did not
-capture is drawn from the profiled buckets around it (:mod:`bcgprof.analysis.predict.interpolate`):
+:class:`~bcgprof.analysis.predict.trace_set.TraceSet`: loaded, checked against the report's measured
+pools by :meth:`BucketSources.verify`, which the replayer provides) and says, for a list, which
+trace each bucket's events come from (:meth:`BucketSources.sources`, the rules in
+:mod:`bcgprof.analysis.predict.replay`): the mode's own, or per-bucket's for a list's largest bucket
+that keeps its own output where the mode's trace has it free its output. A bucket the profile did
+not capture is drawn from the profiled buckets around it
+(:mod:`bcgprof.analysis.predict.interpolate`):
 whether it can be is decided once per pair of neighbours, and its events are made only when a replay
 asks for them, so a list of thousands of buckets is checked in time linear in its length and refused
 (:meth:`BucketSources.check_lists`) before any replay when its buckets not profiled hold more than

@@ -6,7 +6,8 @@ and of the source of the modules that derive it (so another bcgprof misses), and
 directory, which bcgprof only reads. Two kinds:
 
 * ``entries/<name>-<code>``: bytes, with their SHA-256 (a trace file's
-  :class:`~bcgprof.analysis.predict.trace_set.ModeTrace`, so a later command skips inflating and parsing);
+  :class:`~bcgprof.analysis.predict.trace_set.ModeTrace`, so a later command skips inflating and
+  parsing);
 * ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
   verdict that a trace replays to its report's measured pools; the pools of a layout spread;
   advise's replays that do not depend on the budget), the key repeated inside.
@@ -135,8 +136,8 @@ def _read(path: Path) -> Optional[bytes]:
 
 
 def load_entry(name: str, near: Optional[Path] = None) -> Optional[bytes]:
-    """The bytes kept under ``name`` (a content digest and what they are), if they read back whole.
-    """
+    """The bytes kept under ``name`` (a content digest and what they are), if they read back
+    whole."""
     folder = _directory("entries", near)
     data = _read(folder / f"{name}-{code_digest()}") if folder is not None and name else None
     magic = FORMAT.encode() + b"\n"

@@ -6,8 +6,8 @@ graph-pool events as columns (kind, requested bytes, stream, allocation number, 
 recorded address, the block's recorded address), grouped by the bucket they belong to, in capture
 order, with what each bucket needs beside its events (blocks of earlier buckets its capture frees,
 frees of blocks allocated before recording began, the bytes it allocates and never frees, its eager
-warm-up's growth). Where each event goes (the rules are :mod:`bcgprof.analysis.predict.replay`'s): a free
-recorded after the owner's capture ended (in a later bucket's warm-up) belongs to the owner and
+warm-up's growth). Where each event goes (the rules are :mod:`bcgprof.analysis.predict.replay`'s): a
+free recorded after the owner's capture ended (in a later bucket's warm-up) belongs to the owner and
 follows its own events; a free inside a later capture stays there and is listed as that bucket's
 ``cross``. Allocation numbers are renumbered 1, 2, ... in the order of the numbers recorded, so any
 trace's keys fit the replay's key space. A bucket's events become tuples (:class:`BucketOps`) only
@@ -15,10 +15,10 @@ when a replay asks for them, and its repeating region
 (:func:`bcgprof.analysis.predict.fold.find_period_arrays`) only when a folded replay does.
 
 A :class:`TraceSet` holds one report's traces (files, in-memory traces or mode traces), loads each
-mode once when first asked (from the cache, :mod:`bcgprof.analysis.predict.trace_cache`, when the file's
-content was seen before), and remembers the verdict of the check against the report's measured pools
-(:meth:`bcgprof.analysis.predict.replay.Replayer.has`), so every replayer made from it shares one load and
-one check; a refused trace stays refused.
+mode once when first asked (from the cache, :mod:`bcgprof.analysis.predict.trace_cache`, when the
+file's content was seen before), and remembers the verdict of the check against the report's
+measured pools (:meth:`bcgprof.analysis.predict.replay.Replayer.has`), so every replayer made from
+it shares one load and one check; a refused trace stays refused.
 
 Invariant: a ModeTrace is frozen (its arrays are read-only) and equal, event for event, to what a
 row-by-row grouping of the trace gives. Cost: O(rows log rows) numpy work to build; a bucket's
@@ -109,8 +109,8 @@ class ModeTrace:
         return sum(self.sizes.values())
 
     def columns(self, bucket: int) -> np.ndarray:
-        """``bucket``'s events: a read-only array, one row an event, one column each of :data:`OPS`.
-        """
+        """``bucket``'s events: a read-only array, one row an event, one column each of
+        :data:`OPS`."""
         block = self.blocks.get(bucket)
         if block is None:
             return _NONE
@@ -248,8 +248,8 @@ def _build(
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: int) -> np.ndarray:
-    """``values`` at the position of each ``wanted`` in ``keys`` (unique), ``missing`` where absent.
-    """
+    """``values`` at the position of each ``wanted`` in ``keys`` (unique), ``missing`` where
+    absent."""
     out = np.full(len(wanted), missing, dtype=np.int64)
     if not len(keys):
         return out
@@ -317,8 +317,9 @@ class TraceSet:
 
 
 def load(path: Path) -> ModeTrace:
-    """One trace file as a :class:`ModeTrace`: from the cache (:mod:`bcgprof.analysis.predict.trace_cache`)
-    when a file of the same content was read before, else read, checked and built (and kept there).
+    """One trace file as a :class:`ModeTrace`: from the cache
+    (:mod:`bcgprof.analysis.predict.trace_cache`) when a file of the same content was read before,
+    else read, checked and built (and kept there).
     """
     raw = read_bytes(path)  # within the compressed cap
     digest = hashlib.sha256(raw).hexdigest()
