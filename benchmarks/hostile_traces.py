@@ -63,10 +63,10 @@ def at_the_caps(text: bytes) -> bytes:
         path = Path(tmp) / TRACE
         path.write_bytes(gzip.compress(text))
         replayer = Replayer({"per-bucket": path})
-        order = replayer.order["per-bucket"] if replayer.has("per-bucket") else []
+        order = replayer.bucket_sources.order["per-bucket"] if replayer.bucket_sources.has("per-bucket") else []
         # the pool after the whole list (a benchmark may reach into the replayer: the state is
         # not public)
-        state = replayer._advance("per-bucket", replayer.sources("per-bucket", order), False, None)
+        state = replayer._advance("per-bucket", replayer.bucket_sources.sources("per-bucket", order), False, None)
         assert state is not None
         for size, stream in (
             (s, t) for s in (512, 3 << 20, 12 << 20) for t in range(4)

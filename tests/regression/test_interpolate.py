@@ -32,15 +32,15 @@ def test_a_profiled_bucket_left_out_and_interpolated_gives_the_profiles_rows_bac
     path = _traced(name)
     whole = Replayer.load(path, ["per-bucket", "shared"])
     for mode in ("per-bucket", "shared"):
-        assert whole.has(mode)
-        order = whole.order[mode]
+        assert whole.bucket_sources.has(mode)
+        order = whole.bucket_sources.order[mode]
         truth = whole.replay(mode, order).pool_bytes
         for bucket in left_out:
-            again = Replayer(whole.traces)
-            assert again.has(mode)
-            del again.ops[mode][bucket]
+            again = Replayer(whole.bucket_sources.traces)
+            assert again.bucket_sources.has(mode)
+            del again.bucket_sources.ops[mode][bucket]
             replay = again.replay(mode, order)
-            assert again.interpolated(mode, bucket) is not None
+            assert again.bucket_sources.interpolated(mode, bucket) is not None
             assert replay.pool_bytes == truth, (mode, bucket)
 
 

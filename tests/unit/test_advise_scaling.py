@@ -37,7 +37,7 @@ def _work(report, mode: str, monkeypatch) -> tuple[int, int]:
 
     def counting(self, state, bucket, source, check):
         counted[0] += 1
-        counted[1] += len(self.ops[source][bucket].ops)
+        counted[1] += len(self.bucket_sources.ops[source][bucket].ops)
         return step(self, state, bucket, source, check)
 
     largest = max(report.run.buckets)
@@ -85,7 +85,7 @@ def test_what_a_list_never_frees_and_a_replay_stopped_early_bound_its_pool(profi
         chosen = sorted({*rng.choice(buckets[:-1], size=int(rng.integers(0, 12)), replace=False).tolist(),
                          buckets[-1]})
         pool = predict_buckets(report, chosen, [mode]).mode(mode).pool_bytes
-        assert fresh.kept_bytes(mode, chosen) <= pool
+        assert fresh.bucket_sources.kept_bytes(mode, chosen) <= pool
         limit = pool - int(rng.integers(1, 4)) * MIB
         within, reached = fresh.pool_within(mode, chosen, limit)
         assert not within and limit < reached <= pool

@@ -110,9 +110,9 @@ def test_skipping_repeated_layers_changes_no_result(tmp_path, monkeypatch):
     plain = Replayer.load(report.path, ["per-bucket", "shared"])
     assert plain is not None
     for mode in ("per-bucket", "shared"):
-        assert folded.has(mode) and plain.has(mode)
-        assert any(ops.fold for ops in folded.ops[mode].values())  # there is something to skip
-        for ops in plain.ops[mode].values():
+        assert folded.bucket_sources.has(mode) and plain.bucket_sources.has(mode)
+        assert any(ops.fold for ops in folded.bucket_sources.ops[mode].values())  # there is something to skip
+        for ops in plain.bucket_sources.ops[mode].values():
             ops.fold = None
         for chosen in _lists(25, seed=3):
             assert folded.replay(mode, chosen).pool_bytes == plain.replay(mode, chosen).pool_bytes, (mode, chosen)
@@ -222,5 +222,5 @@ def test_a_refused_trace_stays_refused_when_asked_again(tmp_path, profile):
     p = bucket_profile(_damaged(tmp_path, profile, "shared", _grown))
     for _ in range(2):
         with pytest.raises(ReplayError, match="does not replay to the report's own pool"):
-            p.replayer.has("shared")
-    assert p.replayer.has("per-bucket")
+            p.replayer.bucket_sources.has("shared")
+    assert p.replayer.bucket_sources.has("per-bucket")

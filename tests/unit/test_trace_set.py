@@ -199,7 +199,7 @@ def test_a_list_is_checked_whole_before_any_replay(tmp_path, monkeypatch):
 
     report = write_profile(tmp_path / "p", modes=("per-bucket", "shared"), requests=uneven)
     p = bucket_profile(report)
-    assert p.replayer.has("per-bucket") and p.replayer.has("shared")  # read and checked
+    assert p.replayer.bucket_sources.has("per-bucket") and p.replayer.bucket_sources.has("shared")  # read and checked
     steps = []
     monkeypatch.setattr(replay.Replayer, "_step", lambda self, *a: steps.append(a))
     wanted = list(
@@ -268,8 +268,8 @@ def test_the_check_of_a_traces_own_list_skips_repeated_layers_and_counts_every_m
             )
         loaded = mode_trace_of(trace)
         folded, full = (Replayer(TraceSet({"per-bucket": loaded})) for _ in range(2))
-        assert folded.has("per-bucket") and full.has("per-bucket")
-        for ops in full.ops["per-bucket"].values():
+        assert folded.bucket_sources.has("per-bucket") and full.bucket_sources.has("per-bucket")
+        for ops in full.bucket_sources.ops["per-bucket"].values():
             ops.fold = None
         quick, slow = folded.check("per-bucket"), full.check("per-bucket")
         assert (quick.pool_bytes, quick.mismatches) == (slow.pool_bytes, slow.mismatches)

@@ -87,9 +87,9 @@ def layout_spread(
     measured = [(r.bucket, r.pool_bytes) for r in rows]
     replayer = Replayer.load(report.path, [mode], expected={mode: measured})
     # has(): reads the trace and checks it, or raises
-    if replayer is None or not replayer.has(mode):
+    if replayer is None or not replayer.bucket_sources.has(mode):
         return None
-    trace = replayer.traces.get(mode)
+    trace = replayer.bucket_sources.traces.get(mode)
     assert trace is not None  # has() loaded it
     parts = [trace.digest, mode, measured, LAYOUTS]
     known = trace_cache.recall("layout spread", parts, trace.path) if trace.digest else None

@@ -160,7 +160,7 @@ def predict_buckets(
         first = rows[p.largest]
         try:
             if mode == chosen[0]:  # every mode's list checked, its work bounded, before any replay
-                p.replayer.check_lists(chosen, wanted)
+                p.replayer.bucket_sources.check_lists(chosen, wanted)
             replay = p.replayer.replay(mode, wanted)
             # placement matters only for segments the traces give no address for: with none, the
             # other is the same
@@ -171,7 +171,7 @@ def predict_buckets(
         for order, (bucket, pool, source) in enumerate(
             zip(replay.buckets, replay.pool_bytes, replay.sources, strict=True)
         ):
-            between = p.replayer.interpolated(source, bucket)
+            between = p.replayer.bucket_sources.interpolated(source, bucket)
             if between:
                 drawn[bucket] = between
             # the list's largest bucket: the mode's one-off costs are the profile's first bucket's
@@ -301,7 +301,7 @@ def _needs_free(
     from, with the bytes the prediction says it keeps."""
     growth, outside = {}, {}
     for row, source in zip(rows, sources, strict=True):
-        g = p.replayer.warmup.get(source, {}).get(row.bucket)
+        g = p.replayer.bucket_sources.warmup.get(source, {}).get(row.bucket)
         if g is None or source not in p.rows:
             return None
         measured = _row(p, source, row.bucket)
@@ -310,7 +310,9 @@ def _needs_free(
     upside = 0
     # a smaller pre-warm leaves less for the warm-ups to reuse
     if rows and rows[0].bucket != p.largest:
-        upside = max((p.replayer.leftover.get(s, 0) for s in set(sources)), default=0)
+        upside = max(
+            (p.replayer.bucket_sources.leftover.get(s, 0) for s in set(sources)), default=0
+        )
     h = traced_needs(mode, rows, growth, outside, upside)
     return h.check(free) if free is not None else h
 

@@ -119,8 +119,8 @@ class Search:
             for b in candidates[:-1]
         }
         # later buckets: the mode's own trace
-        self.kept = {b: self.replayer.kept[mode][b] for b in candidates[:-1]}
-        self.kept_first = self.replayer.kept_bytes(mode, [top])
+        self.kept = {b: self.replayer.bucket_sources.kept[mode][b] for b in candidates[:-1]}
+        self.kept_first = self.replayer.bucket_sources.kept_bytes(mode, [top])
         self.band = np.array(
             [0] + [list_band(profile, mode, k) for k in range(1, len(candidates) + 1)],
             dtype=np.int64,
@@ -475,7 +475,7 @@ def _warmup_caches(
     """Each bucket's warm-up cache as the free-memory check counts it (its warm-up's growth less its
     torch memory outside the pool, :func:`bcgprof.analysis.predict.needs_free.traced_needs`); None
     where the traces lack a warm-up."""
-    growth, rows = profile.replayer.warmup.get(mode, {}), profile.rows.get(mode, {})
+    growth, rows = profile.replayer.bucket_sources.warmup.get(mode, {}), profile.rows.get(mode, {})
     out = {}
     for b in buckets:
         g, row = growth.get(b), rows.get(b)

@@ -2,8 +2,9 @@
 
 Mechanism. :class:`BucketSources` prepares each mode's trace once (from its
 :class:`~bcgprof.analysis.predict.trace_set.TraceSet`: loaded, checked against the report's measured
-pools by :meth:`BucketSources.verify`, which the replayer provides) and says, for a list, which
-trace each bucket's events come from (:meth:`BucketSources.sources`, the rules in
+pools by the ``verify`` the replayer gives it, :func:`bcgprof.analysis.predict.replay.verify_trace`)
+and says, for a list, which trace each bucket's events come from (:meth:`BucketSources.sources`, the
+rules in
 :mod:`bcgprof.analysis.predict.replay`): the mode's own, or per-bucket's for a list's largest bucket
 that keeps its own output where the mode's trace has it free its output. A bucket the profile did
 not capture is drawn from the profiled buckets around it
@@ -20,7 +21,7 @@ length) lookups; per pair of neighbours drawn from, O(their events) once. Torch-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional
 
 from bcgprof.analysis.predict.allocator import AllocatorError, Settings, check_settings, round_size
@@ -46,24 +47,16 @@ class ReplayError(TraceError):
 
 class BucketSources:
     """Each mode's prepared trace, and which trace each bucket of a list is replayed from (module
-    docstring). The dicts are shared by the replayers made from one another (:meth:`shared`)."""
+    docstring): what one profile's replayers share (:attr:`Replayer.bucket_sources
+    <bcgprof.analysis.predict.replay.Replayer>`), filled as each trace is first used."""
 
-    SHARED = (
-        "settings",
-        "ops",
-        "order",
-        "profiled",
-        "warmup",
-        "leftover",
-        "position",
-        "crossing",
-        "kept",
-        "_numbers",
-        "_pairs",
-    )
-
-    def __init__(self, traces: TraceSet):
+    def __init__(
+        self, traces: TraceSet, verify: Callable[[ModeTrace, list[tuple[int, int]]], None]
+    ):
+        """``verify``: refuses a trace (a :class:`ReplayError`) unless its own list replays to the
+        report's measured pools; called once per trace, before it is first used."""
         self.traces = traces
+        self.verify = verify
         self.settings: dict[str, Settings] = {}
         self.ops: dict[str, dict[int, BucketOps]] = {}
         self.order: dict[str, list[int]] = {}
@@ -83,20 +76,12 @@ class BucketSources:
         ] = {}  # mode -> bucket -> rounded bytes it allocates that are never freed
         self._pairs: dict = {}  # (source, lower, upper) -> (their common pattern, or None; why not)
         self._numbers = {mode: n + 1 for n, mode in enumerate(sorted(self.traces))}
+        # (mode, plan, below, layout) -> its replay, kept by an earlier command (trace_cache)
+        self.known: dict = {}
 
     @property
     def expected(self) -> dict[str, list[tuple[int, int]]]:
         return self.traces.expected
-
-    def shared(self, other: BucketSources) -> None:
-        """Take ``other``'s prepared traces (the same dicts: a trace prepared by either serves
-        both)."""
-        for name in self.SHARED:
-            setattr(self, name, getattr(other, name))
-
-    def verify(self, trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
-        """Refuse ``trace`` (a :class:`ReplayError`) unless its own list replays to ``measured``."""
-        raise NotImplementedError
 
     def has(self, mode: str) -> bool:
         """Whether ``mode``'s trace is there (loaded, checked against the report's pools and

@@ -48,6 +48,7 @@ DERIVED_BY = (
     "bcgprof.analysis.predict.allocator",
     "bcgprof.analysis.predict.sources",
     "bcgprof.analysis.predict.replay",
+    "bcgprof.analysis.predict.memo",
     "bcgprof.analysis.predict.fold",
     "bcgprof.analysis.predict.interpolate",
     "bcgprof.analysis.predict.needs_free",

@@ -17,8 +17,8 @@ when a replay asks for them, and its repeating region
 A :class:`TraceSet` holds one report's traces (files, in-memory traces or mode traces), loads each
 mode once when first asked (from the cache, :mod:`bcgprof.analysis.predict.trace_cache`, when the
 file's content was seen before), and remembers the verdict of the check against the report's
-measured pools (:meth:`bcgprof.analysis.predict.replay.Replayer.has`), so every replayer made from
-it shares one load and one check; a refused trace stays refused.
+measured pools (:meth:`bcgprof.analysis.predict.sources.BucketSources.has`), so every replayer made
+from it shares one load and one check; a refused trace stays refused.
 
 Invariant: a ModeTrace is frozen (its arrays are read-only) and equal, event for event, to what a
 row-by-row grouping of the trace gives. Cost: O(rows log rows) numpy work to build; a bucket's
