@@ -7,7 +7,7 @@ shared-largest modes), then runs ``bcgprof advise --from P --budget B --mode M -
 interpreter per mode, as users run it, and prints its wall time with the work it did: exact list
 predictions and buckets replayed through the allocator model (the interpreter runs the CLI's own
 entry point with ``advise`` wrapped to print ``Advice.work`` to stderr). The budget is the same at
-every size (default 2 GiB): the largest bucket alone grows with the list, so the headroom shrinks.
+every size (default 2 GiB): the largest bucket alone grows with the list, so the margin above it shrinks.
 
     python benchmarks/advise_scaling.py [--buckets 256,512,1024,2048,4096] [--budget 2GiB] [--modes ...]
 """

@@ -1,6 +1,6 @@
 """How the advisor's work grows with the number of profiled buckets, counted (bucket replays and
 allocator events), not timed: on the synthetic traced profile (tests/traced_profile.py) doubling the
-buckets at a fixed headroom above the largest bucket at most triples the replays, where the search
+buckets at a fixed margin above the largest bucket at most triples the replays, where the search
 that predicted every candidate list from scratch grew by 4 to 6 times (benchmarks/advise_scaling.py
 times it on up to 4,096 buckets). The programme behind the candidates is checked against the
 O(n^2 * units) table it replaces."""
@@ -16,7 +16,7 @@ from bcgprof.analysis.predict.lists import predict_buckets
 from bcgprof.analysis.predict.programme import hull_programme, table_programme
 
 MIB = 1 << 20
-HEADROOM = 64 * MIB  # above the largest bucket alone: the same budget headroom at every size
+MARGIN = 64 * MIB  # above the largest bucket alone: the same budget margin at every size
 GROWTH = 3.0  # at most this much more work for twice the buckets
 
 
@@ -44,8 +44,8 @@ def _work(report, mode: str, monkeypatch) -> tuple[int, int]:
     alone = predict_buckets(report, [largest], [mode]).mode(mode).high_bytes
     with monkeypatch.context() as patched:
         patched.setattr(replay.Replayer, "_step", counting)
-        advice = advise(report, alone + HEADROOM, mode=mode)
-    assert advice.high_bytes <= alone + HEADROOM and largest in advice.buckets
+        advice = advise(report, alone + MARGIN, mode=mode)
+    assert advice.high_bytes <= alone + MARGIN and largest in advice.buckets
     return counted[0], counted[1]
 
 
