@@ -2,8 +2,9 @@
 
 Engines reserve memory for their CUDA graphs before capturing them (it is taken from the KV-cache
 budget), from a formula. A profile holds what its list's capture really took (device used, NVML) and
-the free memory it needed when its first bucket's warm-up began (:mod:`bcgprof.analysis.predict.needs_free`).
-This module computes each engine's reserve for the profile's list, and its error against both.
+the free memory it needed when its first bucket's warm-up began
+(:mod:`bcgprof.analysis.predict.needs_free`). This module computes each engine's reserve for the
+profile's list, and its error against both.
 
 The estimators, each written from its engine's source (file, function and version in
 :data:`ESTIMATORS`):
@@ -171,9 +172,8 @@ def sglang_terms(
             if max_bs > 300:
                 terms.append((f"{max_bs} x {dp} x 1.5", max_bs * dp * 1.5))
         if settings.deepep:
-            terms.append(
-                ("2048 (DeepEP)", 2048.0)
-            )  # reserve_for_deepep_a2a_mb, on top of the floor
+            # reserve_for_deepep_a2a_mb, on top of the floor
+            terms.append(("2048 (DeepEP)", 2048.0))
         return terms
     terms = (
         [("1536 (MLA)", 1536.0)] if settings.mla else [(f"{len(buckets)} x 8", len(buckets) * 8.0)]

@@ -16,17 +16,31 @@ if TYPE_CHECKING:
 CAUSES = {
     "pool_output": ("pool: outputs kept", "bucket outputs that stay alive in the graph pool"),
     "pool_other_live": ("pool: other live", "other bytes the buckets left alive in the pool"),
-    "pool_free": ("pool: free space", "growth of unused space inside the pool's segments (negative where an "
-                                      "output reused space a larger bucket had freed)"),
-    "outside_pool": ("torch outside pool", "torch memory outside the pool: a shared output buffer, workspaces"),
-    "graph_executables": ("graph executables", "driver memory NVML sees and the allocator does not: graph "
-                                               "executables and other driver memory"),
+    "pool_free": (
+        "pool: free space",
+        "growth of unused space inside the pool's segments (negative where an "
+        "output reused space a larger bucket had freed)",
+    ),
+    "outside_pool": (
+        "torch outside pool",
+        "torch memory outside the pool: a shared output buffer, workspaces",
+    ),
+    "graph_executables": (
+        "graph executables",
+        "driver memory NVML sees and the allocator does not: graph "
+        "executables and other driver memory",
+    ),
 }
 
 
 def causes_of(r: BucketRecord) -> Optional[dict[str, int]]:
-    """One bucket's causes (summing exactly to its device-used delta), or None without the ledger columns."""
-    if r.pool_live_delta_bytes is None or r.pool_free_delta_bytes is None or r.outside_pool_delta_bytes is None:
+    """One bucket's causes (summing exactly to its device-used delta), or None without the ledger
+    columns."""
+    if (
+        r.pool_live_delta_bytes is None
+        or r.pool_free_delta_bytes is None
+        or r.outside_pool_delta_bytes is None
+    ):
         return None
     output = r.pool_output_bytes or 0
     return {
@@ -40,9 +54,17 @@ def causes_of(r: BucketRecord) -> Optional[dict[str, int]]:
 
 def summary_causes(s: SummaryRecord) -> Optional[dict[str, int]]:
     """A mode's causes from its summary row (the ledger columns summed), or None without them."""
-    if s.pool_live_delta_bytes is None or s.pool_free_delta_bytes is None or s.outside_pool_delta_bytes is None:
+    if (
+        s.pool_live_delta_bytes is None
+        or s.pool_free_delta_bytes is None
+        or s.outside_pool_delta_bytes is None
+    ):
         return None
     output = s.pool_output_bytes or 0
-    return {"pool_output": output, "pool_other_live": s.pool_live_delta_bytes - output,
-            "pool_free": s.pool_free_delta_bytes, "outside_pool": s.outside_pool_delta_bytes,
-            "graph_executables": s.non_torch_bytes}
+    return {
+        "pool_output": output,
+        "pool_other_live": s.pool_live_delta_bytes - output,
+        "pool_free": s.pool_free_delta_bytes,
+        "outside_pool": s.outside_pool_delta_bytes,
+        "graph_executables": s.non_torch_bytes,
+    }

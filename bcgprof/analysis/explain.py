@@ -55,7 +55,8 @@ class ExecutableFit:
     fitted_bytes: int  # the fit summed over the rows
     measured_bytes: int  # the non-torch deltas summed over the same rows
     first_buckets_excluded: bool  # each mode's first bucket carries one-off driver costs
-    separable: bool = True  # False when every row has the same nodes per graph: then only bytes_per_graph is fitted
+    # False when every row has the same nodes per graph: then only bytes_per_graph is fitted
+    separable: bool = True
 
 
 @dataclass
@@ -102,8 +103,11 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
     smaller pool needs less). From run.json when the capture recorded it, else from the
     model's preset config.
     """
-    recorded = report.run.extra.get("kv_bytes_per_token") if isinstance(report.run.extra, dict) else None
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:  # true is no byte count
+    recorded = (
+        report.run.extra.get("kv_bytes_per_token") if isinstance(report.run.extra, dict) else None
+    )
+    # true is no byte count
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
         return recorded, str(report.run.extra.get("kv_formula", "recorded at capture"))
     # The model presets load here, not with this module: compare and gate use its ledger alone.
     from bcgprof.spec import resolve_model
@@ -116,11 +120,14 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
             return None, ""
         shape = spec.attention
         width = dtypes.dtype_bytes(report.run.dtype or spec.dtype)
-    except (BcgprofError, KeyError, TypeError, ValueError):  # no such model here, or not this report's
+    except (BcgprofError, KeyError, TypeError, ValueError):
+        # no such model here, or not this report's
         return None, ""
     layers = int(report.run.layers)
-    return (token_bytes(layers, shape.num_kv_heads, shape.head_dim, width),
-            kv_formula(layers, shape.num_kv_heads, shape.head_dim, width))
+    return (
+        token_bytes(layers, shape.num_kv_heads, shape.head_dim, width),
+        kv_formula(layers, shape.num_kv_heads, shape.head_dim, width),
+    )
 
 
 # ---------------------------------------------------------------- the executable fit
@@ -128,7 +135,10 @@ def kv_bytes_per_token(report: Report) -> tuple[Optional[int], str]:
 
 def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
     """Fit non-torch growth to graphs and nodes; None when too few rows carry node counts."""
-    from bcgprof.analysis.predict.fit import least_squares  # numpy, imported only when a command fits
+    # numpy, imported only when a command fits
+    from bcgprof.analysis.predict.fit import (
+        least_squares,
+    )
 
     usable = [r for r in rows if r.status == "ok" and r.graph_nodes is not None and r.segments > 0]
     later = [r for r in usable if r.order > 0]
@@ -149,9 +159,15 @@ def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
     mean = sum(ys) / len(ys)
     ss_tot = sum((y - mean) ** 2 for y in ys)
     return ExecutableFit(
-        rows=len(data), bytes_per_graph=a, bytes_per_node=b, rms_residual_bytes=(ss_res / len(ys)) ** 0.5,
-        r2=(1.0 - ss_res / ss_tot) if ss_tot > 0 else None, fitted_bytes=round(sum(fitted)),
-        measured_bytes=int(sum(ys)), first_buckets_excluded=excluded, separable=separable,
+        rows=len(data),
+        bytes_per_graph=a,
+        bytes_per_node=b,
+        rms_residual_bytes=(ss_res / len(ys)) ** 0.5,
+        r2=(1.0 - ss_res / ss_tot) if ss_tot > 0 else None,
+        fitted_bytes=round(sum(fitted)),
+        measured_bytes=int(sum(ys)),
+        first_buckets_excluded=excluded,
+        separable=separable,
     )
 
 
@@ -162,8 +178,10 @@ def _groups(report: Report) -> dict[tuple[str, int], list[BucketRecord]]:
     out: dict[tuple[str, int], list[BucketRecord]] = {}
     for r in report.buckets:
         out.setdefault((r.mode, r.rank), []).append(r)
-    return {k: sorted(v, key=lambda r: r.order) for k, v in sorted(out.items(), key=lambda kv: (mode_index(kv[0][0]),
-                                                                                             kv[0][1]))}
+    return {
+        k: sorted(v, key=lambda r: r.order)
+        for k, v in sorted(out.items(), key=lambda kv: (mode_index(kv[0][0]), kv[0][1]))
+    }
 
 
 def _floor_sites(report: Report) -> Optional[FloorSites]:
@@ -175,41 +193,63 @@ def _floor_sites(report: Report) -> Optional[FloorSites]:
     live = [s for s in rows if s.kind == "site"]
     slack = sum(s.bytes for s in rows if s.kind == "slack")
     peak = sum(s.bytes for s in live)
-    return FloorSites(mode=mode, bucket=rows[0].bucket, pool_bytes=peak + slack, peak_live_bytes=peak,
-                      slack_bytes=slack, sites=sorted(((s.site, s.bytes) for s in live), key=lambda x: -x[1]))
+    return FloorSites(
+        mode=mode,
+        bucket=rows[0].bucket,
+        pool_bytes=peak + slack,
+        peak_live_bytes=peak,
+        slack_bytes=slack,
+        sites=sorted(((s.site, s.bytes) for s in live), key=lambda x: -x[1]),
+    )
 
 
 def explain_report(report: Report) -> Explanation:
     notes: list[str] = []
     if report.run.status != "complete":
-        notes.append(f"this report is {report.run.status}: it explains the {len(report.buckets)} finished rows only")
+        notes.append(
+            f"this report is {report.run.status}: it explains the {len(report.buckets)} finished "
+            "rows only"
+        )
     kv, formula = kv_bytes_per_token(report)
     if kv is None:
-        notes.append("KV bytes per token unknown (the model's config is not a preset this bcgprof knows): "
-                     "no KV-token figures")
+        notes.append(
+            "KV bytes per token unknown (the model's config is not a preset this bcgprof knows): "
+            "no KV-token figures"
+        )
     modes: list[ModeLedger] = []
     groups = _groups(report)
     for (mode, rank), rows in groups.items():
         nodes = [r.graph_nodes for r in rows]
         ledger = ModeLedger(
-            mode=mode, rank=rank, buckets=len(rows), device_used_bytes=sum(r.device_used_delta_bytes for r in rows),
-            pool_bytes=rows[-1].pool_bytes, retained_output_bytes=sum(r.retained_output_bytes for r in rows),
-            segments=sum(r.segments for r in rows), graph_nodes=None if None in nodes else sum(n for n in nodes if n is not None),
+            mode=mode,
+            rank=rank,
+            buckets=len(rows),
+            device_used_bytes=sum(r.device_used_delta_bytes for r in rows),
+            pool_bytes=rows[-1].pool_bytes,
+            retained_output_bytes=sum(r.retained_output_bytes for r in rows),
+            segments=sum(r.segments for r in rows),
+            graph_nodes=None if None in nodes else sum(n for n in nodes if n is not None),
             causes=_sum_causes(rows),
         )
         if kv:
             ledger.kv_tokens = ledger.device_used_bytes // kv
         modes.append(ledger)
     if modes and all(m.causes is None for m in modes):
-        notes.append("this report has no ledger columns (it was written before them): causes cannot be told apart; "
-                     "re-capture to get them")
+        notes.append(
+            "this report has no ledger columns (it was written before them): causes cannot be "
+            "told apart; "
+            "re-capture to get them"
+        )
     fit = fit_executables([r for r in report.buckets if r.rank == 0])
     if fit is None:
         notes.append("too few buckets with graph node counts to fit graph-executable memory")
     floor = _floor_sites(report)
     if floor is None:
-        notes.append("no sites.csv (no floor mode, or a report written before it): the floor's pool cannot be "
-                     "broken down by code site")
+        notes.append(
+            "no sites.csv (no floor mode, or a report written before it): the floor's pool cannot "
+            "be "
+            "broken down by code site"
+        )
     explanation = Explanation(report, modes, fit, floor, [], notes, kv, formula)
     explanation.sentences = _sentences(explanation, groups)
     return explanation
@@ -228,55 +268,102 @@ def _sentences(exp: Explanation, groups: dict) -> list[str]:
         later_outputs = sum(r.pool_output_bytes or 0 for r in pb if r.order > 0)
         later_growth = sum(r.pool_delta_bytes for r in pb if r.order > 0)
         fitted = max(0, later_outputs - later_growth)
-        text = (f"per-bucket outputs total {fmt_bytes(outputs)}; after the largest bucket they added "
-                f"{fmt_bytes(later_outputs)} while the pool grew {fmt_bytes(later_growth)}, so "
-                f"{fmt_bytes(fitted)} fitted in pool space the largest bucket had freed")
+        text = (
+            f"per-bucket outputs total {fmt_bytes(outputs)}; after the largest bucket they added "
+            f"{fmt_bytes(later_outputs)} while the pool grew {fmt_bytes(later_growth)}, so "
+            f"{fmt_bytes(fitted)} fitted in pool space the largest bucket had freed"
+        )
         if shared and all(causes_of(r) is not None for r in shared):
             pool_saving = pb[-1].pool_bytes - shared[-1].pool_bytes
-            outside = sum(r.outside_pool_delta_bytes for r in shared) - sum(r.outside_pool_delta_bytes for r in pb)
-            executables = sum(r.non_torch_delta_bytes for r in shared) - sum(r.non_torch_delta_bytes for r in pb)
-            saving = by_mode[Mode.PER_BUCKET].device_used_bytes - by_mode[Mode.SHARED].device_used_bytes
-            text += (f"; sharing the output saves {fmt_bytes(pool_saving)} of pool, less its own "
-                     f"{fmt_bytes(outside)} buffer outside the pool"
-                     + (f" and {fmt_bytes(executables, signed=True)} of graph executables" if executables else "")
-                     + f": {fmt_bytes(saving, signed=True)} of device memory in all")
+            outside = sum(r.outside_pool_delta_bytes for r in shared) - sum(
+                r.outside_pool_delta_bytes for r in pb
+            )
+            executables = sum(r.non_torch_delta_bytes for r in shared) - sum(
+                r.non_torch_delta_bytes for r in pb
+            )
+            saving = (
+                by_mode[Mode.PER_BUCKET].device_used_bytes - by_mode[Mode.SHARED].device_used_bytes
+            )
+            text += (
+                f"; sharing the output saves {fmt_bytes(pool_saving)} of pool, less its own "
+                f"{fmt_bytes(outside)} buffer outside the pool"
+                + (
+                    f" and {fmt_bytes(executables, signed=True)} of graph executables"
+                    if executables
+                    else ""
+                )
+                + f": {fmt_bytes(saving, signed=True)} of device memory in all"
+            )
         out.append(text)
     if Mode.SHARED_LARGEST in by_mode and Mode.PER_BUCKET in by_mode:
-        diff = by_mode[Mode.PER_BUCKET].device_used_bytes - by_mode[Mode.SHARED_LARGEST].device_used_bytes
-        out.append(f"keeping the largest bucket's own output as the shared buffer saves {fmt_bytes(diff)} against "
-                   f"per-bucket outputs" if diff >= 0 else
-                   f"keeping the largest bucket's own output as the shared buffer costs {fmt_bytes(-diff)} more "
-                   "than per-bucket outputs")
+        diff = (
+            by_mode[Mode.PER_BUCKET].device_used_bytes
+            - by_mode[Mode.SHARED_LARGEST].device_used_bytes
+        )
+        out.append(
+            "keeping the largest bucket's own output as the shared buffer saves "
+            f"{fmt_bytes(diff)} against "
+            f"per-bucket outputs"
+            if diff >= 0
+            else "keeping the largest bucket's own output as the shared buffer costs "
+            f"{fmt_bytes(-diff)} more "
+            "than per-bucket outputs"
+        )
     if exp.fit is not None:
         f = exp.fit
-        later = [r for rows in groups.values() for r in rows if r.order > 0 and r.rank == 0
-                 and r.pool_delta_bytes == 0]
+        later = [
+            r
+            for rows in groups.values()
+            for r in rows
+            if r.order > 0 and r.rank == 0 and r.pool_delta_bytes == 0
+        ]
         per_bucket = (sum(r.non_torch_delta_bytes for r in later) / len(later)) if later else None
-        cost = (f"{f.bytes_per_graph / 1024:.1f} KiB per graph + {f.bytes_per_node:.0f} B per kernel node"
-                if f.separable else
-                f"{f.bytes_per_graph / 1024:.1f} KiB per graph, its kernel nodes included (every bucket has the same "
-                "nodes per graph, so a per-node cost cannot be told apart)")
-        text = (f"graph executables: {cost} fits the non-torch growth of {f.rows} buckets"
-                + (" (each mode's first bucket left out: it carries one-off driver costs)" if f.first_buckets_excluded
-                   else "")
-                + f" with an rms residual of {fmt_bytes(int(f.rms_residual_bytes))}; the fit gives "
-                f"{fmt_bytes(f.fitted_bytes)} of the measured {fmt_bytes(f.measured_bytes)} "
-                f"({_pct(f.fitted_bytes, f.measured_bytes)})")
+        cost = (
+            f"{f.bytes_per_graph / 1024:.1f} KiB per graph + {f.bytes_per_node:.0f} B per kernel "
+            "node"
+            if f.separable
+            else f"{f.bytes_per_graph / 1024:.1f} KiB per graph, its kernel nodes included (every "
+            "bucket has the same "
+            "nodes per graph, so a per-node cost cannot be told apart)"
+        )
+        text = (
+            f"graph executables: {cost} fits the non-torch growth of {f.rows} buckets"
+            + (
+                " (each mode's first bucket left out: it carries one-off driver costs)"
+                if f.first_buckets_excluded
+                else ""
+            )
+            + f" with an rms residual of {fmt_bytes(int(f.rms_residual_bytes))}; the fit gives "
+            f"{fmt_bytes(f.fitted_bytes)} of the measured {fmt_bytes(f.measured_bytes)} "
+            f"({_pct(f.fitted_bytes, f.measured_bytes)})"
+        )
         if per_bucket is not None:
-            text += (f"; this is why device memory still grows by about {fmt_bytes(int(per_bucket))} a bucket after "
-                     f"the pool has stopped growing ({len(later)} such buckets)")
+            text += (
+                f"; this is why device memory still grows by about {fmt_bytes(int(per_bucket))} a "
+                "bucket after "
+                f"the pool has stopped growing ({len(later)} such buckets)"
+            )
         out.append(text)
     if exp.floor is not None:
         fl = exp.floor
         top = ", ".join(f"{site} {fmt_bytes(b)}" for site, b in fl.sites[:3])
-        out.append(f"the floor's pool ({fl.mode}, bucket {fl.bucket}) is {fmt_bytes(fl.pool_bytes)}: "
-                   f"{fmt_bytes(fl.peak_live_bytes)} live at its peak (largest: {top}) plus "
-                   f"{fmt_bytes(fl.slack_bytes)} ({_pct(fl.slack_bytes, fl.pool_bytes)}) of allocator slack")
+        out.append(
+            f"the floor's pool ({fl.mode}, bucket {fl.bucket}) is {fmt_bytes(fl.pool_bytes)}: "
+            f"{fmt_bytes(fl.peak_live_bytes)} live at its peak (largest: {top}) plus "
+            f"{fmt_bytes(fl.slack_bytes)} ({_pct(fl.slack_bytes, fl.pool_bytes)}) of allocator "
+            "slack"
+        )
     if exp.kv_bytes_per_token:
-        parts = [f"{m.mode} {m.kv_tokens:,}" for m in exp.modes if m.rank == 0 and m.kv_tokens is not None]
+        parts = [
+            f"{m.mode} {m.kv_tokens:,}"
+            for m in exp.modes
+            if m.rank == 0 and m.kv_tokens is not None
+        ]
         if parts:
-            out.append(f"in tokens of KV cache displaced ({fmt_bytes(exp.kv_bytes_per_token)} a token: "
-                       f"{exp.kv_formula}): " + ", ".join(parts))
+            out.append(
+                f"in tokens of KV cache displaced ({fmt_bytes(exp.kv_bytes_per_token)} a token: "
+                f"{exp.kv_formula}): " + ", ".join(parts)
+            )
     return out
 
 
@@ -284,24 +371,54 @@ def explanation_json(exp: Explanation) -> dict:
     """The JSON contract of `bcgprof explain -f json`."""
     modes = []
     for m in exp.modes:
-        modes.append({
-            "mode": m.mode, "rank": m.rank, "buckets": m.buckets, "device_used_bytes": m.device_used_bytes,
-            "causes": m.causes, "pool_bytes": m.pool_bytes, "retained_output_bytes": m.retained_output_bytes,
-            "segments": m.segments, "graph_nodes": m.graph_nodes, "kv_tokens": m.kv_tokens,
-        })
+        modes.append(
+            {
+                "mode": m.mode,
+                "rank": m.rank,
+                "buckets": m.buckets,
+                "device_used_bytes": m.device_used_bytes,
+                "causes": m.causes,
+                "pool_bytes": m.pool_bytes,
+                "retained_output_bytes": m.retained_output_bytes,
+                "segments": m.segments,
+                "graph_nodes": m.graph_nodes,
+                "kv_tokens": m.kv_tokens,
+            }
+        )
     floor = None
     if exp.floor is not None:
         f = exp.floor
-        floor = {"mode": f.mode, "bucket": f.bucket, "pool_bytes": f.pool_bytes, "peak_live_bytes": f.peak_live_bytes,
-                 "slack_bytes": f.slack_bytes, "sites": [{"site": s, "bytes": b} for s, b in f.sites]}
+        floor = {
+            "mode": f.mode,
+            "bucket": f.bucket,
+            "pool_bytes": f.pool_bytes,
+            "peak_live_bytes": f.peak_live_bytes,
+            "slack_bytes": f.slack_bytes,
+            "sites": [{"site": s, "bytes": b} for s, b in f.sites],
+        }
     fit = None
     if exp.fit is not None:
         ef = exp.fit
-        fit = {"rows": ef.rows, "bytes_per_graph": ef.bytes_per_graph, "bytes_per_node": ef.bytes_per_node,
-               "rms_residual_bytes": ef.rms_residual_bytes, "r2": ef.r2, "fitted_bytes": ef.fitted_bytes,
-               "measured_bytes": ef.measured_bytes, "first_buckets_excluded": ef.first_buckets_excluded,
-               "separable": ef.separable}
-    return {"report": str(exp.report.path), "status": exp.report.run.status, "modes": modes, "floor": floor,
-            "executable_fit": fit, "kv_bytes_per_token": exp.kv_bytes_per_token, "kv_formula": exp.kv_formula,
-            "sentences": exp.sentences, "notes": exp.notes,
-            "causes": {k: {"label": v[0], "meaning": v[1]} for k, v in CAUSES.items()}}
+        fit = {
+            "rows": ef.rows,
+            "bytes_per_graph": ef.bytes_per_graph,
+            "bytes_per_node": ef.bytes_per_node,
+            "rms_residual_bytes": ef.rms_residual_bytes,
+            "r2": ef.r2,
+            "fitted_bytes": ef.fitted_bytes,
+            "measured_bytes": ef.measured_bytes,
+            "first_buckets_excluded": ef.first_buckets_excluded,
+            "separable": ef.separable,
+        }
+    return {
+        "report": str(exp.report.path),
+        "status": exp.report.run.status,
+        "modes": modes,
+        "floor": floor,
+        "executable_fit": fit,
+        "kv_bytes_per_token": exp.kv_bytes_per_token,
+        "kv_formula": exp.kv_formula,
+        "sentences": exp.sentences,
+        "notes": exp.notes,
+        "causes": {k: {"label": v[0], "meaning": v[1]} for k, v in CAUSES.items()},
+    }
