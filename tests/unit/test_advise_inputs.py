@@ -14,7 +14,8 @@ from bcgprof.errors import BcgprofError
 
 
 def test_padding_is_padded_over_requested_tokens_by_hand():
-    # lengths 3, 5, 10 on the list 4,8: 3 -> 4 (1), 5 -> 8 (3), 10 -> a chunk of 8 and 2 -> 4 (2): 6 of 18
+    # lengths 3, 5, 10 on the list 4,8: 3 -> 4 (1), 5 -> 8 (3), 10 -> a chunk of 8 and 2 -> 4 (2): 6
+    # of 18
     lengths = [3, 5, 10]
     weights, requested, _ = padding_module.length_weights([4, 8], lengths)
     assert requested == 18
@@ -37,15 +38,19 @@ def test_lengths_file(tmp_path):
     assert read_lengths(f) == [12, 7]
 
 
-@pytest.mark.parametrize("text, says", [
-    ("5.5\n7\n", "'5.5' is not a token count"),  # a number on the first row is a bad count, not a header
-    ("nan\n7\n", "'nan' is not a token count"),
-    ("1e3\n7\n", "'1e3' is not a token count"),
-    ("99999999999999999999999\n", "a token count is from 1 to"),
-    ("tokens\n5\n+-5\n", "'+-5' is not a token count"),
-    ("tokens\n5\n--7\n", "'--7' is not a token count"),
-    ("tokens\n\u00b2\n", "'\u00b2' is not a token count"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        # a number on the first row is a bad count, not a header
+        ("5.5\n7\n", "'5.5' is not a token count"),
+        ("nan\n7\n", "'nan' is not a token count"),
+        ("1e3\n7\n", "'1e3' is not a token count"),
+        ("99999999999999999999999\n", "a token count is from 1 to"),
+        ("tokens\n5\n+-5\n", "'+-5' is not a token count"),
+        ("tokens\n5\n--7\n", "'--7' is not a token count"),
+        ("tokens\n\u00b2\n", "'\u00b2' is not a token count"),
+    ],
+)
 def test_a_bad_count_is_named_in_one_line_even_on_the_first_row(tmp_path, text, says):
     f = tmp_path / "l.csv"
     f.write_text(text)
@@ -53,12 +58,15 @@ def test_a_bad_count_is_named_in_one_line_even_on_the_first_row(tmp_path, text, 
         read_lengths(f)
 
 
-@pytest.mark.parametrize("path, says", [
-    ("/dev/zero", "not a regular file"),
-    ("/dev/urandom", "not a regular file"),
-    ("/", "is a directory"),
-    ("/no/such/file", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "path, says",
+    [
+        ("/dev/zero", "not a regular file"),
+        ("/dev/urandom", "not a regular file"),
+        ("/", "is a directory"),
+        ("/no/such/file", "does not exist"),
+    ],
+)
 def test_lengths_that_are_not_files_are_refused_at_once(path, says):
     if not os.path.exists(path) and "does not" not in says:
         pytest.skip(f"{path} is not on this machine")

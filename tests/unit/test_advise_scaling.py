@@ -25,13 +25,19 @@ def profiles(tmp_path_factory):
     from traced_profile import write_profile
 
     root = tmp_path_factory.mktemp("scaling")
-    return {n: write_profile(root / f"p{n}", [16 * (i + 1) for i in range(n)], ("per-bucket", "shared",
-                                                                                  "shared-largest"))
-            for n in (32, 64)}
+    return {
+        n: write_profile(
+            root / f"p{n}",
+            [16 * (i + 1) for i in range(n)],
+            ("per-bucket", "shared", "shared-largest"),
+        )
+        for n in (32, 64)
+    }
 
 
 def _work(report, mode: str, monkeypatch) -> tuple[int, int]:
-    """(buckets replayed, allocator events replayed) by one advise call, counted at the replay's step."""
+    """(buckets replayed, allocator events replayed) by one advise call, counted at the replay's
+    step."""
     counted = [0, 0]
     step = replay.Replayer._step
 
@@ -57,8 +63,8 @@ def test_twice_the_buckets_at_most_triples_the_replays(profiles, mode, monkeypat
 
 
 def test_the_hull_programme_is_the_table_on_integer_weights():
-    """Same least paddings and the same back-pointers (ties to the earliest bucket), zero weights and zero
-    costs included."""
+    """Same least paddings and the same back-pointers (ties to the earliest bucket), zero weights
+    and zero costs included."""
     rng = np.random.default_rng(7)
     for _ in range(150):
         n = int(rng.integers(1, 12))
@@ -68,22 +74,34 @@ def test_the_hull_programme_is_the_table_on_integer_weights():
         weights = np.zeros(cand[-1] + 1)
         weights[1:] = rng.integers(0, 4, size=cand[-1]) * (rng.random(cand[-1]) < 0.5)
         units = int(rng.integers(0, 20))
-        table, hull = table_programme(cand, costs, units, weights), hull_programme(cand, costs, units, weights)
-        assert np.array_equal(table[0], hull[0]) and np.array_equal(table[1], hull[1]), (cand, costs, units)
+        table, hull = (
+            table_programme(cand, costs, units, weights),
+            hull_programme(cand, costs, units, weights),
+        )
+        assert np.array_equal(table[0], hull[0]) and np.array_equal(table[1], hull[1]), (
+            cand,
+            costs,
+            units,
+        )
 
 
 @pytest.mark.parametrize("mode", ["per-bucket", "shared-largest", "shared"])
 def test_what_a_list_never_frees_and_a_replay_stopped_early_bound_its_pool(profiles, mode):
-    """The search's bounds: a list's pool is at least the bytes its buckets allocate and never free, and a
-    replay stopped once the pool passed a limit says so, and leaves the state for the full replay."""
+    """The search's bounds: a list's pool is at least the bytes its buckets allocate and never free,
+    and a replay stopped once the pool passed a limit says so, and leaves the state for the full
+    replay."""
     report = profiles[32]
     buckets = sorted(report.run.buckets)
     rng = np.random.default_rng(3)
     fresh = replay.Replayer.load(report.path, [mode, "per-bucket"])
     assert fresh is not None
     for _ in range(12):
-        chosen = sorted({*rng.choice(buckets[:-1], size=int(rng.integers(0, 12)), replace=False).tolist(),
-                         buckets[-1]})
+        chosen = sorted(
+            {
+                *rng.choice(buckets[:-1], size=int(rng.integers(0, 12)), replace=False).tolist(),
+                buckets[-1],
+            }
+        )
         pool = predict_buckets(report, chosen, [mode]).mode(mode).pool_bytes
         assert fresh.bucket_sources.kept_bytes(mode, chosen) <= pool
         limit = pool - int(rng.integers(1, 4)) * MIB

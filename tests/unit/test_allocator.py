@@ -21,8 +21,14 @@ KIB, MIB = 1 << 10, 1 << 20
 
 
 def test_requests_round_to_512_bytes_and_split_into_small_and_large_at_1_mib():
-    assert [round_size(n) for n in (1, 511, 512, 513, 1024, 1000 * KIB + 1)] == [512, 512, 512, 1024, 1024,
-                                                                               1000 * KIB + 512]
+    assert [round_size(n) for n in (1, 511, 512, 513, 1024, 1000 * KIB + 1)] == [
+        512,
+        512,
+        512,
+        1024,
+        1024,
+        1000 * KIB + 512,
+    ]
     assert is_small(MIB) and not is_small(MIB + 512)
 
 
@@ -50,11 +56,13 @@ def test_a_large_block_splits_only_when_more_than_1_mib_would_remain():
     pool = Pool()
     a, _ = pool.malloc(3 * MIB)  # a new 20 MiB segment, split: 17 MiB stay free
     assert pool.reserved == K_LARGE_BUFFER and a.size == 3 * MIB
-    b, grew = pool.malloc(16 * MIB + 512)  # 17 MiB free: 1 MiB - 512 would remain, too little to split
+    # 17 MiB free: 1 MiB - 512 would remain, too little to split
+    b, grew = pool.malloc(16 * MIB + 512)
     assert not grew and b.size == 17 * MIB and b.addr == a.addr + 3 * MIB
     assert pool.allocated == 20 * MIB
     small_rest = Pool()
-    c, _ = small_rest.malloc(2 * MIB - 512)  # small? no: a 20 MiB segment; 18 MiB + 512 remain and split off
+    # small? no: a 20 MiB segment; 18 MiB + 512 remain and split off
+    c, _ = small_rest.malloc(2 * MIB - 512)
     assert c.size == 2 * MIB - 512 and small_rest.reserved == 20 * MIB
 
 
@@ -73,7 +81,8 @@ def test_best_fit_takes_the_smallest_free_block_that_fits_then_the_lowest_addres
     for i in (0, 2, 4, 6):
         pool.free(blocks[i])  # free 8, 6, 6, 4 MiB, separated by live 2 MiB blocks
     got, grew = pool.malloc(5 * MIB)
-    assert not grew and got.addr == blocks[2].addr  # the first 6 MiB block, not the 8 MiB one nor the second 6
+    # the first 6 MiB block, not the 8 MiB one nor the second 6
+    assert not grew and got.addr == blocks[2].addr
     assert got.size == 6 * MIB  # 1 MiB would remain: not split
     again, _ = pool.malloc(5 * MIB)
     assert again.addr == blocks[4].addr
@@ -92,7 +101,8 @@ def test_a_freed_block_merges_with_free_neighbours_on_both_sides():
 
 def test_a_new_segment_when_free_space_is_fragmented():
     pool = Pool()
-    a, _b, c, _d = (pool.malloc(5 * MIB)[0] for _ in range(4))  # a 20 MiB segment, four 5 MiB blocks
+    # a 20 MiB segment, four 5 MiB blocks
+    a, _b, c, _d = (pool.malloc(5 * MIB)[0] for _ in range(4))
     pool.free(a)
     pool.free(c)  # 10 MiB free in all, in two pieces
     big, grew = pool.malloc(9 * MIB)
@@ -111,14 +121,15 @@ def test_max_split_size_keeps_oversize_blocks_for_oversize_requests():
     pool = Pool(Settings(max_split_size=8 * MIB))
     a, _ = pool.malloc(12 * MIB)
     pool.free(a)
-    _b, grew = pool.malloc(4 * MIB)  # under max_split_size: the 12 MiB oversize block is not handed out
+    # under max_split_size: the 12 MiB oversize block is not handed out
+    _b, grew = pool.malloc(4 * MIB)
     assert grew
     c, grew = pool.malloc(11 * MIB)  # oversize, within 20 MiB of the block: takes it whole, unsplit
     assert not grew and c.addr == a.addr and c.size == 12 * MIB
 
 
 def test_settings_the_model_does_not_follow_are_refused():
-    assert check_settings({"max_split_size": -1}).max_split_size > 2 ** 60
+    assert check_settings({"max_split_size": -1}).max_split_size > 2**60
     with pytest.raises(AllocatorError, match="expandable_segments"):
         check_settings({"expandable_segments": True})
     with pytest.raises(AllocatorError, match="roundup_power2_divisions"):

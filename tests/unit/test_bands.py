@@ -1,8 +1,9 @@
-"""Prediction bands on synthetic data (bcgprof/analysis/predict/bands.py, bcgprof/analysis/predict/executables.py): a list
-prediction's band is stated with its evidence (or the lack of it) and grows with the list, evidence counts
-only for its own configuration, a band too wide is flagged, the executables come from the staircase, advise
-keeps the band's top within the budget, and the shipped file round-trips and is refused when malformed.
-What the committed reports give: tests/regression/test_bands.py."""
+"""Prediction bands on synthetic data (bcgprof/analysis/predict/bands.py,
+bcgprof/analysis/predict/executables.py): a list prediction's band is stated with its evidence (or
+the lack of it) and grows with the list, evidence counts only for its own configuration, a band too
+wide is flagged, the executables come from the staircase, advise keeps the band's top within the
+budget, and the shipped file round-trips and is refused when malformed. What the committed reports
+give: tests/regression/test_bands.py."""
 
 from __future__ import annotations
 
@@ -52,16 +53,24 @@ def test_a_profile_without_held_out_lists_says_so_and_claims_one_step_per_bucket
         n = len(m.buckets)
         assert m.band_lists == 0 and m.band_max_abs_error_bytes is None
         assert "no held-out lists of synthetic" in m.band_source and "not evidence" in m.band_source
-        assert (m.device_used_bytes - m.low_bytes, m.high_bytes - m.device_used_bytes) == (n * QUANTUM, n * QUANTUM)
+        assert (m.device_used_bytes - m.low_bytes, m.high_bytes - m.device_used_bytes) == (
+            n * QUANTUM,
+            n * QUANTUM,
+        )
 
 
 def _calibration(run: RunInfo, *residuals: Residual) -> Calibration:
-    return Calibration(lists=(ListEvidence(run_key(run), run.model, run.gpu_name, "reports/elsewhere", residuals),))
+    return Calibration(
+        lists=(ListEvidence(run_key(run), run.model, run.gpu_name, "reports/elsewhere", residuals),)
+    )
 
 
 def test_a_longer_list_than_any_held_out_grows_the_band_in_proportion(synthetic):
-    cal = _calibration(synthetic.run, Residual("a", "shared", 4, 100 * MIB, 100 * MIB + 3 * MIB),
-                       Residual("b", "shared", 2, 100 * MIB, 100 * MIB - MIB))
+    cal = _calibration(
+        synthetic.run,
+        Residual("a", "shared", 4, 100 * MIB, 100 * MIB + 3 * MIB),
+        Residual("b", "shared", 2, 100 * MIB, 100 * MIB - MIB),
+    )
     b = ListBands(synthetic.run, "shared", cal, profile="reports/mine")
     assert (b.band(3).below, b.band(3).above) == (3 * MIB + QUANTUM, 3 * MIB + QUANTUM)
     assert b.band(4).above == 3 * MIB + QUANTUM and b.band(8).above == 6 * MIB + QUANTUM
@@ -73,8 +82,13 @@ def test_a_longer_list_than_any_held_out_grows_the_band_in_proportion(synthetic)
 def test_evidence_counts_only_for_the_same_configuration(synthetic):
     cal = _calibration(synthetic.run, Residual("a", "shared", 4, 100 * MIB, 101 * MIB))
     assert ListBands(synthetic.run, "shared", cal).band(3).lists == 1
-    for change in ({"driver": "999.0"}, {"torch_version": "9.9"}, {"gpu_name": "another GPU"}, {"layers": 7},
-                   {"experts": "packed"}):
+    for change in (
+        {"driver": "999.0"},
+        {"torch_version": "9.9"},
+        {"gpu_name": "another GPU"},
+        {"layers": 7},
+        {"experts": "packed"},
+    ):
         assert ListBands(replace(synthetic.run, **change), "shared", cal).band(3).lists == 0, change
 
 
@@ -92,25 +106,47 @@ def test_a_band_wider_than_two_percent_is_flagged_not_a_result(synthetic, monkey
 
 
 def _rows(costs, nodes, step=QUANTUM, first=6 * MIB):
-    """One mode's rows whose executables cost ``costs`` each (bytes), read as NVML does: a running total
-    rounded down to ``step``."""
-    rows, true, read = [BucketRecord(mode="shared", bucket=10_000, order=0, status="ok", graph_nodes=nodes[0],
-                                     non_torch_delta_bytes=first)], 0.0, 0
+    """One mode's rows whose executables cost ``costs`` each (bytes), read as NVML does: a running
+    total rounded down to ``step``."""
+    rows, true, read = (
+        [
+            BucketRecord(
+                mode="shared",
+                bucket=10_000,
+                order=0,
+                status="ok",
+                graph_nodes=nodes[0],
+                non_torch_delta_bytes=first,
+            )
+        ],
+        0.0,
+        0,
+    )
     for i, (c, n) in enumerate(zip(costs, nodes[1:], strict=True), start=1):
         true += c
         now = int(true // step) * step
-        rows.append(BucketRecord(mode="shared", bucket=10_000 - i, order=i, status="ok", graph_nodes=n,
-                                 non_torch_delta_bytes=now - read))
+        rows.append(
+            BucketRecord(
+                mode="shared",
+                bucket=10_000 - i,
+                order=i,
+                status="ok",
+                graph_nodes=n,
+                non_torch_delta_bytes=now - read,
+            )
+        )
         read = now
     return rows
 
 
 def test_each_buckets_executables_come_from_the_staircase_not_its_rounded_row():
     nodes = [2400] + [2000 + 7 * (i % 70) for i in range(73)]
-    costs = [4 * MIB + 1800 * n for n in nodes[1:]]  # a fixed cost per bucket and one per kernel node
+    # a fixed cost per bucket and one per kernel node
+    costs = [4 * MIB + 1800 * n for n in nodes[1:]]
     rows = _rows(costs, nodes)
     got = later_executables(rows)
-    assert sum(got.values()) == sum(r.non_torch_delta_bytes for r in rows[1:])  # the total as measured
+    # the total as measured
+    assert sum(got.values()) == sum(r.non_torch_delta_bytes for r in rows[1:])
     per_row = [abs(r.non_torch_delta_bytes - c) for r, c in zip(rows[1:], costs, strict=True)]
     fitted = [abs(got[r.bucket] - c) for r, c in zip(rows[1:], costs, strict=True)]
     assert max(per_row) > MIB  # a row is off by up to a step
@@ -118,8 +154,9 @@ def test_each_buckets_executables_come_from_the_staircase_not_its_rounded_row():
     # a list of every other bucket: the rows' sum carries their rounding phase, the fit does not
     picked = rows[1::2]
     truth = sum(costs[r.order - 1] for r in picked)
-    assert abs(sum(got[r.bucket] for r in picked) - truth) < abs(sum(r.non_torch_delta_bytes for r in picked)
-                                                                   - truth)
+    assert abs(sum(got[r.bucket] for r in picked) - truth) < abs(
+        sum(r.non_torch_delta_bytes for r in picked) - truth
+    )
 
 
 def test_without_node_counts_every_later_bucket_costs_the_mean():
@@ -146,8 +183,18 @@ def test_advice_keeps_the_bands_top_in_the_budget_and_states_the_margin(syntheti
 
 def test_the_advice_table_prints_the_margin(synthetic):
     alone = predict_buckets(synthetic, [4096], ["shared"]).mode("shared").high_bytes
-    result = CliRunner().invoke(app, ["advise", "--from", str(synthetic.path), "--budget",
-                                      f"{math.ceil((alone + 16 * MIB) / MIB)}MiB", "--mode", "shared"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "advise",
+            "--from",
+            str(synthetic.path),
+            "--budget",
+            f"{math.ceil((alone + 16 * MIB) / MIB)}MiB",
+            "--mode",
+            "shared",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     text = " ".join(result.stdout.split())
     assert "margin" in text and "band top" in text and "no held-out lists" in text
@@ -157,7 +204,9 @@ def test_the_advice_table_prints_the_margin(synthetic):
 
 
 def test_a_malformed_calibration_is_refused_in_one_sentence(tmp_path):
-    with pytest.raises(CalibrationError, match="regenerate it with python benchmarks/calibrate_bands.py"):
+    with pytest.raises(
+        CalibrationError, match="regenerate it with python benchmarks/calibrate_bands.py"
+    ):
         parse_calibration({"lists": [{"key": {}}]}, "x.json")
     path = tmp_path / "bands.json"
     path.write_text("{")

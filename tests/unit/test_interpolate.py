@@ -1,4 +1,5 @@
-"""Buckets the profile did not capture, interpolated between the profiled buckets around them (no GPU).
+"""Buckets the profile did not capture, interpolated between the profiled buckets around them (no
+GPU).
 
 On the synthetic profile (tests/traced_profile.py, whose requests are lines in tokens) an
 interpolated bucket's events are the ones its own capture makes, so a list with buckets that
@@ -56,8 +57,12 @@ def test_interpolated_rows_are_labelled_in_the_json_and_the_notes(profile):
     pred = predict_buckets(profile, [4096, 2500, 64])
     data = prediction_json(pred)
     rows = {r["bucket"]: r for r in data["modes"][0]["rows"]}
-    assert rows[2500]["interpolated_from"] == [2048, 3072] and rows[4096]["interpolated_from"] is None
-    assert any(n.startswith("interpolated (not profiled") and "2500 (2048-3072)" in n for n in pred.notes)
+    assert (
+        rows[2500]["interpolated_from"] == [2048, 3072] and rows[4096]["interpolated_from"] is None
+    )
+    assert any(
+        n.startswith("interpolated (not profiled") and "2500 (2048-3072)" in n for n in pred.notes
+    )
     assert all(m["exact"] is False for m in data["modes"] if m["mode"] != "floor")
     per_bucket = next(m for m in pred.modes if m.mode == "per-bucket")
     retained = {r.bucket: r.retained_output_bytes for r in per_bucket.buckets}

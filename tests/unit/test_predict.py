@@ -1,6 +1,6 @@
-"""Predictions from synthetic reports (no GPU): layer extrapolation, the advisor's optimisation against brute
-force on a traced profile, and the refusals (bucket lists themselves: tests/unit/test_replay.py; against
-the committed H200 reports: tests/regression/test_predict.py)."""
+"""Predictions from synthetic reports (no GPU): layer extrapolation, the advisor's optimisation
+against brute force on a traced profile, and the refusals (bucket lists themselves:
+tests/unit/test_replay.py; against the committed H200 reports: tests/regression/test_predict.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bcgprof.analysis.predict.advise import AdviceError, advise, brute_force, optimise, padding_of, read_lengths
+from bcgprof.analysis.predict.advise import (
+    AdviceError,
+    advise,
+    brute_force,
+    optimise,
+    padding_of,
+    read_lengths,
+)
 from bcgprof.analysis.predict.layers import predict_layers
 from bcgprof.analysis.predict.lists import PredictionError, bucket_profile, predict_buckets
 from bcgprof.report import BucketRecord, ReportWriter, RunInfo, read_report
@@ -18,9 +25,10 @@ MIB = 1 << 20
 
 
 def _synthetic(tmp_path, layers: int, name: str | None = None, **run_changes):
-    """A report whose figures follow the layer laws exactly: pool constant, graphs L+1, nodes 90 a layer,
-    executables 200 KiB a graph + 1 KiB a node, outputs per bucket."""
-    buckets = sorted(run_changes.get("buckets", [4096, 2048, 1024, 512, 256]), reverse=True)  # run.json's, captured largest first
+    """A report whose figures follow the layer laws exactly: pool constant, graphs L+1, nodes 90 a
+    layer, executables 200 KiB a graph + 1 KiB a node, outputs per bucket."""
+    # run.json's, captured largest first
+    buckets = sorted(run_changes.get("buckets", [4096, 2048, 1024, 512, 256]), reverse=True)
     rows = []
     for mode in ("per-bucket", "shared", "floor"):
         pool = 0
@@ -34,17 +42,37 @@ def _synthetic(tmp_path, layers: int, name: str | None = None, **run_changes):
                 pool_delta = 2 * MIB if (mode == "per-bucket" and order >= 3) else 0
             outside = out if (mode == "shared" and order == 0) else 0
             pool += pool_delta
-            rows.append(BucketRecord(mode=mode, bucket=b, order=order, status="ok", segments=segments,
-                                     graph_nodes=nodes, pool_bytes=pool, pool_delta_bytes=pool_delta,
-                                     retained_output_bytes=out if (mode != "shared" or order == 0) else 0,
-                                     torch_reserved_delta_bytes=pool_delta + outside,
-                                     device_used_delta_bytes=pool_delta + outside + non_torch,
-                                     non_torch_delta_bytes=non_torch, peak_transient_bytes=b * 70000,
-                                     # the warm-up's cache on top of what the bucket keeps: one layer's
-                                     # working set, the same at any depth
-                                     device_peak_delta_bytes=pool_delta + outside + non_torch + b * 9000))
-    run = RunInfo(model="gpt-oss-20b", layers=layers, buckets=sorted(buckets), modes=["per-bucket", "shared", "floor"],
-                  gpu_name="NVIDIA H200", config_hash="h", status="complete", hidden_size=2880, dtype="bfloat16")
+            rows.append(
+                BucketRecord(
+                    mode=mode,
+                    bucket=b,
+                    order=order,
+                    status="ok",
+                    segments=segments,
+                    graph_nodes=nodes,
+                    pool_bytes=pool,
+                    pool_delta_bytes=pool_delta,
+                    retained_output_bytes=out if (mode != "shared" or order == 0) else 0,
+                    torch_reserved_delta_bytes=pool_delta + outside,
+                    device_used_delta_bytes=pool_delta + outside + non_torch,
+                    non_torch_delta_bytes=non_torch,
+                    peak_transient_bytes=b * 70000,
+                    # the warm-up's cache on top of what the bucket keeps: one layer's
+                    # working set, the same at any depth
+                    device_peak_delta_bytes=pool_delta + outside + non_torch + b * 9000,
+                )
+            )
+    run = RunInfo(
+        model="gpt-oss-20b",
+        layers=layers,
+        buckets=sorted(buckets),
+        modes=["per-bucket", "shared", "floor"],
+        gpu_name="NVIDIA H200",
+        config_hash="h",
+        status="complete",
+        hidden_size=2880,
+        dtype="bfloat16",
+    )
     run = dataclasses.replace(run, **run_changes)
     ReportWriter(tmp_path / (name or f"l{layers}"), run, rows)
     return read_report(tmp_path / (name or f"l{layers}"))
@@ -56,7 +84,10 @@ def test_layer_extrapolation_reproduces_a_capture_that_follows_the_laws(tmp_path
     assert pred.label == "predicted, not measured" and pred.layers == 12
     truth = {s.mode: s for s in twelve.summary}
     for m in pred.modes:
-        assert abs(m.device_used_bytes - truth[m.mode].device_used_bytes) <= 0.001 * truth[m.mode].device_used_bytes
+        assert (
+            abs(m.device_used_bytes - truth[m.mode].device_used_bytes)
+            <= 0.001 * truth[m.mode].device_used_bytes
+        )
         assert m.low_bytes <= m.device_used_bytes <= m.high_bytes
         assert m.pool_bytes == truth[m.mode].pool_bytes
     row = next(r for r in pred.mode("per-bucket").buckets if r.bucket == 1024)
@@ -76,12 +107,17 @@ def test_the_free_memory_a_deeper_capture_needs_adds_the_executables_not_the_war
         assert m.needs_free.band_bytes > 0 and m.needs_free.fits
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"config_hash": "other"}, "differ in models"),
-    ({"gpu_name": "NVIDIA B200"}, "differ in GPUs"),
-    ({"buckets": [1, 2]}, "differ in bucket lists"),
-])
-def test_layer_prediction_refuses_reports_that_differ_in_more_than_layers(tmp_path, change, message):
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"config_hash": "other"}, "differ in models"),
+        ({"gpu_name": "NVIDIA B200"}, "differ in GPUs"),
+        ({"buckets": [1, 2]}, "differ in bucket lists"),
+    ],
+)
+def test_layer_prediction_refuses_reports_that_differ_in_more_than_layers(
+    tmp_path, change, message
+):
     two = _synthetic(tmp_path, 2)
     four = _synthetic(tmp_path, 4, **change)
     with pytest.raises(PredictionError, match=message):
@@ -113,13 +149,16 @@ def test_the_optimiser_finds_the_brute_force_optimum(seed):
         chosen, _ = optimise(candidates, costs, fixed, budget, weights)
         _, expected_pad = brute_force(candidates, costs, fixed, budget, weights)
         assert padding_of(chosen, weights) == pytest.approx(expected_pad)
-        assert fixed + sum(costs[candidates.index(b)] for b in chosen if b != candidates[-1]) <= budget
+        assert (
+            fixed + sum(costs[candidates.index(b)] for b in chosen if b != candidates[-1]) <= budget
+        )
         assert candidates[-1] in chosen
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    """A synthetic profile with allocator traces (tests/traced_profile.py): list predictions replay it."""
+    """A synthetic profile with allocator traces (tests/traced_profile.py): list predictions
+    replay it."""
     from traced_profile import write_profile
 
     return write_profile(tmp_path_factory.mktemp("advise") / "profile")
@@ -160,8 +199,9 @@ def test_advice_refuses_a_budget_below_the_largest_bucket_and_bad_lengths(tmp_pa
 
 @pytest.mark.parametrize("mode", ["shared", "per-bucket", "shared-largest"])
 def test_advice_matches_a_brute_force_search_over_exact_predictions(mode, traced):
-    """Every sublist (with the largest) is predicted exactly, and the least padded one within the budget (at
-    the top of its band) is the advice: the lists the advisor does not replay could not have fitted."""
+    """Every sublist (with the largest) is predicted exactly, and the least padded one within the
+    budget (at the top of its band) is the advice: the lists the advisor does not replay could not
+    have fitted."""
     from itertools import combinations
 
     picked = sorted(traced.run.buckets)
@@ -182,9 +222,11 @@ def test_advice_matches_a_brute_force_search_over_exact_predictions(mode, traced
                 if best is None or key < best[0]:
                     best = (key, chosen)
         advice = advise(traced, budget, mode=mode)
-        assert padding_of(advice.buckets, weights) == pytest.approx(best[0][0]), (budget, advice.buckets, best[1])
-
-
+        assert padding_of(advice.buckets, weights) == pytest.approx(best[0][0]), (
+            budget,
+            advice.buckets,
+            best[1],
+        )
 
 
 def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
@@ -196,7 +238,11 @@ def test_the_executable_staircase_slope_is_finer_than_nvml_steps():
         seen, rows = 0, []
         for k in range(1, 74):
             now = -(-int(k * c + 0.3 * MIB) // (2 * MIB)) * 2 * MIB
-            rows.append(BucketRecord(mode="shared", bucket=k, order=k, status="ok", non_torch_delta_bytes=now - seen))
+            rows.append(
+                BucketRecord(
+                    mode="shared", bucket=k, order=k, status="ok", non_torch_delta_bytes=now - seen
+                )
+            )
             seen = now
         slope, error = staircase_slope(rows)
         assert abs(slope - c) <= 0.005 * c, (c, slope)
@@ -207,17 +253,25 @@ def test_a_shallow_deepest_capture_widens_the_band_by_its_pools_change(tmp_path)
     """From 1 and 2 layers (below the depth where the pool settles) the pool comes from the 2-layer
     capture and the band covers how much it moved from the 1-layer one."""
     one = _synthetic(tmp_path, 1)
-    moved = [dataclasses.replace(r, pool_delta_bytes=r.pool_delta_bytes + 40 * MIB,
-                                 torch_reserved_delta_bytes=r.torch_reserved_delta_bytes + 40 * MIB,
-                                 device_used_delta_bytes=r.device_used_delta_bytes + 40 * MIB)
-             if r.order == 0 else r for r in one.buckets]
+    moved = [
+        dataclasses.replace(
+            r,
+            pool_delta_bytes=r.pool_delta_bytes + 40 * MIB,
+            torch_reserved_delta_bytes=r.torch_reserved_delta_bytes + 40 * MIB,
+            device_used_delta_bytes=r.device_used_delta_bytes + 40 * MIB,
+        )
+        if r.order == 0
+        else r
+        for r in one.buckets
+    ]
     ReportWriter(tmp_path / "l1-moved", one.run, moved)
     shallow = read_report(tmp_path / "l1-moved")
     two = _synthetic(tmp_path, 2)
     settled = predict_layers([_synthetic(tmp_path, 1, name="plain"), two], layers=8)
     widened = predict_layers([shallow, two], layers=8)
     for a, b in zip(settled.modes, widened.modes):
-        assert a.device_used_bytes == b.device_used_bytes  # the pool is the 2-layer capture's either way
+        # the pool is the 2-layer capture's either way
+        assert a.device_used_bytes == b.device_used_bytes
         assert b.high_bytes - b.device_used_bytes == a.high_bytes - a.device_used_bytes + 40 * MIB
     assert any("fewer than 4" in n for n in widened.notes)
 

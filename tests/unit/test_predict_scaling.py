@@ -1,8 +1,8 @@
-"""How a prediction's work grows when most of the list's buckets were not profiled, counted, not timed:
-every such bucket looks up its profiled neighbours (its events, output, executables and row come from
-them), and a lookup that scans the profile makes the work grow with (buckets predicted) x (buckets
-profiled): 57 s for one mode of a 4,096-bucket list before the lookups bisected, 8 s after. Twice the
-buckets, each gap looked up, must cost at most GROWTH times the lines run."""
+"""How a prediction's work grows when most of the list's buckets were not profiled, counted, not
+timed: every such bucket looks up its profiled neighbours (its events, output, executables and row
+come from them), and a lookup that scans the profile makes the work grow with (buckets predicted) x
+(buckets profiled): 57 s for one mode of a 4,096-bucket list before the lookups bisected, 8 s after.
+Twice the buckets, each gap looked up, must cost at most GROWTH times the lines run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import random
 import sys
 
 from bcgprof.analysis.predict.interpolate import neighbours
-from bcgprof.analysis.predict.lists import BucketProfile, _executables, _output, _row, bucket_profile, predict_buckets
+from bcgprof.analysis.predict.lists import (
+    BucketProfile,
+    _executables,
+    _output,
+    _row,
+    bucket_profile,
+    predict_buckets,
+)
 from bcgprof.report import BucketRecord
 
 GROWTH = 2.4  # linear work plus sorting: twice the buckets, a little over twice the lines
@@ -19,12 +26,22 @@ STEP = 64
 
 
 def _profile(n: int) -> BucketProfile:
-    """A profile of ``n`` buckets (rows, outputs, executables; no traces: the lookups do not replay)."""
+    """A profile of ``n`` buckets (rows, outputs, executables; no traces: the lookups do not
+    replay)."""
     buckets = [STEP * (i + 1) for i in range(n)]
-    rows = {b: BucketRecord(mode="per-bucket", bucket=b, order=n - 1 - i, status="ok", retained_output_bytes=b * 8)
-            for i, b in enumerate(buckets)}
-    return BucketProfile(buckets[-1], {b: b * 8 for b in buckets}, {"per-bucket": rows}, replayer=None,
-                         executables={"per-bucket": {b: 2 << 20 for b in buckets[:-1]}})
+    rows = {
+        b: BucketRecord(
+            mode="per-bucket", bucket=b, order=n - 1 - i, status="ok", retained_output_bytes=b * 8
+        )
+        for i, b in enumerate(buckets)
+    }
+    return BucketProfile(
+        buckets[-1],
+        {b: b * 8 for b in buckets},
+        {"per-bucket": rows},
+        replayer=None,
+        executables={"per-bucket": {b: 2 << 20 for b in buckets[:-1]}},
+    )
 
 
 def _between(p: BucketProfile) -> list[int]:
@@ -62,6 +79,7 @@ def test_twice_the_buckets_not_profiled_at_most_a_little_over_twice_the_lookup_l
 
 def test_a_scan_of_the_profile_per_bucket_would_be_caught():
     """The counter sees a lookup that scans every profiled bucket for each bucket not profiled."""
+
     def scanning(p):
         _look_up(p)
         for b in _between(p):
@@ -72,8 +90,8 @@ def test_a_scan_of_the_profile_per_bucket_would_be_caught():
 
 
 def test_a_list_of_buckets_not_profiled_is_predicted_from_their_neighbours(tmp_path):
-    """The lookups in use: every gap of a traced profile interpolated; each output lies on the line between
-    its neighbours' (the synthetic stack's output is tokens x hidden x 4 bytes)."""
+    """The lookups in use: every gap of a traced profile interpolated; each output lies on the line
+    between its neighbours' (the synthetic stack's output is tokens x hidden x 4 bytes)."""
     from traced_profile import HIDDEN, write_profile
 
     report = write_profile(tmp_path / "p", [STEP * (i + 1) for i in range(8)], ("per-bucket",))
@@ -90,7 +108,9 @@ def test_neighbours_by_bisection_are_the_nearest_profiled_buckets_on_either_side
         profiled = sorted(rng.sample(range(1, 400), rng.randint(1, 12)))
         bucket = rng.randint(0, 401)
         below, above = [b for b in profiled if b < bucket], [b for b in profiled if b > bucket]
-        assert neighbours(profiled, bucket) == ((max(below), min(above)) if below and above else None)
+        assert neighbours(profiled, bucket) == (
+            (max(below), min(above)) if below and above else None
+        )
 
 
 def test_a_bucket_not_profiled_takes_the_row_of_the_nearest_later_bucket_the_smaller_on_a_tie():

@@ -301,15 +301,29 @@ def test_gate_judges_one_recording_against_another(tmp_path):
     def recorded(path, grown: int):
         a, b = _reading(0, 0, 0), _reading(2 * MIB, 2 * MIB, (4 + grown) * MIB)
         merged = merge([_bucket(5, "decode", 4, a, b), _bucket(5, "decode", 2, b, b)])
-        run = _run_info(RecordOptions(command=["python", "serve.py"], out=path), merged, [], RunStatus.COMPLETE,
-                        "now")
+        run = _run_info(
+            RecordOptions(command=["python", "serve.py"], out=path),
+            merged,
+            [],
+            RunStatus.COMPLETE,
+            "now",
+        )
         ReportWriter(path, run, merged.rows)
 
     recorded(tmp_path / "v1", 0)
     recorded(tmp_path / "v2", 0)
     recorded(tmp_path / "v3", 64)
     runner = CliRunner()
-    args = ["gate", "--baseline", str(tmp_path / "v1"), "--each-bucket", "--rel-tol", "0", "--abs-tol-mib", "0"]
+    args = [
+        "gate",
+        "--baseline",
+        str(tmp_path / "v1"),
+        "--each-bucket",
+        "--rel-tol",
+        "0",
+        "--abs-tol-mib",
+        "0",
+    ]
     same = runner.invoke(app, [*args, "--current", str(tmp_path / "v2")])
     grown = runner.invoke(app, [*args, "--current", str(tmp_path / "v3")])
     assert same.exit_code == 0 and "PASS" in same.stdout

@@ -43,10 +43,14 @@ def test_replaying_the_profiles_own_list_reproduces_every_row_and_total(profile)
         assert [r.pool_bytes for r in m.buckets] == [r.pool_bytes for r in rows], m.mode
         assert [r.pool_delta_bytes for r in m.buckets] == [r.pool_delta_bytes for r in rows], m.mode
         summary = next(s for s in profile.summary if s.mode == m.mode)
-        assert (m.pool_bytes, m.device_used_bytes) == (summary.pool_bytes, summary.device_used_bytes), m.mode
+        assert (m.pool_bytes, m.device_used_bytes) == (
+            summary.pool_bytes,
+            summary.device_used_bytes,
+        ), m.mode
         assert m.exact and m.low_bytes <= m.device_used_bytes <= m.high_bytes
     grew = [r.bucket for r in _measured(profile, "per-bucket")[1:] if r.pool_delta_bytes > 0]
-    assert 3072 in grew  # the profile has growth after its first bucket, so this is not only the first row
+    # the profile has growth after its first bucket, so this is not only the first row
+    assert 3072 in grew
 
 
 def test_every_recorded_block_lands_where_it_was_recorded(profile):
@@ -62,7 +66,9 @@ def test_a_list_sharing_the_leading_buckets_predicts_those_rows_as_measured(prof
             head = [r.bucket for r in rows[:keep]]
             tail = [64] if 64 not in head else []
             pred = predict_buckets(profile, head + tail, [mode]).mode(mode)
-            assert [r.pool_bytes for r in pred.buckets[:keep]] == [r.pool_bytes for r in rows[:keep]], (mode, keep)
+            assert [r.pool_bytes for r in pred.buckets[:keep]] == [
+                r.pool_bytes for r in rows[:keep]
+            ], (mode, keep)
 
 
 def _lists(k: int, seed: int = 0) -> list[tuple[int, ...]]:
@@ -73,8 +79,9 @@ def _lists(k: int, seed: int = 0) -> list[tuple[int, ...]]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_held_out_lists_predict_what_capturing_them_gives(profile, mode):
-    """Lists the profile never captured, among them lists whose largest bucket is not the profile's and
-    lists that grow the pool beside a kept output: the replay predicts each row's pool to the byte."""
+    """Lists the profile never captured, among them lists whose largest bucket is not the profile's
+    and lists that grow the pool beside a kept output: the replay predicts each row's pool to the
+    byte."""
     for chosen in _lists(40):
         measured, _ = capture(mode, chosen)
         pred = predict_buckets(profile, chosen, [mode]).mode(mode)
@@ -89,14 +96,17 @@ def test_the_largest_bucket_of_a_list_keeps_its_output_in_shared_largest_mode(pr
 
 
 def test_skipping_repeated_layers_changes_no_result(tmp_path, monkeypatch):
-    """A deeper stack (12 layers), replayed with and without skipping the periods whose state repeats."""
+    """A deeper stack (12 layers), replayed with and without skipping the periods whose state
+    repeats."""
     import bcgprof.analysis.predict.replay
 
     import traced_profile
 
     jumps = []
     rename = bcgprof.analysis.predict.replay.rename
-    monkeypatch.setattr(bcgprof.analysis.predict.replay, "rename", lambda *a: jumps.append(rename(*a)) or jumps[-1])
+    monkeypatch.setattr(
+        bcgprof.analysis.predict.replay, "rename", lambda *a: jumps.append(rename(*a)) or jumps[-1]
+    )
 
     def deep(tokens):
         layers, traced_profile.LAYERS = traced_profile.LAYERS, 12
@@ -111,11 +121,14 @@ def test_skipping_repeated_layers_changes_no_result(tmp_path, monkeypatch):
     assert plain is not None
     for mode in ("per-bucket", "shared"):
         assert folded.bucket_sources.has(mode) and plain.bucket_sources.has(mode)
-        assert any(ops.fold for ops in folded.bucket_sources.ops[mode].values())  # there is something to skip
+        # there is something to skip
+        assert any(ops.fold for ops in folded.bucket_sources.ops[mode].values())
         for ops in plain.bucket_sources.ops[mode].values():
             ops.fold = None
         for chosen in _lists(25, seed=3):
-            assert folded.replay(mode, chosen).pool_bytes == plain.replay(mode, chosen).pool_bytes, (mode, chosen)
+            assert (
+                folded.replay(mode, chosen).pool_bytes == plain.replay(mode, chosen).pool_bytes
+            ), (mode, chosen)
     assert any(j is not None for j in jumps)  # periods were skipped
 
 
@@ -126,7 +139,9 @@ def test_the_json_says_exact_and_where_the_band_comes_from(profile):
 
 
 def test_buckets_outside_the_profiled_range_are_refused(profile):
-    with pytest.raises(PredictionError, match=r"8192 lies outside the profiled buckets .* \(64 to 4096\)"):
+    with pytest.raises(
+        PredictionError, match=r"8192 lies outside the profiled buckets .* \(64 to 4096\)"
+    ):
         predict_buckets(profile, [8192, 1024])
     with pytest.raises(PredictionError, match="buckets 8192, 32 lie outside"):
         predict_buckets(profile, [8192, 32])
@@ -136,13 +151,19 @@ def test_a_report_without_traces_keeps_everything_but_list_predictions(tmp_path)
     report = write_profile(tmp_path / "old", traces=False)
     with pytest.raises(PredictionError) as caught:
         predict_buckets(report, [4096, 512])
-    assert str(caught.value) == (f"{report.path} has no allocator traces (captured before they were recorded); "
-                                 "re-capture with this bcgprof to predict other bucket lists")
+    assert str(caught.value) == (
+        f"{report.path} has no allocator traces (captured before they were recorded); "
+        "re-capture with this bcgprof to predict other bucket lists"
+    )
 
 
 def test_the_read_side_of_the_replay_does_not_import_torch():
-    code = ("import sys; import bcgprof.analysis.predict.replay, bcgprof.analysis.predict.allocator, bcgprof.report.traces, bcgprof.measure.trace_events, "
-            "bcgprof.analysis.predict.lists, bcgprof.analysis.predict.advise; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    code = (
+        "import sys; import bcgprof.analysis.predict.replay, bcgprof.analysis.predict.allocator, "
+        "bcgprof.report.traces, bcgprof.measure.trace_events, "
+        "bcgprof.analysis.predict.lists, bcgprof.analysis.predict.advise; print(sorted(m for m in "
+        "sys.modules if m.split('.')[0] == 'torch'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -177,29 +198,48 @@ def _damaged(tmp_path, profile, mode, change):
 def _rows_dropped(keep):
     def change(trace):
         trace.rows = [r for r in trace.rows if keep(r)]
+
     return change
 
 
 def _grown(trace):
     """One graph-pool allocation of the largest bucket made four times larger."""
-    at = next(i for i, r in enumerate(trace.rows) if r.pool == "graph" and r.action == "alloc" and r.size > MIB)
+    at = next(
+        i
+        for i, r in enumerate(trace.rows)
+        if r.pool == "graph" and r.action == "alloc" and r.size > MIB
+    )
     trace.rows[at] = trace.rows[at]._replace(size=trace.rows[at].size * 4)
 
 
-@pytest.mark.parametrize("what, change, message", [
-    ("no rows under its header", _rows_dropped(lambda r: False), "holds no graph-pool events"),
-    ("the last bucket's rows lost", _rows_dropped(lambda r: r.bucket != min(BUCKETS)), "holds no graph-pool events"),
-    ("its graph-pool rows lost", _rows_dropped(lambda r: r.pool != "graph"), "holds no graph-pool events"),
-    ("an allocation's size changed", _grown, "does not replay to the report's own pool"),
-])
-def test_a_trace_that_does_not_replay_to_its_reports_own_pool_is_refused(tmp_path, profile, what, change, message):
-    """A damaged trace (or another capture's) would otherwise replay as "exact" and predict other lists
-    wrongly: before any prediction, each trace used must give back the report's own measured pool after
-    every bucket, as every committed trace does."""
+@pytest.mark.parametrize(
+    "what, change, message",
+    [
+        ("no rows under its header", _rows_dropped(lambda r: False), "holds no graph-pool events"),
+        (
+            "the last bucket's rows lost",
+            _rows_dropped(lambda r: r.bucket != min(BUCKETS)),
+            "holds no graph-pool events",
+        ),
+        (
+            "its graph-pool rows lost",
+            _rows_dropped(lambda r: r.pool != "graph"),
+            "holds no graph-pool events",
+        ),
+        ("an allocation's size changed", _grown, "does not replay to the report's own pool"),
+    ],
+)
+def test_a_trace_that_does_not_replay_to_its_reports_own_pool_is_refused(
+    tmp_path, profile, what, change, message
+):
+    """A damaged trace (or another capture's) would otherwise replay as "exact" and predict other
+    lists wrongly: before any prediction, each trace used must give back the report's own measured
+    pool after every bucket, as every committed trace does."""
     report = _damaged(tmp_path, profile, "shared", change)
     with pytest.raises(PredictionError, match=message):
         predict_buckets(report, [4096, 1024, 512], ["shared"])
-    assert predict_buckets(report, [4096, 1024, 512], ["per-bucket"]).mode("per-bucket").exact  # others unhurt
+    # others unhurt
+    assert predict_buckets(report, [4096, 1024, 512], ["per-bucket"]).mode("per-bucket").exact
 
 
 def test_another_captures_trace_is_refused(tmp_path, profile):

@@ -96,9 +96,8 @@ def test_a_mode_trace_holds_each_buckets_events_as_the_rows_group_them(profile):
         for bucket, events in expected.items():
             ops = loaded.bucket_ops(bucket, 0).ops
             assert _ops(ops) == [e[:4] for e in events], (mode, bucket)
-            assert all(
-                op[5] - op[4] == e[4] for op, e in zip(ops, events) if op[0] == ALLOC
-            )  # offsets
+            # offsets
+            assert all(op[5] - op[4] == e[4] for op, e in zip(ops, events) if op[0] == ALLOC)
 
 
 def test_a_cache_hit_gives_the_cold_answer_without_reading_or_checking_again(profile, cache, work):
@@ -123,9 +122,8 @@ def test_a_changed_trace_misses_the_cache(tmp_path, profile, work):
         for i, r in enumerate(trace.rows)
         if r.pool == "graph" and r.action == "alloc" and r.size > 1 << 20
     )
-    trace.rows[at] = trace.rows[at]._replace(
-        size=trace.rows[at].size * 4
-    )  # damaged: an allocation grew
+    # damaged: an allocation grew
+    trace.rows[at] = trace.rows[at]._replace(size=trace.rows[at].size * 4)
     write_trace(copy, trace)
     with pytest.raises(PredictionError, match="does not replay to the report's own pool"):
         predict_buckets(read_report(copy), LIST, ["shared"])
@@ -192,19 +190,20 @@ def test_a_list_is_checked_whole_before_any_replay(tmp_path, monkeypatch):
     one prediction replays."""
     from traced_profile import forward
 
+    # the smallest bucket's capture allocates once more: nothing can be drawn from it
     def uneven(
         tokens,
-    ):  # the smallest bucket's capture allocates once more: nothing can be drawn from it
+    ):
         return forward(tokens) + ([("a", "extra", 4096), ("f", "extra")] if tokens == 64 else [])
 
     report = write_profile(tmp_path / "p", modes=("per-bucket", "shared"), requests=uneven)
     p = bucket_profile(report)
-    assert p.replayer.bucket_sources.has("per-bucket") and p.replayer.bucket_sources.has("shared")  # read and checked
+    # read and checked
+    assert p.replayer.bucket_sources.has("per-bucket") and p.replayer.bucket_sources.has("shared")
     steps = []
     monkeypatch.setattr(replay.Replayer, "_step", lambda self, *a: steps.append(a))
-    wanted = list(
-        range(100, 4096, 7)
-    )  # hundreds of buckets; 121, 114, ... (replayed last) cannot be drawn
+    # hundreds of buckets; 121, 114, ... (replayed last) cannot be drawn
+    wanted = list(range(100, 4096, 7))
     with pytest.raises(
         PredictionError, match="bucket 121 cannot be interpolated: the captures of 64 and 128"
     ):
