@@ -1,5 +1,5 @@
-"""`advise --free` on the H200 profile of Llama-3.1-8B (reports/llama-3.1-8b-h200-traced), where the free memory
-changes the per-bucket advice; on synthetic profiles: tests/unit/test_advise_free.py."""
+"""`advise --free` on the H200 profile of Llama-3.1-8B (reports/llama-3.1-8b-h200-traced), where the
+free memory changes the per-bucket advice; on synthetic profiles: tests/unit/test_advise_free.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ def test_on_the_h200_profile_the_free_memory_changes_the_per_bucket_advice(share
     free, budget = int(4.75 * 2**30), int(3.3 * 2**30)
     plain = advise(report, budget, mode="per-bucket")
     bound = advise(report, budget, mode="per-bucket", free=free)
-    assert plain.needs_free_bytes > free >= bound.needs_free_bytes  # the unconstrained list would not capture
+    # the unconstrained list would not capture
+    assert plain.needs_free_bytes > free >= bound.needs_free_bytes
     assert bound.expected_padding_pct > plain.expected_padding_pct and bound.high_bytes <= budget
     check = predict_buckets(report, bound.buckets, ["per-bucket"], free=free).mode("per-bucket")
     assert check.needs_free.fits and check.needs_free.needs_free_bytes == bound.needs_free_bytes

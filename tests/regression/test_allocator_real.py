@@ -1,8 +1,8 @@
 """The allocator model against a real capture: the floor of gpt-oss-20b at 16384 tokens on an H200
 (torch 2.11.0+cu130), whose allocator history ``--snapshot`` kept in the committed report.
 
-Turned into a trace (:class:`bcgprof.measure.trace_events.TraceBuilder`) and replayed, every one of the
-pool's 1,815 allocations lands at the address the real allocator gave it, every segment opens
+Turned into a trace (:class:`bcgprof.measure.trace_events.TraceBuilder`) and replayed, every one of
+the pool's 1,815 allocations lands at the address the real allocator gave it, every segment opens
 where it opened, and the pool ends at the bytes the report measured. Nothing here was fitted to
 that capture: the rules are the allocator's source.
 """
@@ -30,12 +30,23 @@ def snapshot() -> dict:
 
 @pytest.fixture(scope="module")
 def trace(snapshot, tmp_path_factory) -> Trace:
-    pool = next(tuple(s["segment_pool_id"]) for s in snapshot["segments"] if tuple(s["segment_pool_id"]) != (0, 0))
+    pool = next(
+        tuple(s["segment_pool_id"])
+        for s in snapshot["segments"]
+        if tuple(s["segment_pool_id"]) != (0, 0)
+    )
     builder = TraceBuilder(pool)
     rows = builder.window(snapshot["device_traces"][0], snapshot["segments"], 16384, "capture")
-    made = Trace(mode="floor", torch_version="2.11.0+cu130", pool=pool, settings=snapshot["allocator_settings"],
-                 buckets=[16384], rows=rows)
-    return read_trace(write_trace(tmp_path_factory.mktemp("real"), made))  # through the file format too
+    made = Trace(
+        mode="floor",
+        torch_version="2.11.0+cu130",
+        pool=pool,
+        settings=snapshot["allocator_settings"],
+        buckets=[16384],
+        rows=rows,
+    )
+    # through the file format too
+    return read_trace(write_trace(tmp_path_factory.mktemp("real"), made))
 
 
 def test_the_snapshot_is_the_committed_floor_capture(snapshot):

@@ -1,5 +1,5 @@
-"""`bcgprof explain` on a committed report written before the ledger (reports/gpt-oss-20b-h200-unfused); on
-synthetic reports: tests/unit/test_explain.py."""
+"""`bcgprof explain` on a committed report written before the ledger
+(reports/gpt-oss-20b-h200-unfused); on synthetic reports: tests/unit/test_explain.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Buckets the profile did not capture, interpolated on the committed H200 traces (no GPU): a profiled bucket left
-out and interpolated from its neighbours gives the profile's own rows back, and lists captured on the H200 are
-predicted from other, sparser traced lists: pool rows as measured where the two segment placements agree,
-and the measured device used inside the band everywhere. On a synthetic profile:
-tests/unit/test_interpolate.py.
+"""Buckets the profile did not capture, interpolated on the committed H200 traces (no GPU): a
+profiled bucket left out and interpolated from its neighbours gives the profile's own rows back, and
+lists captured on the H200 are predicted from other, sparser traced lists: pool rows as measured
+where the two segment placements agree, and the measured device used inside the band everywhere. On
+a synthetic profile: tests/unit/test_interpolate.py.
 """
 
 from __future__ import annotations
@@ -26,8 +26,13 @@ def _traced(name: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name,left_out", [("llama-3.1-8b-h200-traced", [15360, 9728, 2304, 832, 144, 12]),
-                                           ("gpt-oss-20b-h200-traced", [14848, 6144, 640, 28])])
+@pytest.mark.parametrize(
+    "name,left_out",
+    [
+        ("llama-3.1-8b-h200-traced", [15360, 9728, 2304, 832, 144, 12]),
+        ("gpt-oss-20b-h200-traced", [14848, 6144, 640, 28]),
+    ],
+)
 def test_a_profiled_bucket_left_out_and_interpolated_gives_the_profiles_rows_back(name, left_out):
     path = _traced(name)
     whole = Replayer.load(path, ["per-bucket", "shared"])
@@ -44,15 +49,19 @@ def test_a_profiled_bucket_left_out_and_interpolated_gives_the_profiles_rows_bac
             assert replay.pool_bytes == truth, (mode, bucket)
 
 
-# Lists captured on the H200, predicted from other traced lists of the same model that lack some of their
-# buckets (subset20 holds 20 random buckets, third every third one of the 74).
-CROSS = [("llama-3.1-8b-h200-third", "llama-3.1-8b-h200-range512"),
-         ("llama-3.1-8b-h200-third", "llama-3.1-8b-h200-subset20"),
-         ("llama-3.1-8b-h200-subset20", "llama-3.1-8b-h200-tophalf")]
+# Lists captured on the H200, predicted from other traced lists of the same model that lack some of
+# their buckets (subset20 holds 20 random buckets, third every third one of the 74).
+CROSS = [
+    ("llama-3.1-8b-h200-third", "llama-3.1-8b-h200-range512"),
+    ("llama-3.1-8b-h200-third", "llama-3.1-8b-h200-subset20"),
+    ("llama-3.1-8b-h200-subset20", "llama-3.1-8b-h200-tophalf"),
+]
 
 
 @pytest.mark.parametrize("source,target", CROSS)
-def test_lists_captured_on_the_h200_are_predicted_from_sparser_traced_lists(source, target, committed_profiles):
+def test_lists_captured_on_the_h200_are_predicted_from_sparser_traced_lists(
+    source, target, committed_profiles
+):
     (profile, p), measured = committed_profiles(_traced(source)), read_report(_traced(target))
     wanted = measured.run.buckets
     assert set(wanted) - set(profile.run.buckets)  # something to interpolate
@@ -65,14 +74,18 @@ def test_lists_captured_on_the_h200_are_predicted_from_sparser_traced_lists(sour
             assert [r.pool_bytes for r in m.buckets] == [r.pool_bytes for r in rows], m.mode
         else:  # the driver's placement decided a tie: the measured pool is one of the two replays
             assert rows[-1].pool_bytes in (m.pool_bytes, m.other_placement_pool_bytes), m.mode
-    assert any(m.other_placement_pool_bytes is not None for m in pred.modes) == ("subset20" in source)
+    assert any(m.other_placement_pool_bytes is not None for m in pred.modes) == (
+        "subset20" in source
+    )
 
 
 @pytest.mark.parametrize("source,target", CROSS)
-def test_the_other_placement_is_replayed_only_when_a_segment_had_no_recorded_address(source, target, monkeypatch,
-                                                                                       committed_profiles):
-    """Placement decides only where a segment lacks a usable recorded address; a replay that made none up
-    is its own other placement, so the second replay is skipped and the prediction is the same."""
+def test_the_other_placement_is_replayed_only_when_a_segment_had_no_recorded_address(
+    source, target, monkeypatch, committed_profiles
+):
+    """Placement decides only where a segment lacks a usable recorded address; a replay that made
+    none up is its own other placement, so the second replay is skipped and the prediction is the
+    same."""
     profile, p = committed_profiles(_traced(source))
     wanted = read_report(_traced(target)).run.buckets
     both = predict_buckets(profile, wanted, profile=p)
@@ -81,20 +94,28 @@ def test_the_other_placement_is_replayed_only_when_a_segment_had_no_recorded_add
     forced = {}
     for m in both.modes:  # the second placement, replayed whether or not it is needed
         other = p.replayer.other_placement().replay(m.mode, wanted)
-        forced[m.mode] = other.pool_bytes[-1] if other.pool_bytes != replays[m.mode].pool_bytes else None
+        forced[m.mode] = (
+            other.pool_bytes[-1] if other.pool_bytes != replays[m.mode].pool_bytes else None
+        )
         assert m.other_placement_pool_bytes == forced[m.mode], m.mode
         if not made_up[m.mode]:
             assert forced[m.mode] is None, m.mode
     calls = []
     real = type(p.replayer).other_placement
-    monkeypatch.setattr(type(p.replayer), "other_placement", lambda self: calls.append(1) or real(self))
+    monkeypatch.setattr(
+        type(p.replayer), "other_placement", lambda self: calls.append(1) or real(self)
+    )
     again = predict_buckets(profile, wanted, profile=p)
     assert len(calls) == sum(1 for v in made_up.values() if v)
     assert prediction_json(again) == prediction_json(both)
 
 
 def test_a_bucket_between_neighbours_whose_kernels_differ_is_refused(shared_profiles):
-    path = _traced("gpt-oss-20b-h200-traced")  # its captures change shape between 1024 and 1280 tokens
-    with pytest.raises(PredictionError, match="bucket 1100 cannot be interpolated: the captures of 1024 and 1280 "
-                                              "differ in more than their sizes"):
+    # its captures change shape between 1024 and 1280 tokens
+    path = _traced("gpt-oss-20b-h200-traced")
+    with pytest.raises(
+        PredictionError,
+        match="bucket 1100 cannot be interpolated: the captures of 1024 and 1280 "
+        "differ in more than their sizes",
+    ):
         predict_buckets(read_report(path), [16384, 1100], ["per-bucket"])

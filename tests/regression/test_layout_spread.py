@@ -1,11 +1,11 @@
-"""A graph pool that depends on where the driver places its segments: the layer prediction's band spans the
-pools the deepest capture's own list replays to with its segments at random addresses.
+"""A graph pool that depends on where the driver places its segments: the layer prediction's band
+spans the pools the deepest capture's own list replays to with its segments at random addresses.
 
-``reports/qwen3-8b-h100-layers`` (2 and 4 layers, with traces) and ``reports/qwen3-8b-h100`` (36 layers) were
-captured on an H100 80GB at fixed addresses; Qwen3-8B's per-bucket pool is 3454009344 bytes at 4 layers and
-3164602368 at 36, a best-fit tie decided the other way in another address layout. The same on the H200
-(``reports/qwen3-8b-h200-layers``, ``-layers-8-16-24``, ``reports/qwen3-8b-h200``), where 8, 16 and 24 layers
-gave three more pools between those two.
+``reports/qwen3-8b-h100-layers`` (2 and 4 layers, with traces) and ``reports/qwen3-8b-h100`` (36
+layers) were captured on an H100 80GB at fixed addresses; Qwen3-8B's per-bucket pool is 3454009344
+bytes at 4 layers and 3164602368 at 36, a best-fit tie decided the other way in another address
+layout. The same on the H200 (``reports/qwen3-8b-h200-layers``, ``-layers-8-16-24``,
+``reports/qwen3-8b-h200``), where 8, 16 and 24 layers gave three more pools between those two.
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ def test_the_full_depths_pool_is_one_the_four_layer_trace_replays_to_in_another_
     four, full = read_report(f"{FEW}/layers-4"), read_report(FULL)
     spread = layout_spread(four, "per-bucket", _rows(four, "per-bucket"))
     assert spread is not None and spread.measured == 3454009344
-    assert spread.lowest == _rows(full, "per-bucket")[-1].pool_bytes == 3164602368  # the 36-layer outcome, exactly
-    assert spread.below == 3454009344 - 3164602368 and spread.above == spread.highest - spread.measured
-    assert layout_spread(four, "per-bucket", _rows(four, "per-bucket")) == spread  # seeded: it repeats
+    # the 36-layer outcome, exactly
+    assert spread.lowest == _rows(full, "per-bucket")[-1].pool_bytes == 3164602368
+    assert (
+        spread.below == 3454009344 - 3164602368 and spread.above == spread.highest - spread.measured
+    )
+    # seeded: it repeats
+    assert layout_spread(four, "per-bucket", _rows(four, "per-bucket")) == spread
 
 
 def test_a_pool_that_no_layout_moves_keeps_its_band():
@@ -53,7 +57,9 @@ def test_the_band_spans_the_layouts_and_then_holds_the_measured_full_depth():
         if widened:  # without the layouts' spread the band would have missed by about 240 MiB
             spread = layout_spread(few[1], m.mode, _rows(few[1], m.mode))
             assert spread is not None and totals[m.mode] < m.low_bytes + spread.below
-            assert m.band_too_wide and any("where the driver places its segments" in n for n in pred.notes)
+            assert m.band_too_wide and any(
+                "where the driver places its segments" in n for n in pred.notes
+            )
 
 
 def test_reports_without_traces_get_no_spread():
@@ -65,7 +71,8 @@ def test_a_shuffled_pool_ignores_recorded_addresses_and_repeats_with_its_seed():
     def bases(seed):
         pool = Pool(shuffle=Random(seed))
         for n in range(6):
-            pool.malloc(30 << 20, at=(n + 1) << 40)  # each needs its own segment; the recorded address is ignored
+            # each needs its own segment; the recorded address is ignored
+            pool.malloc(30 << 20, at=(n + 1) << 40)
         return sorted(pool.segments)
 
     assert bases(3) == bases(3) and bases(3) != bases(4)
@@ -79,9 +86,12 @@ def test_every_depth_captured_on_the_h200_ends_its_pool_inside_the_four_layer_ca
     four = read_report("reports/qwen3-8b-h200-layers/layers-4")
     spread = layout_spread(four, "per-bucket", _rows(four, "per-bucket"))
     assert spread is not None
-    depths = {n: read_report(f"reports/qwen3-8b-h200-layers-8-16-24/layers-{n}") for n in (8, 16, 24)}
+    depths = {
+        n: read_report(f"reports/qwen3-8b-h200-layers-8-16-24/layers-{n}") for n in (8, 16, 24)
+    }
     depths[36] = read_report("reports/qwen3-8b-h200")
     pools = {n: _rows(r, "per-bucket")[-1].pool_bytes for n, r in depths.items()}
-    assert len(set(pools.values())) == 4  # 3403677696, 3454009344, 3441426432, 3164602368: the layout moves it
+    # 3403677696, 3454009344, 3441426432, 3164602368: the layout moves it
+    assert len(set(pools.values())) == 4
     assert all(spread.lowest <= p <= spread.highest for p in pools.values()), pools
     assert spread.lowest == pools[36]

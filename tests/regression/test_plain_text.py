@@ -1,6 +1,7 @@
-"""The plain-text tables of the committed reports (reports/gpt-oss-20b-h200: 74 buckets, every column wide)
-against the rich ones: the same columns, headers, values and notes; within the width; the same from the CLI;
-and a run into a pipe that loads no rich console. On hand-made sheets: tests/unit/test_plain_text.py."""
+"""The plain-text tables of the committed reports (reports/gpt-oss-20b-h200: 74 buckets, every
+column wide) against the rich ones: the same columns, headers, values and notes; within the width;
+the same from the CLI; and a run into a pipe that loads no rich console. On hand-made sheets:
+tests/unit/test_plain_text.py."""
 
 from __future__ import annotations
 
@@ -38,21 +39,30 @@ def test_every_column_header_value_and_note_of_the_rich_table(section):
     assert all(c.header in head for c in columns)
     tables = plain_tables(plain)
     assert [len(rows) for _, rows in tables] == [len(s.rows) for s in view.sheets]
-    assert [len(rows[0]) for _, rows in tables if rows] == [len(s.columns) for s in view.sheets if s.rows]
-    for text in [s.title for s in view.sheets] + [n for s in view.sheets for n in s.notes] + [
-            line.text for line in view.head + view.foot]:
+    assert [len(rows[0]) for _, rows in tables if rows] == [
+        len(s.columns) for s in view.sheets if s.rows
+    ]
+    for text in (
+        [s.title for s in view.sheets]
+        + [n for s in view.sheets for n in s.notes]
+        + [line.text for line in view.head + view.foot]
+    ):
         assert " ".join(text.split()) in " ".join(plain.split())
 
 
 @pytest.mark.parametrize("width", [80, 100, 120, 220])
 def test_the_default_columns_fit_the_width_and_no_fewer_than_rich_keeps(width):
     report = read_report(H200)
-    plain, rich = drawn(show_view(report, "all"), width, plain=True), drawn(show_view(report, "all"), width, plain=False)
+    plain, rich = (
+        drawn(show_view(report, "all"), width, plain=True),
+        drawn(show_view(report, "all"), width, plain=False),
+    )
     assert max(len(line) for line in plain.splitlines()) <= width
     assert "…" not in plain
     rich_heads = " ".join(line for line in rich.splitlines() if line.startswith("┃"))
     for word in set(rich_heads.replace("┃", " ").split()):
-        assert word in plain_header(plain), word  # every column rich keeps at this width, the plain table keeps
+        # every column rich keeps at this width, the plain table keeps
+        assert word in plain_header(plain), word
     kept = {r[1] for r in plain_rows(plain) if len(r) > 1}
     assert {str(b.bucket) for b in report.buckets} <= kept
 
@@ -62,9 +72,25 @@ def test_show_at_100_columns_keeps_every_default_column():
     text = drawn(show_view(read_report(H200), "all"), 100, plain=True)
     assert "left out" not in text
     head = plain_header(text)
-    for header in ("#", "bucket", "status", "pool", "pool Δ", "device-used Δ", "non-torch Δ", "retained", "output",
-                   "peak transient", "mode", "buckets ok", "device used", "saved vs", "per-bucket", "saved %",
-                   "× floor"):
+    for header in (
+        "#",
+        "bucket",
+        "status",
+        "pool",
+        "pool Δ",
+        "device-used Δ",
+        "non-torch Δ",
+        "retained",
+        "output",
+        "peak transient",
+        "mode",
+        "buckets ok",
+        "device used",
+        "saved vs",
+        "per-bucket",
+        "saved %",
+        "× floor",
+    ):
         assert header in head, header
 
 
@@ -75,13 +101,20 @@ def test_the_cli_draws_plain_tables_into_a_pipe_and_rich_ones_on_a_terminal():
         boxed = runner.invoke(app, ["show", str(H200), "--section", "summary"], env=env)
         assert boxed.exit_code == 0 and "┃" in boxed.stdout, env
         assert [r[0] for r in rich_rows(boxed.stdout)] == [r[0] for r in plain_rows(plain.stdout)]
-    assert "┃" not in runner.invoke(app, ["show", str(H200)], env={"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}).stdout
+    assert (
+        "┃"
+        not in runner.invoke(
+            app, ["show", str(H200)], env={"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}
+        ).stdout
+    )
 
 
 def test_other_formats_are_the_same_into_a_pipe_and_on_a_terminal():
     for fmt in ("json", "csv", "markdown"):
         piped = runner.invoke(app, ["show", str(H200), "-f", fmt]).stdout
-        terminal = runner.invoke(app, ["show", str(H200), "-f", fmt], env={"TTY_COMPATIBLE": "1"}).stdout
+        terminal = runner.invoke(
+            app, ["show", str(H200), "-f", fmt], env={"TTY_COMPATIBLE": "1"}
+        ).stdout
         assert piped == terminal, fmt
 
 
@@ -98,11 +131,20 @@ print("\nLOADED " + json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("args", [["show", str(H200)], ["gate", "--baseline", str(UNFUSED), "--current", str(RERUN)]],
-                         ids=["show", "gate"])
+@pytest.mark.parametrize(
+    "args",
+    [["show", str(H200)], ["gate", "--baseline", str(UNFUSED), "--current", str(RERUN)]],
+    ids=["show", "gate"],
+)
 def test_a_read_command_into_a_pipe_loads_no_rich_console(args, tmp_path):
-    done = subprocess.run([sys.executable, "-c", _LOADED, *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
     head, _, tail = done.stderr.rpartition("\nLOADED ")
     loaded = json.loads(tail)
     assert "bcgprof.render.as_text" in loaded, head[-2000:]

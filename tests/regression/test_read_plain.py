@@ -1,6 +1,6 @@
 """The reader's fast path (a CSV as bcgprof writes it, split at its commas) against the csv module's
-path it falls back to: on every committed report and on files altered the ways a hand or another tool
-alters them, the two give the same records and lines, or the same one-line error."""
+path it falls back to: on every committed report and on files altered the ways a hand or another
+tool alters them, the two give the same records and lines, or the same one-line error."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ REFERENCE = ROOT / "reports" / "gpt-oss-20b-h200"
 
 
 def _both(path: Path, cls, monkeypatch, max_rows=None):
-    """(fast path's outcome, csv path's outcome): a Table's (header, records, lines), or the error text."""
+    """(fast path's outcome, csv path's outcome): a Table's (header, records, lines), or the
+    error text."""
+
     def outcome(read):
         try:
             t = read()
@@ -35,7 +37,9 @@ def _both(path: Path, cls, monkeypatch, max_rows=None):
     return fast, slow
 
 
-@pytest.mark.parametrize("report", sorted(p.name for p in (ROOT / "reports").iterdir() if (p / BUCKETS_FILE).exists()))
+@pytest.mark.parametrize(
+    "report", sorted(p.name for p in (ROOT / "reports").iterdir() if (p / BUCKETS_FILE).exists())
+)
 def test_every_committed_report_reads_the_same_both_ways(report, monkeypatch):
     for name, cls in ((BUCKETS_FILE, BucketRecord), (SUMMARY_FILE, SummaryRecord)):
         fast, slow = _both(ROOT / "reports" / report / name, cls, monkeypatch)
@@ -52,7 +56,8 @@ def test_the_fast_path_reads_the_reference_itself(monkeypatch):
 
 
 def test_blocks_smaller_than_the_file_read_the_same(monkeypatch):
-    """Lines cut across many blocks: each block ends at a line break and rows keep their line numbers."""
+    """Lines cut across many blocks: each block ends at a line break and rows keep their line
+    numbers."""
     whole = table.read_table(REFERENCE / BUCKETS_FILE, BucketRecord, MAX_BUCKETS_BYTES)
     monkeypatch.setattr(files, "BLOCK_BYTES", 997)
     cut = table._read_plain(REFERENCE / BUCKETS_FILE, BucketRecord, MAX_BUCKETS_BYTES, None)
@@ -81,22 +86,34 @@ ALTERATIONS = {
     "a quoted text field": lambda lines, h: _field(lines, h, 3, "mode", '"per-bucket"'),
     "a quoted field with a comma": lambda lines, h: _field(lines, h, 3, "status", '"ok,fine"'),
     "a blank line": lambda lines, h: "\n".join(lines[:5] + [""] + lines[5:]),
-    "a row one field short": lambda lines, h: "\n".join(lines[:4] + [lines[4].rsplit(",", 1)[0]] + lines[5:]),
+    "a row one field short": lambda lines, h: "\n".join(
+        lines[:4] + [lines[4].rsplit(",", 1)[0]] + lines[5:]
+    ),
     "a row one field long": lambda lines, h: "\n".join(lines[:4] + [lines[4] + ",7"] + lines[5:]),
-    "an integer with a plus sign": lambda lines, h: _field(lines, h, 6, "pool_delta_bytes", "+2097152"),
-    "an integer with a leading zero": lambda lines, h: _field(lines, h, 6, "pool_delta_bytes", "02097152"),
-    "an integer written as a float": lambda lines, h: _field(lines, h, 6, "pool_delta_bytes", "2097152.0"),
+    "an integer with a plus sign": lambda lines, h: _field(
+        lines, h, 6, "pool_delta_bytes", "+2097152"
+    ),
+    "an integer with a leading zero": lambda lines, h: _field(
+        lines, h, 6, "pool_delta_bytes", "02097152"
+    ),
+    "an integer written as a float": lambda lines, h: _field(
+        lines, h, 6, "pool_delta_bytes", "2097152.0"
+    ),
     "an integer past 64 bits": lambda lines, h: _field(lines, h, 6, "pool_bytes", "9" * 25),
     "a negative where none may be": lambda lines, h: _field(lines, h, 6, "segments", "-1"),
     "an empty required field": lambda lines, h: _field(lines, h, 7, "bucket", ""),
     "a space inside an integer": lambda lines, h: _field(lines, h, 7, "bucket", " 512"),
     "an unknown status": lambda lines, h: _field(lines, h, 8, "status", "fine"),
     "a float field as text": lambda lines, h: _field(lines, h, 9, "capture_ms", "fast"),
-    "a duplicated column": lambda lines, h: "\n".join([lines[0].replace("segments", "bucket", 1)] + lines[1:]),
-    "a missing contract column": lambda lines, h: "\n".join([lines[0].replace("pool_bytes", "pool_bytez", 1)]
-                                                           + lines[1:]),
-    "an extra column": lambda lines, h: "\n".join([lines[0] + ",note"] + [ln + ",x" if ln else ln
-                                                                          for ln in lines[1:]]),
+    "a duplicated column": lambda lines, h: "\n".join(
+        [lines[0].replace("segments", "bucket", 1)] + lines[1:]
+    ),
+    "a missing contract column": lambda lines, h: "\n".join(
+        [lines[0].replace("pool_bytes", "pool_bytez", 1)] + lines[1:]
+    ),
+    "an extra column": lambda lines, h: "\n".join(
+        [lines[0] + ",note"] + [ln + ",x" if ln else ln for ln in lines[1:]]
+    ),
     "no final line break": lambda lines, h: "\n".join(lines).rstrip("\n"),
     "the header alone": lambda lines, h: lines[0] + "\n",
     "a byte-order mark": lambda lines, h: "\ufeff" + "\n".join(lines),

@@ -1,7 +1,7 @@
-"""Views of the committed reports (reports/gpt-oss-20b-h200, -unfused, -unfused-rerun: 74 buckets, every column
-wide) rendered at fixed console widths: key columns whole, numbers never cut, the CSV the files' own. Every test
-that draws runs twice, on a rich console and on a plain one (the console_kind fixture). The rendering on
-hand-made reports: tests/unit/test_render.py."""
+"""Views of the committed reports (reports/gpt-oss-20b-h200, -unfused, -unfused-rerun: 74 buckets,
+every column wide) rendered at fixed console widths: key columns whole, numbers never cut, the CSV
+the files' own. Every test that draws runs twice, on a rich console and on a plain one (the
+console_kind fixture). The rendering on hand-made reports: tests/unit/test_render.py."""
 
 from __future__ import annotations
 
@@ -40,11 +40,28 @@ def test_show_keeps_key_columns_whole_at_every_width(width):
     text = draw(show_report, report, width=width)
     assert_fits(text, width)
     rows = table_rows(text)
-    header_words(text, "#", "bucket", "status", "pool", "pool Δ", "device-used Δ", "mode", "device used",
-                 "saved vs per-bucket")
+    header_words(
+        text,
+        "#",
+        "bucket",
+        "status",
+        "pool",
+        "pool Δ",
+        "device-used Δ",
+        "mode",
+        "device used",
+        "saved vs per-bucket",
+    )
     for r in report.buckets:
-        assert_row(rows, str(r.order), str(r.bucket), r.status, fmt_bytes(r.pool_bytes),
-                   fmt_bytes(r.pool_delta_bytes, signed=True), fmt_bytes(r.device_used_delta_bytes, signed=True))
+        assert_row(
+            rows,
+            str(r.order),
+            str(r.bucket),
+            r.status,
+            fmt_bytes(r.pool_bytes),
+            fmt_bytes(r.pool_delta_bytes, signed=True),
+            fmt_bytes(r.device_used_delta_bytes, signed=True),
+        )
     summary = {s.mode: s for s in report.summary}
     for s in summary.values():
         assert_row(rows, s.mode, fmt_bytes(s.pool_bytes), fmt_bytes(s.device_used_bytes))
@@ -52,8 +69,13 @@ def test_show_keeps_key_columns_whole_at_every_width(width):
     if width >= 100:
         assert "left out" not in text  # the default columns fit an ordinary terminal
         shared = summary["shared"]
-        assert_row(rows, "shared", fmt_bytes(shared.saved_vs_per_bucket_bytes), fmt_pct(shared.saved_vs_per_bucket_pct),
-                   fmt_ratio(shared.ratio_to_floor))
+        assert_row(
+            rows,
+            "shared",
+            fmt_bytes(shared.saved_vs_per_bucket_bytes),
+            fmt_pct(shared.saved_vs_per_bucket_pct),
+            fmt_ratio(shared.ratio_to_floor),
+        )
     else:
         assert "left out at 80 columns" in text
 
@@ -74,7 +96,9 @@ def test_cli_tables_follow_columns(data_dir):
         result = runner.invoke(app, ["show", str(H200)], env={"COLUMNS": str(width)})
         assert result.exit_code == 0
         assert_fits(result.stdout, width)
-    wide = runner.invoke(app, ["compare", str(UNFUSED), str(RERUN), "--wide"], env={"COLUMNS": "100"})
+    wide = runner.invoke(
+        app, ["compare", str(UNFUSED), str(RERUN), "--wide"], env={"COLUMNS": "100"}
+    )
     assert wide.exit_code == 0
     header_words(wide.stdout, "pool Δ old", "pool Δ new")
 
@@ -85,7 +109,12 @@ def test_show_csv_is_the_files_own_columns_order_and_values():
         assert result.exit_code == 0
         assert result.stdout == (H200 / name).read_text()
     both = runner.invoke(app, ["show", str(H200), "-f", "csv"]).stdout
-    assert both == "# buckets\n" + (H200 / "buckets.csv").read_text() + "\n# summary\n" + (
-        H200 / "summary.csv").read_text()
+    assert (
+        both
+        == "# buckets\n"
+        + (H200 / "buckets.csv").read_text()
+        + "\n# summary\n"
+        + (H200 / "summary.csv").read_text()
+    )
     header = next(csv.reader(io.StringIO(both.split("\n", 1)[1])))
     assert header[:4] == ["mode", "bucket", "order", "status"]

@@ -1,6 +1,6 @@
-"""Bucket-list predictions from the committed reports without traces (no GPU): every such report predates
-traces, so its list predictions are refused in one line. Replaying traces: tests/unit/test_replay.py,
-tests/regression/test_replay_h200.py."""
+"""Bucket-list predictions from the committed reports without traces (no GPU): every such report
+predates traces, so its list predictions are refused in one line. Replaying traces:
+tests/unit/test_replay.py, tests/regression/test_replay_h200.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ import pytest
 
 from bcgprof.analysis.predict.lists import PredictionError, predict_buckets
 
-COMMITTED = sorted(p.parent.name for p in Path("reports").glob("*/run.json")
-                   if json.loads(p.read_text()).get("status") == "complete" and json.loads(p.read_text()).get("tp") == 1
-                   and not any(p.parent.glob("traces-*.csv.gz")))
+COMMITTED = sorted(
+    p.parent.name
+    for p in Path("reports").glob("*/run.json")
+    if json.loads(p.read_text()).get("status") == "complete"
+    and json.loads(p.read_text()).get("tp") == 1
+    and not any(p.parent.glob("traces-*.csv.gz"))
+)
 
 
 @pytest.mark.parametrize("name", COMMITTED)

@@ -1,6 +1,6 @@
-"""The report format's consistency checks on copies of a committed report (reports/gpt-oss-20b-h200) edited by
-hand: sites that do not sum to their pool, derived figures that do not follow from their readings. The format
-on hand-made reports: tests/unit/test_report.py."""
+"""The report format's consistency checks on copies of a committed report (reports/gpt-oss-20b-h200)
+edited by hand: sites that do not sum to their pool, derived figures that do not follow from their
+readings. The format on hand-made reports: tests/unit/test_report.py."""
 
 import pytest
 
@@ -9,7 +9,8 @@ from bcgprof.report import read_report
 
 
 def _edited(tmp_path, name, edit):
-    """A copy of a committed report with ``edit`` (csv text -> csv text) applied to one of its files."""
+    """A copy of a committed report with ``edit`` (csv text -> csv text) applied to one of its
+    files."""
     import shutil
 
     copy = tmp_path / "edited"
@@ -25,14 +26,20 @@ def test_sites_that_do_not_sum_to_their_pool_are_refused(tmp_path):
         read_report(copy)
 
 
-@pytest.mark.parametrize("column, says", [
-    ("outside_pool_delta_bytes", "outside_pool_delta_bytes is not torch_reserved_delta_bytes less"),
-    ("non_torch_delta_bytes", "non_torch_delta_bytes is not device_used_delta_bytes less"),
-    ("pool_live_delta_bytes", "do not sum to device_used_delta_bytes"),
-])
+@pytest.mark.parametrize(
+    "column, says",
+    [
+        (
+            "outside_pool_delta_bytes",
+            "outside_pool_delta_bytes is not torch_reserved_delta_bytes less",
+        ),
+        ("non_torch_delta_bytes", "non_torch_delta_bytes is not device_used_delta_bytes less"),
+        ("pool_live_delta_bytes", "do not sum to device_used_delta_bytes"),
+    ],
+)
 def test_figures_that_do_not_follow_from_one_another_are_refused(tmp_path, column, says):
-    """A capture writes each row's derived figures from the same readings; a row edited by hand (with the
-    summary edited to match) would otherwise be gated and explained as measured."""
+    """A capture writes each row's derived figures from the same readings; a row edited by hand
+    (with the summary edited to match) would otherwise be gated and explained as measured."""
     import csv
     import io
 

@@ -1,5 +1,6 @@
-"""The report reader on the committed reports: every one reads and is what the writer writes, and `-f json`
-holds their CSV figures as strict JSON. On hand-made and corrupted reports: tests/unit/test_report_validation.py."""
+"""The report reader on the committed reports: every one reads and is what the writer writes, and
+`-f json` holds their CSV figures as strict JSON. On hand-made and corrupted reports:
+tests/unit/test_report_validation.py."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import pytest
 
 from bcgprof.report import BucketRecord, SiteRecord, SummaryRecord, read_report, records_to_csv
 
-from unit.test_report_validation import _bytes_are_integers, _numbers_match, csv_rows, run, strict_json
+from unit.test_report_validation import (
+    _bytes_are_integers,
+    _numbers_match,
+    csv_rows,
+    run,
+    strict_json,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 COMMITTED = sorted(p.parent for p in (ROOT / "reports").rglob("run.json")) + [
-    DATA / name for name in ("baseline", "grown", "partial", "other-model")]
+    DATA / name for name in ("baseline", "grown", "partial", "other-model")
+]
 
 
 def test_every_committed_report_reads_and_is_what_the_writer_writes():
@@ -22,16 +30,22 @@ def test_every_committed_report_reads_and_is_what_the_writer_writes():
     for path in COMMITTED:
         report = read_report(path)
         assert report.buckets, path
-        files = {"buckets.csv": records_to_csv(report.buckets, BucketRecord, report.columns["buckets"])}
+        files = {
+            "buckets.csv": records_to_csv(report.buckets, BucketRecord, report.columns["buckets"])
+        }
         if report.run.status == "complete":
-            files["summary.csv"] = records_to_csv(report.summary, SummaryRecord, report.columns["summary"])
+            files["summary.csv"] = records_to_csv(
+                report.summary, SummaryRecord, report.columns["summary"]
+            )
         if (path / "sites.csv").exists():
             files["sites.csv"] = records_to_csv(report.sites, SiteRecord)
         for name, text in files.items():
             assert text == (path / name).read_text(encoding="utf-8"), (path, name)
 
 
-@pytest.mark.parametrize("name", ["tests/data/baseline", "reports/gpt-oss-20b-h200", "reports/llama-3.1-8b-h200"])
+@pytest.mark.parametrize(
+    "name", ["tests/data/baseline", "reports/gpt-oss-20b-h200", "reports/llama-3.1-8b-h200"]
+)
 def test_show_json_is_strict_and_holds_the_csv_figures(name):
     path = ROOT / name
     data = strict_json(run("show", path, "-f", "json").stdout)
@@ -60,10 +74,12 @@ def test_explain_estimate_predict_and_advise_json_are_strict(traced):
         assert mode["device_used_bytes"] == int(summary[mode["mode"]]["device_used_bytes"])
         assert mode["pool_bytes"] == int(summary[mode["mode"]]["pool_bytes"])
     outputs = [explain]
-    for args in (("estimate", "-f", "json"),
-                 ("predict", "--from", ROOT / "reports" / "gpt-oss-20b-h200-layers", "-f", "json"),
-                 ("predict", "--from", traced.path, "--buckets", "512,1024,4096", "-f", "json"),
-                 ("advise", "--from", traced.path, "--budget", "100MiB", "--mode", "shared", "-f", "json")):
+    for args in (
+        ("estimate", "-f", "json"),
+        ("predict", "--from", ROOT / "reports" / "gpt-oss-20b-h200-layers", "-f", "json"),
+        ("predict", "--from", traced.path, "--buckets", "512,1024,4096", "-f", "json"),
+        ("advise", "--from", traced.path, "--budget", "100MiB", "--mode", "shared", "-f", "json"),
+    ):
         result = run(*args)
         assert result.exit_code == 0, (args, result.stderr)
         outputs.append(strict_json(result.stdout))
@@ -75,4 +91,6 @@ def test_read_frames_gives_the_sites_of_a_committed_report_as_integers():
 
     reference = bcgprof.read_frames(ROOT / "reports" / "gpt-oss-20b-h200")
     assert str(reference.sites["bytes"].dtype) == "int64"
-    assert reference.sites["bytes"].tolist() == [int(r["bytes"]) for r in csv_rows(reference.path / "sites.csv")]
+    assert reference.sites["bytes"].tolist() == [
+        int(r["bytes"]) for r in csv_rows(reference.path / "sites.csv")
+    ]

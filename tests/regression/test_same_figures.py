@@ -1,5 +1,5 @@
-"""benchmarks/gpu/same_figures.py, the check that two captures of one run measured the same: CPU only, on a
-committed traced report and a copy of it."""
+"""benchmarks/gpu/same_figures.py, the check that two captures of one run measured the same: CPU
+only, on a committed traced report and a copy of it."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ _ROWS: dict[bytes, list[str]] = {}  # a trace file's bytes -> same_figures.trace
 
 @pytest.fixture(autouse=True)
 def trace_rows_once_per_content(monkeypatch):
-    """same_figures.trace_rows is a function of the file's bytes: each distinct trace is parsed once for the
-    module (the committed report's four, which every comparison reads, and each edited one), not once a call."""
+    """same_figures.trace_rows is a function of the file's bytes: each distinct trace is parsed once
+    for the module (the committed report's four, which every comparison reads, and each edited one),
+    not once a call."""
     parse = same_figures.trace_rows
 
     def trace_rows(path):
@@ -55,8 +56,13 @@ def test_a_copy_is_the_same_and_wall_times_or_device_addresses_do_not_count(copy
     _edit_rows(copy, "warmup_ms", lambda v: "1.0")
     trace = copy / "traces-floor.csv.gz"
     lines = gzip.decompress(trace.read_bytes()).decode().splitlines(keepends=True)
-    lines = [ln if ln.startswith("#") or not ln.rstrip("\n").split(",")[-1] else
-             ln.rsplit(",", 1)[0] + ",12345\n" for ln in lines]  # another process's addresses
+    # another process's addresses
+    lines = [
+        ln
+        if ln.startswith("#") or not ln.rstrip("\n").split(",")[-1]
+        else ln.rsplit(",", 1)[0] + ",12345\n"
+        for ln in lines
+    ]
     trace.write_bytes(gzip.compress("".join(lines).encode()))
     assert same_figures.main(REPORT, copy) == 0
     assert "0 differing" in capsys.readouterr().out
@@ -76,10 +82,15 @@ def test_a_changed_peak_or_trace_row_is_named(copy, capsys):
 
 
 def test_same_size_segments_released_in_another_order_are_the_same(copy, capsys):
-    """One empty_cache releases segments in address order; another process's addresses may swap two."""
+    """One empty_cache releases segments in address order; another process's addresses may swap
+    two."""
     trace = copy / "traces-shared.csv.gz"
     lines = gzip.decompress(trace.read_bytes()).decode().splitlines(keepends=True)
-    i = next(n for n, ln in enumerate(lines) if ",segment_free," in ln and ",segment_free," in lines[n + 1])
+    i = next(
+        n
+        for n, ln in enumerate(lines)
+        if ",segment_free," in ln and ",segment_free," in lines[n + 1]
+    )
     lines[i], lines[i + 1] = lines[i + 1], lines[i]
     trace.write_bytes(gzip.compress("".join(lines).encode()))
     assert same_figures.main(REPORT, copy) == 0

@@ -1,5 +1,6 @@
-"""A layer prediction from committed reports captured before traces (reports/gpt-oss-20b-h200-layers) opens no
-trace file. The trace set and its cache on a synthetic profile: tests/unit/test_trace_set.py."""
+"""A layer prediction from committed reports captured before traces
+(reports/gpt-oss-20b-h200-layers) opens no trace file. The trace set and its cache on a synthetic
+profile: tests/unit/test_trace_set.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from bcgprof.report import read_report
 
 
 def test_a_layer_prediction_opens_no_trace(monkeypatch):
-    """Its band's layout spread needs the deepest capture's traces; reports captured before traces have none, and
-    nothing else in a layer prediction reads one."""
+    """Its band's layout spread needs the deepest capture's traces; reports captured before traces
+    have none, and nothing else in a layer prediction reads one."""
     from bcgprof.analysis.predict.layers import predict_layers
     from bcgprof.report import trace_read
 
