@@ -127,7 +127,7 @@ def test_under_memory_pressure_the_predicted_bucket_failed_first(name):
         assert h.first_oom_phase == WARMUP and failed is None
 
 
-def test_the_summary_says_when_warm_up_outputs_were_held_and_how_to_measure_an_engine_that_frees_them():
+def test_the_summary_says_when_warm_up_outputs_were_held_and_how_to_measure_an_engine_that_frees_them():  # noqa: E501 (the test's name)
     """Held outputs raise the measured peaks (on the H200 gpt-oss-20b needed 128 to 350 MiB more
     free memory than with them freed, as SGLang's warm-up does), so the needs-free line says which
     way they were."""

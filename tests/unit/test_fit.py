@@ -85,7 +85,7 @@ def test_the_nonnegative_fit_is_the_best_over_a_grid_of_nonnegative_coefficients
     assert fit.sse <= min(sse(a, b) for a, b in itertools.product(grid, grid)) + 1e-9
 
 
-def test_the_nonnegative_fit_keeps_the_free_fit_when_it_is_nonnegative_and_drops_a_negative_column():
+def test_the_nonnegative_fit_keeps_the_free_fit_when_it_is_nonnegative_and_drops_a_negative_column():  # noqa: E501 (the test's name)
     x1, x2 = [1.0, 2.0, 3.0, 4.0], [1.0, 0.0, 2.0, 1.0]
     assert least_squares([x1, x2], [3.0, 4.0, 8.0, 9.0], nonnegative=True).coef == pytest.approx(
         (2.0, 1.0)
