@@ -131,9 +131,9 @@ def test_stop_after_capture_ends_a_server_once_its_capture_phase_is_over(tmp_pat
 
 
 def _interruptible() -> None:
-    """SIGINT as a terminal's Ctrl-C delivers it, whatever this test process left its children: a child
-    inherits an ignored SIGINT and a blocked signal mask (seen once in a whole-suite run, where even the
-    recorded program then needed SIGTERM)."""
+    """SIGINT as a terminal's Ctrl-C delivers it, whatever this test process left its children:
+    a child inherits an ignored SIGINT and a blocked signal mask (seen once in a whole-suite run,
+    where even the recorded program then needed SIGTERM)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
