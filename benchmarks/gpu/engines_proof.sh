@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Capturing as the engines capture: the GPU tests of the new paths, shared executables, SGLang's
+# MXFP4 MoE workspace, the seed side by side, and the zero-tolerance gate of the default capture.
+#   STAGES="tests persig default replay moe seed moe120" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
+# Each stage has its own time limit (LIMIT_<stage>, seconds); logs and reports go under $OUT, the
+# reports as one tarball (a device call brings back a limited number of files); a table is printed last.
+set -u
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/engines}; mkdir -p "$OUT"
+STAGES=${STAGES:-"tests persig default replay moe seed"}
+B="python -m bcgprof"
+SUMMARY=$OUT/summary.txt; : > "$SUMMARY"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+python -c "import torch; print('torch', torch.__version__)" | tee -a "$SUMMARY"
+BASE=reports/gpt-oss-20b-h200; grep -q H100 "$SUMMARY" && BASE=reports/gpt-oss-20b-h100-traced
+BASE120=reports/gpt-oss-120b-h200
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
+# run NAME LIMIT CMD...: the command under a time limit, its output in NAME.log, its exit status in the summary
+run() {
+  local name=$1 limit=$2; shift 2
+  echo "== $name" >&2
+  local t0=$SECONDS
+  timeout --kill-after 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name: rc $rc in $((SECONDS - t0)) s" | tee -a "$SUMMARY"
+  return $rc
+}
+if stage tests; then
+  run tests "${LIMIT_tests:-240}" python -m pytest -q -p no:cacheprovider \
+    tests/gpu/test_moe_ogs_gpu.py tests/gpu/test_executables_gpu.py
+  tail -n 15 "$OUT/tests.log" | grep -E "passed|failed|error|Error" | tail -n 4 | tee -a "$SUMMARY"
+fi
+if stage persig; then
+  run persig "${LIMIT_persig:-300}" $B capture --executables per-signature --out "$OUT/r/persig"
+  $B compare "$BASE" "$OUT/r/persig" > "$OUT/persig-compare.log" 2>&1
+fi
+if stage default; then
+  run default "${LIMIT_default:-300}" $B capture --out "$OUT/r/default"
+  run default-gate 60 $B gate --baseline "$BASE" --current "$OUT/r/default" --each-bucket \
+    --rel-tol 0 --abs-tol-mib 0
+  echo "baseline $BASE" >> "$SUMMARY"; head -n 3 "$OUT/default-gate.log" | tee -a "$SUMMARY"
+fi
+if stage replay; then
+  run replay "${LIMIT_replay:-180}" python benchmarks/gpu/executables_replay.py --mode shared
+  tail -n 12 "$OUT/replay.log" >> "$SUMMARY"
+fi
+if stage moe; then
+  run moe "${LIMIT_moe:-300}" $B capture --moe sglang-mxfp4 --out "$OUT/r/moe"
+  $B compare "$BASE" "$OUT/r/moe" > "$OUT/moe-compare.log" 2>&1
+fi
+if stage seed; then
+  run seed "${LIMIT_seed:-240}" $B capture --moe sglang-mxfp4 --executables per-signature \
+    --warmup-output freed --modes per-bucket,shared --out "$OUT/r/seed"
+  $B show "$OUT/r/seed" > "$OUT/seed-show.log" 2>&1
+fi
+if stage moe120; then
+  run moe120 "${LIMIT_moe120:-330}" $B capture --model gpt-oss-120b --weights one-layer \
+    --moe sglang-mxfp4 --out "$OUT/r/moe120"
+  $B compare "$BASE120" "$OUT/r/moe120" > "$OUT/moe120-compare.log" 2>&1
+fi
+[ -d "$OUT/r" ] && tar -czf "$OUT/reports.tar.gz" -C "$OUT" r && rm -rf "$OUT/r"
+for f in persig-compare moe-compare moe120-compare; do
+  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -iE "total|device used|executables|graph pool" "$OUT/$f.log" | head -n 8; }
+done
+cat "$SUMMARY"
