@@ -48,7 +48,7 @@ from bcgprof.bcg.graph import BreakableGraph
 from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.measure import sites
 from bcgprof.measure.break_repeat import BreakRepeater
-from bcgprof.measure.ledger import Reading, ledger
+from bcgprof.report.ledger import Reading, ledger
 from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
 from bcgprof.measure.tracing import AllocatorRecorder
 from bcgprof.measure.warmup_repeat import RepeatPlan, plan_repeat, repeat_run
@@ -454,7 +454,7 @@ class Capturer:
             self.result.shared_output = held.out  # the largest bucket's output is the shared buffer
 
     def _measure(self, record: BucketRecord, before: Reading, order: int, held: _Held) -> None:
-        """The second reading, and the row's figures from the two (:func:`~bcgprof.measure.ledger.ledger`);
+        """The second reading, and the row's figures from the two (:func:`~bcgprof.report.ledger.ledger`);
         a captured bucket's graph and output join the result."""
         peak_allocated = torch.cuda.max_memory_allocated(self.device)
         after = read(self.memory, self.pool)

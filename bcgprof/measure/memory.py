@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from bcgprof.measure.ledger import Reading
+from bcgprof.report.ledger import Reading
 
 # ----------------------------------------------------------------------- NVML
 

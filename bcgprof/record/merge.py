@@ -1,9 +1,10 @@
 """A recording's lines merged into a report: :func:`merge` (torch-free).
 
 Each ``bucket`` line holds one bucket's readings before and after; a row's figures are their
-differences, so the report's own checks hold as for a capture: non-torch is device used less torch
-reserved, memory outside the pool is torch reserved less the pool's growth, and the pool's live and
-free bytes plus those two sum to device used. The pool is every graph pool the process's captures
+differences, computed by the capture's own ledger (:func:`bcgprof.report.ledger.ledger`), so the
+report's own checks hold as for a capture: non-torch is device used less torch reserved, memory
+outside the pool is torch reserved less the pool's growth, and the pool's live and free bytes plus
+those two sum to device used. The pool is every graph pool the process's captures
 had used by the bucket's end, read before and after over that same set. Calls of one bucket function
 with one size in one process (a runner that captures a size in several calls) make one row.
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from bcgprof.record.rows import BUCKET, PHASE, PROCESS
+from bcgprof.report.ledger import Reading, ledger
 from bcgprof.report.limits import MAX_TP
 from bcgprof.report.schema import BucketRecord
 from bcgprof.vocab import BucketStatus
@@ -69,42 +71,41 @@ def _pool_total(reading: Optional[dict[str, Any]], pools: Iterable[str], index: 
     return sum(int(own[p][index]) for p in pools if p in own)
 
 
+def _reading(reading: dict[str, Any], pools: Iterable[str]) -> Reading:
+    """One side of a bucket line as the ledger's reading (absent figures count as zero)."""
+    pool, live = _pool_total(reading, pools, 0), _pool_total(reading, pools, 1)
+    process = reading.get("process")
+    return Reading(
+        pool=pool,
+        pool_live=live,
+        pool_free=pool - live,
+        allocated=int(reading.get("allocated") or 0),
+        reserved=int(reading.get("reserved") or 0),
+        device_used=int(reading.get("used") or 0),
+        process_used=None if process is None else int(process),
+        free=reading.get("free"),
+    )
+
+
 def _figures(line: dict[str, Any]) -> dict[str, Any]:
     before, after = line.get("before") or {}, line.get("after") or {}
     pools = line.get("graph_pools", [])
-
-    def delta(key: str) -> int:
-        return int(after.get(key) or 0) - int(before.get(key) or 0)
-
-    pool_after, pool_before = _pool_total(after, pools, 0), _pool_total(before, pools, 0)
-    live_after, live_before = _pool_total(after, pools, 1), _pool_total(before, pools, 1)
-    pool_delta = pool_after - pool_before
-    live_delta = live_after - live_before
-    reserved, used = delta("reserved"), delta("used")
-    process = None
-    if before.get("process") is not None and after.get("process") is not None:
-        process = int(after["process"]) - int(before["process"])
+    first, last = _reading(before, pools), _reading(after, pools)
     peak = line.get("device_peak")
-    return {
-        "segments": int(line.get("graphs") or 0),
-        "graph_nodes": line.get("nodes"),
-        "pool_bytes": pool_after,
-        "pool_delta_bytes": pool_delta,
-        "torch_allocated_delta_bytes": delta("allocated"),
-        "torch_reserved_delta_bytes": reserved,
-        "device_used_delta_bytes": used,
-        "non_torch_delta_bytes": used - reserved,
-        "process_used_delta_bytes": process,
-        "device_peak_delta_bytes": None
-        if peak is None or not before
-        else int(peak) - int(before.get("used", 0)),
-        "free_bytes": after.get("free"),
-        "warmup_ms": max(0.0, float(line.get("warmup_ms") or 0.0)),
-        "capture_ms": max(0.0, float(line.get("capture_ms") or 0.0)),
-        "pool_live_delta_bytes": live_delta,
-        "pool_free_delta_bytes": pool_delta - live_delta,
-        "outside_pool_delta_bytes": reserved - pool_delta,
-    }
+    figures: dict[str, Any] = ledger(
+        first,
+        last,
+        peak_allocated=first.allocated,  # no peak reset inside the program: not read
+        device_peak=None if peak is None or not before else int(peak),
+    )
+    del figures["pool_output_bytes"]  # which output lies in the pool is not known: left empty
+    figures.update(
+        segments=int(line.get("graphs") or 0),
+        graph_nodes=line.get("nodes"),
+        warmup_ms=max(0.0, float(line.get("warmup_ms") or 0.0)),
+        capture_ms=max(0.0, float(line.get("capture_ms") or 0.0)),
+    )
+    return figures
 
 
 _SUMMED = (
@@ -202,7 +203,6 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             pid=pid,
             detail=detail,
             retained_output_bytes=0,
-            peak_transient_bytes=0,
             **buckets[key],
         )
         out.rows.append(record)

@@ -1,4 +1,4 @@
-"""A bucket's row figures from its two readings (bcgprof.measure.ledger), on the CPU: each figure is
+"""A bucket's row figures from its two readings (bcgprof.report.ledger), on the CPU: each figure is
 the difference it is documented to be, the four causes sum to the device-used growth, and every row
 built from it is one the report reader takes."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bcgprof.errors import ReportError
-from bcgprof.measure.ledger import Reading, ledger
 from bcgprof.report import LEDGER_FIELDS, BucketRecord
 from bcgprof.report.consistency import check_bucket_sums
+from bcgprof.report.ledger import Reading, ledger
 
 MIB = 1024**2
 
@@ -135,5 +135,5 @@ def test_a_row_built_from_the_ledger_is_one_the_report_reader_takes():
 
 
 def test_the_ledger_imports_no_torch():
-    code = "import sys, bcgprof.measure.ledger; sys.exit('torch' in sys.modules)"
+    code = "import sys, bcgprof.report.ledger; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

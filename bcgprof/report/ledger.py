@@ -12,8 +12,8 @@ to its segments), ``outside_pool`` is torch-reserved growth less the pool's, and
 is device-used growth less torch-reserved growth (graph executables, driver memory).
 
 Invariant: the sums hold exactly by construction, so every row built here passes
-:func:`bcgprof.report.consistency.check_bucket_sums`, and ``bcgprof capture`` and any other
-writer of rows derive the figures one way. Cost: a few integer operations; no torch, no GPU.
+:func:`bcgprof.report.consistency.check_bucket_sums`, and ``bcgprof capture`` and ``bcgprof
+record``'s merge derive the figures one way. Cost: a few integer operations; no torch, no GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Reading:
     reserved: int  # torch reserved, every pool
     device_used: int  # NVML (or mem_get_info)
     process_used: Optional[int]  # NVML's figure for this process, where it answers
-    free: int  # free on the device
+    free: Optional[int]  # free on the device (None where a recording lacks it)
 
 
 def ledger(
