@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,25 +43,52 @@ class LineWriter:
         os.write(self._fd, line.encode())
 
 
-def read_lines(spool: Path) -> Iterator[dict[str, Any]]:
-    """Every whole line of every process's file, file by file in the order of their names."""
-    if not Path(spool).is_dir():
-        return
-    for path in sorted(Path(spool).glob("*.jsonl")):
+class LineReader:
+    """Every whole line of every process's file, read incrementally: each call reads only the
+    bytes appended since the last (an offset per file), so a parent that polls a long recording
+    parses each line once. A torn last line is kept back until its newline arrives."""
+
+    def __init__(self, spool: Path):
+        self.spool = Path(spool)
+        self._offsets: dict[Path, int] = {}
+        self._lines: dict[Path, list[dict[str, Any]]] = {}
+
+    def read(self) -> list[dict[str, Any]]:
+        """All lines so far, file by file in the order of their names."""
+        if self.spool.is_dir():
+            for path in self.spool.glob("*.jsonl"):
+                self._read_new(path)
+        return [item for path in sorted(self._lines) for item in self._lines[path]]
+
+    def _read_new(self, path: Path) -> None:
+        offset = self._offsets.get(path, 0)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
         except OSError:
-            continue
-        for raw in data.split(b"\n")[:-1]:  # the last piece is a torn line or empty
-            if len(raw) > MAX_LINE:
-                continue
-            try:
-                item = json.loads(raw)
-            except ValueError:
-                continue
-            if (
-                isinstance(item, dict)
-                and isinstance(item.get("kind"), str)
-                and isinstance(item.get("pid"), int)
-            ):
-                yield item
+            return
+        end = data.rfind(b"\n") + 1  # up to the last whole line
+        self._offsets[path] = offset + end
+        lines = self._lines.setdefault(path, [])
+        for raw in data[:end].split(b"\n")[:-1]:
+            item = _parse(raw)
+            if item is not None:
+                lines.append(item)
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    if len(raw) > MAX_LINE:
+        return None
+    try:
+        item = json.loads(raw)
+    except ValueError:
+        return None
+    if (
+        isinstance(item, dict)
+        and isinstance(item.get("kind"), str)
+        and isinstance(item.get("pid"), int)
+    ):
+        return item
+    return None
+

@@ -35,7 +35,7 @@ from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
 from bcgprof.record.logs import MAX_KEPT, engine_figure
 from bcgprof.record.merge import Merged, MergeError, merge
-from bcgprof.record.rows import read_lines, spool_of
+from bcgprof.record.rows import LineReader, spool_of
 from bcgprof.report.schema import RunInfo
 from bcgprof.report.write import ReportWriter
 from bcgprof.version import __version__
@@ -269,10 +269,11 @@ def record(
     stopped = interrupted = False
     rows_seen, last_change = 0, time.monotonic()
     state: tuple = ()
+    lines = LineReader(spool)
     try:
         while proc.poll() is None:
             time.sleep(POLL_S)
-            merged = merge(read_lines(spool))
+            merged = merge(lines.read())
             now_state = (
                 len(merged.rows),
                 merged.phases_open,
@@ -306,7 +307,7 @@ def record(
             t.join(timeout=5.0)
         shutil.rmtree(site, ignore_errors=True)
     code = proc.returncode if proc.returncode is not None else -1
-    merged = merge(read_lines(spool))
+    merged = merge(lines.read())
     if interrupted:
         status, message = RunStatus.INTERRUPTED, "interrupted (Ctrl-C): the rows recorded so far"
     elif stopped or code == 0:

@@ -328,3 +328,24 @@ def test_gate_judges_one_recording_against_another(tmp_path):
     grown = runner.invoke(app, [*args, "--current", str(tmp_path / "v3")])
     assert same.exit_code == 0 and "PASS" in same.stdout
     assert grown.exit_code == 1 and "decode" in grown.stdout
+
+
+def test_the_line_reader_reads_each_appended_line_once_and_waits_for_a_torn_one(tmp_path):
+    from bcgprof.record.rows import LineReader, LineWriter
+
+    writer, reader = LineWriter(tmp_path), LineReader(tmp_path)
+    assert reader.read() == []
+    writer.write("process", rank=None)
+    writer.write("bucket", bucket=8)
+    first = reader.read()
+    assert [line["kind"] for line in first] == ["process", "bucket"]
+    path = next(tmp_path.glob("*.jsonl"))
+    with open(path, "ab") as f:  # a line caught half written
+        f.write(b'{"kind": "bucket", "pid": 7, "bucket"')
+    assert reader.read() == first
+    with open(path, "ab") as f:
+        f.write(b': 16}\n{"not": "a line of ours"}\nnot json\n')
+    lines = reader.read()
+    assert [line.get("bucket") for line in lines] == [None, 8, 16]
+    (tmp_path / "1.jsonl").write_bytes(b'{"kind": "process", "pid": 1}\n')  # sorts first
+    assert reader.read()[0]["pid"] == 1
