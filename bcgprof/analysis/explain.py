@@ -45,7 +45,8 @@ class ModeLedger:
 
 @dataclass
 class ExecutableFit:
-    """non_torch_delta ~ bytes_per_graph x segments + bytes_per_node x nodes, over the rows used."""
+    """non_torch_delta ~ bytes_per_graph x executables + bytes_per_node x nodes, over the rows used
+    (one executable per segment, unless ``shared``)."""
 
     rows: int
     bytes_per_graph: float
@@ -55,8 +56,12 @@ class ExecutableFit:
     fitted_bytes: int  # the fit summed over the rows
     measured_bytes: int  # the non-torch deltas summed over the same rows
     first_buckets_excluded: bool  # each mode's first bucket carries one-off driver costs
-    # False when every row has the same nodes per graph: then only bytes_per_graph is fitted
+    # False when every row has the same nodes per graph, or executables are shared: then only
+    # bytes_per_graph is fitted
     separable: bool = True
+    # executables shared by segments of one signature (--executables per-signature): the fit is
+    # per executable instantiated, whose kernel nodes the rows do not count
+    shared: bool = False
 
 
 @dataclass
@@ -146,12 +151,19 @@ def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
     data = later if excluded else usable
     if len(data) < 2:
         return None
-    graphs = [float(r.segments) for r in data]
+    # Shared executables: a bucket's cost is the executables it instantiated, not its segments,
+    # and its node count is every segment's, not the executables'.
+    shared = any(r.executables is not None and r.executables != r.segments for r in data)
+    graphs = [
+        float(r.executables if shared and r.executables is not None else r.segments) for r in data
+    ]
     nodes = [float(r.graph_nodes or 0) for r in data]  # every usable row has its node count
     ys = [float(r.non_torch_delta_bytes) for r in data]
     # With the same nodes per graph in every row, graphs and nodes cannot be told apart:
     # fit a cost per graph (its nodes included) only.
-    separable = len({round(n / g, 6) for g, n in zip(graphs, nodes, strict=True)}) > 1
+    separable = not shared and (
+        len({round(n / g, 6) for g, n in zip(graphs, nodes, strict=True) if g}) > 1
+    )
     fit = least_squares([graphs, nodes if separable else [0.0] * len(data)], ys, nonnegative=True)
     a, b = fit.coef
     fitted = [a * g + b * n for g, n in zip(graphs, nodes, strict=True)]
@@ -168,6 +180,7 @@ def fit_executables(rows: list[BucketRecord]) -> Optional[ExecutableFit]:
         measured_bytes=int(sum(ys)),
         first_buckets_excluded=excluded,
         separable=separable,
+        shared=shared,
     )
 
 
@@ -319,8 +332,11 @@ def _sentences(exp: Explanation, groups: dict) -> list[str]:
         ]
         per_bucket = (sum(r.non_torch_delta_bytes for r in later) / len(later)) if later else None
         cost = (
-            f"{f.bytes_per_graph / 1024:.1f} KiB per graph + {f.bytes_per_node:.0f} B per kernel "
-            "node"
+            f"{f.bytes_per_graph / 1024:.1f} KiB per executable instantiated (segments of one "
+            "signature share one; its kernel nodes included)"
+            if f.shared
+            else f"{f.bytes_per_graph / 1024:.1f} KiB per graph + {f.bytes_per_node:.0f} B per "
+            "kernel node"
             if f.separable
             else f"{f.bytes_per_graph / 1024:.1f} KiB per graph, its kernel nodes included (every "
             "bucket has the same "

@@ -75,10 +75,17 @@ def fit_sheet(exp: Explanation) -> Sheet:
         Column("value", "value", numeric=False, key_column=True),
     ]
     rows = [
-        ("per graph (segment)", f"{f.bytes_per_graph / 1024:.1f} KiB"),
+        (
+            "per executable (shared per signature)" if f.shared else "per graph (segment)",
+            f"{f.bytes_per_graph / 1024:.1f} KiB",
+        ),
         (
             "per kernel node",
-            f"{f.bytes_per_node:.0f} B" if f.separable else "not separable (same nodes per graph)",
+            f"{f.bytes_per_node:.0f} B"
+            if f.separable
+            else "not separable (executables shared)"
+            if f.shared
+            else "not separable (same nodes per graph)",
         ),
         (
             "buckets fitted",
@@ -90,7 +97,9 @@ def fit_sheet(exp: Explanation) -> Sheet:
     ]
     return Sheet(
         "executables",
-        "graph-executable memory, fitted to graphs and nodes (non-torch deltas)",
+        "graph-executable memory, fitted to "
+        + ("executables" if f.shared else "graphs and nodes")
+        + " (non-torch deltas)",
         columns,
         [{"figure": a, "value": b} for a, b in rows],
     )

@@ -3,6 +3,8 @@ KV tokens, and reports written before the ledger."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bcgprof.analysis.explain import (
@@ -284,3 +286,27 @@ def test_the_same_nodes_per_graph_everywhere_fits_a_cost_per_graph_only():
     fit = fit_executables(rows)
     assert not fit.separable and fit.bytes_per_node == 0
     assert fit.bytes_per_graph == pytest.approx((28 << 20) / 100)
+
+
+def test_shared_executables_are_fitted_per_executable_instantiated_not_per_segment():
+    rows = [
+        BucketRecord(
+            mode="m",
+            bucket=i,
+            order=i + 1,
+            status="ok",
+            segments=25,
+            graph_nodes=nodes,
+            executables=execs,
+            signatures=execs,
+            non_torch_delta_bytes=300_000 * execs,
+        )
+        for i, (execs, nodes) in enumerate([(3, 2250), (4, 2300), (2, 2100), (5, 2600)])
+    ]
+    fit = fit_executables(rows)
+    assert fit.shared and not fit.separable and fit.bytes_per_node == 0
+    assert fit.bytes_per_graph == pytest.approx(300_000, rel=1e-6)
+    assert fit.fitted_bytes == fit.measured_bytes
+    # one executable per segment: the segments are the regressor, as before
+    per_segment = [dataclasses.replace(r, executables=r.segments, signatures=None) for r in rows]
+    assert not fit_executables(per_segment).shared
