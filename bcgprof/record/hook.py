@@ -398,9 +398,12 @@ class Recorder:
         except Exception as e:
             self._warn(f"the allocator trace ({step})", e)
             active = tracer.active
-            if active is not None:
+            group = active.group if active is not None else None
+            if group is None and step == "bucket_begins":
+                group = args[0]
+            if group is not None and group not in tracer.done:
                 try:
-                    tracer.refuse(active.group, f"recording it failed: {type(e).__name__}: {e}")
+                    tracer.refuse(group, f"recording it failed: {type(e).__name__}: {e}"[:200])
                 except Exception:
                     tracer.active = None
         return time.perf_counter() - started
