@@ -154,7 +154,9 @@ class GroupTracer:
             self._give_up(
                 group,
                 "its graphs were captured outside a bucket function (one row per graph, numbered, "
-                "not sized); name the function that captures one bucket with --bucket",
+                "not sized); name the function that captures one bucket with --bucket"
+                if per_graph
+                else "its bucket function's size argument could not be read",
             )
             return
         if group == RecordGroup.COMPILED:

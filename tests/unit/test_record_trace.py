@@ -216,10 +216,21 @@ def test_the_history_is_off_outside_the_group_and_a_size_captured_again_at_once_
     program.bucket(8, _eager, _first)
     program.bucket(4, _eager, _second)
     program.bucket(
-        4, _eager, lambda m: (m.alloc(GRAPH_SEG + 12 * MIB, MIB), m.free(GRAPH_SEG + 12 * MIB, MIB))
+        4,
+        _eager,
+        lambda m: (m.alloc(GRAPH_SEG + 12 * MIB, 3 * MIB), m.free(GRAPH_SEG + 12 * MIB, 3 * MIB)),
     )
     head = read_columns(program.report / "traces-graphs.csv.gz").head
     assert head["buckets"] == [8, 4]
+    # the two calls of bucket 4 are one row, and the trace replays to it
+    report = program.write_report()
+    assert [r.bucket for r in report.buckets] == [8, 4]
+    assert [r.pool_bytes for r in predict_buckets(report, [8, 4]).modes[0].buckets] == [
+        20 * MIB,
+        20 * MIB,
+    ]
+    traced = report.run.extra["recorded"]["traces"]["graphs"]
+    assert traced["rank"] == 0 and traced["pid"] == report.buckets[0].pid
 
 
 @pytest.mark.parametrize(
@@ -294,3 +305,15 @@ def test_trace_without_a_bucket_function_is_refused_before_the_program_starts(tm
     with pytest.raises(BcgprofError, match="--trace records the groups of bucket functions"):
         check_options(options)
     check_options(RecordOptions(command=["python", "x.py"], out=tmp_path / "r", trace=True))
+
+
+def test_a_recorded_trace_that_does_not_replay_to_its_rows_is_refused_in_one_line(tmp_path):
+    # a 1 MiB block placed in a large segment: the allocator serves it from a small one, so the
+    # replay places it elsewhere than recorded, and predict refuses the trace
+    program = Program(tmp_path)
+    program.bucket(8, _eager, _first)
+    program.bucket(4, _eager, lambda m: m.alloc(GRAPH_SEG + 8 * MIB, MIB))
+    report = program.write_report()
+    with pytest.raises(PredictionError, match="does not replay to the report's own pool") as e:
+        predict_buckets(report, [8, 4])
+    assert "\n" not in str(e.value)
