@@ -4,8 +4,10 @@ history gives them), the file read back and replayed by predict, and the cases t
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import inspect
+import shutil
 import time
 
 import pytest
@@ -317,3 +319,33 @@ def test_a_recorded_trace_that_does_not_replay_to_its_rows_is_refused_in_one_lin
     with pytest.raises(PredictionError, match="does not replay to the report's own pool") as e:
         predict_buckets(report, [8, 4])
     assert "\n" not in str(e.value)
+
+
+def test_predict_refuses_a_recording_captured_smallest_first_or_with_two_traced_lists(tmp_path):
+    program = Program(tmp_path)
+    program.bucket(4, _eager, _first)
+    program.bucket(8, _eager, _second)
+    with pytest.raises(PredictionError, match="in another order than largest first"):
+        predict_buckets(program.write_report(), [8, 4])
+
+    (tmp_path / "two").mkdir()
+    program = Program(tmp_path / "two")
+    program.bucket(8, _eager, _first)
+    program.bucket(4, _eager, _second)
+    report = program.write_report()
+    # a second traced group, of one bucket
+    shutil.copy(report.path / "traces-graphs.csv.gz", report.path / "traces-decode.csv.gz")
+    extra = {**report.run.extra, "sequences": {"graphs": [8, 4], "decode": [8]}}
+    rows = [*report.buckets, dataclasses.replace(report.buckets[0], mode="decode")]
+    two = dataclasses.replace(
+        report, run=dataclasses.replace(report.run, extra=extra), buckets=rows
+    )
+    with pytest.raises(PredictionError, match="hold different bucket lists"):
+        predict_buckets(two, [8])
+    # without the second trace, that group is left out with a note
+    (report.path / "traces-decode.csv.gz").unlink()
+    prediction = predict_buckets(two, [8, 4])
+    assert [m.mode for m in prediction.modes] == ["graphs"]
+    assert any(
+        "without an allocator trace left out: no trace of decode" in n for n in prediction.notes
+    )
