@@ -1,10 +1,12 @@
 """What `bcgprof record` costs the program it records (needs a GPU).
 
-Runs ``examples/record/graph_loop.py`` (``--sizes`` buckets) alone and under ``bcgprof record`` in turn, ``--rounds`` times
-each, and prints, from the program's own output, the capture loop's wall time and the free memory it
-took. The goal: a time ratio of at most 1.05 and the same free-memory figure to the byte.
+Runs ``examples/record/graph_loop.py`` (``--sizes`` buckets) alone and under ``bcgprof record`` in
+turn (and, with ``--trace``, under ``bcgprof record --trace`` too), ``--rounds`` times each, and
+prints, from the program's own output, the capture loop's wall time and the free memory it took. The
+goal: a time ratio of at most 1.05 and the same free-memory figure to the byte; ``--trace`` states
+what recording the allocator's history adds.
 
-    python benchmarks/record_overhead.py --rounds 3 --out /tmp/overhead
+    python benchmarks/record_overhead.py --rounds 3 --out /tmp/overhead [--trace]
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ PROGRAM = ROOT / "examples" / "record" / "graph_loop.py"
 LINE = re.compile(r"program: capture loop took (\d+) bytes of free memory in ([0-9.]+) s")
 
 
-def once(recorded: bool, out: Path, sizes: int) -> tuple[int, float]:
+def once(recorded: bool, out: Path, sizes: int, trace: bool = False) -> tuple[int, float]:
     cmd = [sys.executable, str(PROGRAM), str(sizes)]
     if recorded:
-        cmd = [sys.executable, "-m", "bcgprof", "record", "--bucket", "loops:capture_one:size", "--out", str(out),
-               "--", *cmd]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        cmd = [sys.executable, "-m", "bcgprof", "record", *(["--trace"] if trace else []),
+               "--bucket", "loops:capture_one:size", "--out", str(out), "--", *cmd]  # fmt: skip
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     m = LINE.search(proc.stdout)
     if m is None:
@@ -39,22 +42,31 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("/tmp/bcgprof-record-overhead"))
-    p.add_argument("--sizes", type=int, default=32, help="buckets the program captures (multiples of 256 tokens)")
+    p.add_argument("--sizes", type=int, default=32,
+                   help="buckets the program captures (multiples of 256 tokens)")  # fmt: skip
+    p.add_argument("--trace", action="store_true",
+                   help="also run under bcgprof record --trace")  # fmt: skip
     a = p.parse_args()
-    plain, hooked = [], []
+    plain, hooked, traced = [], [], []
     for i in range(a.rounds):
         plain.append(once(False, a.out, a.sizes))
         hooked.append(once(True, a.out / f"round-{i}", a.sizes))
+        if a.trace:
+            traced.append(once(True, a.out / f"traced-{i}", a.sizes, trace=True))
     print(f"{'run':<10} {'free memory taken (bytes)':>26} {'capture loop (s)':>17}")
-    for name, runs in (("plain", plain), ("recorded", hooked)):
+    for name, runs in (("plain", plain), ("recorded", hooked), ("traced", traced)):
         for took, seconds in runs:
             print(f"{name:<10} {took:>26} {seconds:>17.3f}")
-    median_plain, median_hooked = statistics.median(s for _, s in plain), statistics.median(s for _, s in hooked)
-    ratio = median_hooked / median_plain
-    print(f"{a.sizes} buckets: {median_plain:.3f} s plain, {median_hooked:.3f} s recorded, "
-          f"{(median_hooked - median_plain) / a.sizes * 1e3:.2f} ms a bucket")
-    same = {t for t, _ in plain} == {t for t, _ in hooked} and len({t for t, _ in plain}) == 1
-    print(f"median time ratio recorded/plain: {ratio:.3f}; free memory taken identical in every run: {same}")
+    median_plain = statistics.median(s for _, s in plain)
+    for name, runs in (("recorded", hooked), ("traced", traced)):
+        if not runs:
+            continue
+        median = statistics.median(s for _, s in runs)
+        print(f"{a.sizes} buckets: {median_plain:.3f} s plain, {median:.3f} s {name}, "
+              f"{(median - median_plain) / a.sizes * 1e3:.2f} ms a bucket")  # fmt: skip
+        same = {t for t, _ in plain} == {t for t, _ in runs} and len({t for t, _ in plain}) == 1
+        print(f"median time ratio {name}/plain: {median / median_plain:.3f}; "
+              f"free memory taken identical in every run: {same}")  # fmt: skip
 
 
 if __name__ == "__main__":

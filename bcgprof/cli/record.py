@@ -68,6 +68,14 @@ def record(
         help="Pass the program's output through bcgprof (as pipes) and keep the "
         "engines' capture-memory lines; --no-scan-logs leaves the terminal.",
     ),
+    trace: bool = typer.Option(
+        False,
+        "--trace",
+        help="Also record the allocator's history of each group's graph pool, as capture does "
+        "(traces-GROUP.csv.gz), so that predict --from the report --buckets can replay it: one "
+        "process (rank 0, or the first to capture) per group; groups of bucket functions only. "
+        "It costs the program time and host memory while its buckets run (docs/record.md).",
+    ),
     sample_interval_ms: float = typer.Option(
         5.0,
         "--sample-interval-ms",
@@ -99,6 +107,7 @@ def record(
         sample_interval_ms=sample_interval_ms,
         model=model,
         scan_logs=scan_logs,
+        trace=trace,
     )
     result = run_record(options, progress=lambda text: note(f"bcgprof record: {text}"))
     note(
@@ -111,6 +120,12 @@ def record(
             f"bcgprof record: the hook's readings took {cost['total_ms']:.1f} ms of the program's "
             "time over "
             f"{cost['buckets']} bucket(s), {cost['median_ms']:.2f} ms a bucket (median)"
+        )
+    for group, traced in result.merged.traces.items():
+        note(
+            f"bcgprof record: allocator trace of {group} written (traces-{group}.csv.gz)"
+            if traced["written"]
+            else f"bcgprof record: {traced['note']}"
         )
     if result.merged.rows:
         show_report(read_report(result.report), stdout_console(), "table", "summary")

@@ -14,7 +14,8 @@ Invariant: the program runs as it would without the hook. No reading synchronise
 ``empty_cache``, resets peak statistics or allocates device memory; every hook error is caught and
 printed once, and the program goes on. Cost: two readings per bucket (a snapshot walk of the
 allocator's segments, three NVML queries) and, while a bucket runs, one NVML query per sampling
-interval on a background thread; nothing at all outside buckets.
+interval on a background thread; nothing at all outside buckets. With ``--trace``, the group's
+allocator history too (:mod:`bcgprof.record.history`, which states its own cost).
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ class Recorder:
         self._warned: set[str] = set()
         self._described = False
         self._nvml_started = False
+        # --trace: the allocator's history of each group's pool (bcgprof.record.history)
+        self.tracer: Any = None
         # what a bucket's readings come from: the device (NVML and the allocator), or a stand-in in
         # CPU tests
         self.read: Callable[[], Optional[dict[str, Any]]] = self._device_reading
@@ -157,9 +160,15 @@ class Recorder:
             for s in env.get("BCGPROF_RECORD_BUCKETS", "").split("\n")
             if s
         ]
-        return cls(
+        rec = cls(
             env["BCGPROF_RECORD_DIR"], adapters, float(env.get("BCGPROF_RECORD_SAMPLE_MS", "5"))
         )
+        if env.get("BCGPROF_RECORD_TRACE") == "on":
+            from bcgprof.record.history import GroupTracer
+
+            spool = Path(env["BCGPROF_RECORD_DIR"])
+            rec.tracer = GroupTracer(spool.parent, spool, rec.lines.write, rank=_rank)
+        return rec
 
     # ------------------------------------------------------------ the state of this thread
 
@@ -219,6 +228,7 @@ class Recorder:
             if token is None:
                 return
             if isinstance(token, tuple) and token[0] == "phase":
+                self._trace("stop")
                 self.lines.write(PHASE, event="end", name=token[1].name, engine=token[1].engine)
             elif isinstance(token, tuple) and token[0] == "scope":
                 stack = self._stack()
@@ -269,6 +279,7 @@ class Recorder:
                     self._scope_group() or table.RecordGroup.GRAPHS, None, per_graph=True
                 )
             if bucket.first_capture is None:
+                bucket.hook_s += self._trace("capture_begins")
                 bucket.first_capture = time.perf_counter()
             import torch
 
@@ -280,10 +291,12 @@ class Recorder:
     def graph_ends(self, graph: Any) -> None:
         try:
             self.graph_count += 1
-            self.pools.add(tuple(int(x) for x in graph.pool()))
+            pool = tuple(int(x) for x in graph.pool())
+            self.pools.add(pool)
             bucket = self._open_bucket()
             if bucket is None:
                 return
+            bucket.hook_s += self._trace("graph_ends", pool)
             bucket.graphs += 1
             if bucket.nodes is not None:
                 from bcgprof.bcg.graph import graph_node_count
@@ -373,12 +386,36 @@ class Recorder:
             "time": time.time(),
         }
 
+    def _trace(self, step: str, *args: Any) -> float:
+        """One step of ``--trace``'s tracer (:mod:`bcgprof.record.history`), if on; the seconds it
+        took. A step that fails gives its group no trace, and the program goes on."""
+        tracer = self.tracer
+        if tracer is None:
+            return 0.0
+        started = time.perf_counter()
+        try:
+            getattr(tracer, step)(*args)
+        except Exception as e:
+            self._warn(f"the allocator trace ({step})", e)
+            active = tracer.active
+            group = active.group if active is not None else None
+            if group is None and step == "bucket_begins":
+                group = args[0]
+            if group is not None and group not in tracer.done:
+                try:
+                    tracer.refuse(group, f"recording it failed: {type(e).__name__}: {e}"[:200])
+                except Exception:
+                    tracer.active = None
+        return time.perf_counter() - started
+
     def _begin(self, group: str, size: Optional[int], per_graph: bool = False) -> _Bucket:
         started = time.perf_counter()
         before = self.read()
         # who this process is, once, with its first reading
         if before is not None and not self._described:
             self._process_line()
+        if before is not None:
+            self._trace("bucket_begins", group, size, per_graph)
         sampler = None
         if before is not None and self._memory is not None and self.sample_ms > 0:
             from bcgprof.measure.memory import PeakSampler
@@ -394,6 +431,8 @@ class Recorder:
         if bucket in stack:
             stack.remove(bucket)
         ended = time.perf_counter()
+        if bucket.before is not None:
+            self._trace("bucket_ends", bucket.group, self.pools)
         after = self.read()
         peak = None
         if bucket.sampler is not None:

@@ -10,7 +10,9 @@ with one size in one process (a runner that captures a size in several calls) ma
 
 Ranks come from torch.distributed, or the launcher's RANK; a process without either takes the next
 rank no other process of the report has. A group's capture order (``extra.sequences``) is the
-order of its buckets' first appearance, lowest rank first.
+order of its buckets' first appearance, lowest rank first. With ``--trace``, each ``trace`` line
+says whether a group's allocator trace was written and by which process, or why it has none (the
+latest line of a group counts).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from bcgprof.record.rows import BUCKET, PHASE, PROCESS
+from bcgprof.record.rows import BUCKET, PHASE, PROCESS, TRACE
 from bcgprof.report.ledger import Reading, ledger
 from bcgprof.report.limits import MAX_TP
 from bcgprof.report.schema import BucketRecord
@@ -48,6 +50,8 @@ class Merged:
     notes: list[str] = field(default_factory=list)
     # what each bucket's readings cost its program
     hook_ms: list[float] = field(default_factory=list)
+    # group -> its allocator trace: {"pid", "written", "note"} (--trace)
+    traces: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def hook_cost(self) -> dict[str, Any]:
         """The readings' time in the program, over its buckets."""
@@ -150,6 +154,12 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
         if kind == PROCESS:
             out.processes.append({k: v for k, v in line.items() if k != "kind"})
             rank_of.setdefault(pid, line.get("rank"))
+        elif kind == TRACE:
+            out.traces[str(line.get("group"))] = {
+                "pid": pid,
+                "written": line.get("state") == "written",
+                "note": str(line.get("note") or "")[:300],
+            }
         elif kind == PHASE:
             if line.get("event") == "begin":
                 out.phases_open += 1
@@ -216,6 +226,8 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 "buckets"
             )
     _drop_gaps(out)
+    for trace in out.traces.values():
+        trace["rank"] = ranks.get(trace["pid"])
     return out
 
 

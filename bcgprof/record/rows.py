@@ -2,9 +2,10 @@
 
 Each process of a recorded program appends to ``<report>/.record/<pid>.jsonl``, one line per event:
 ``process`` (who it is, once, at its first reading), ``bucket`` (one bucket's readings before and
-after, written when the bucket ends) and ``phase`` (an engine's capture phase began or ended). A
-line is written with one ``write`` of a whole line and flushed, so a reader sees whole lines or
-nothing of the last; a torn last line (a killed process) is skipped. Standard library only.
+after, written when the bucket ends), ``phase`` (an engine's capture phase began or ended) and
+``trace`` (with ``--trace``: a group's allocator trace was written, or why it has none). A line
+is written with one ``write`` of a whole line and flushed, so a reader sees whole lines or nothing
+of the last; a torn last line (a killed process) is skipped. Standard library only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 SPOOL = ".record"  # the folder of a report where recorded processes append their lines
-PROCESS, BUCKET, PHASE = "process", "bucket", "phase"
+PROCESS, BUCKET, PHASE, TRACE = "process", "bucket", "phase", "trace"
 MAX_LINE = 1 << 16  # a bucket line is about 1 KB; longer lines are not bcgprof's
 
 

@@ -57,6 +57,7 @@ class RecordOptions:
     sample_interval_ms: float = 5.0
     model: str = ""
     scan_logs: bool = True
+    trace: bool = False  # --trace: each group's allocator trace (bcgprof.record.history)
 
 
 @dataclass
@@ -76,6 +77,11 @@ def check_options(options: RecordOptions) -> list[table.Adapter]:
             "no command to record; give it after --, e.g. bcgprof record -- python my_script.py"
         )
     user = [table.parse_bucket_option(spec) for spec in options.buckets]
+    if options.trace and not options.adapters and not user:
+        raise BcgprofError(
+            "--trace records the groups of bucket functions, and --no-adapters leaves none; give "
+            "--bucket MODULE:QUALNAME:ARG, or drop --no-adapters"
+        )
     out = options.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BcgprofError(
@@ -130,6 +136,7 @@ def _environment(
     env["BCGPROF_RECORD_BUCKETS"] = "\n".join(options.buckets)
     env["BCGPROF_RECORD_ADAPTERS"] = "on" if options.adapters else "off"
     env["BCGPROF_RECORD_SAMPLE_MS"] = f"{options.sample_interval_ms:g}"
+    env["BCGPROF_RECORD_TRACE"] = "on" if options.trace else "off"
     return env
 
 
@@ -184,6 +191,7 @@ def _run_info(
             "engine_log": engine_lines[:MAX_KEPT],
             "notes": merged.notes[:32],
             "hook_cost": merged.hook_cost(),
+            "traces": merged.traces if options.trace else None,
         },
     }
     return RunInfo(

@@ -47,7 +47,7 @@ from bcgprof.report.traces import (
     TraceRow,
 )
 from bcgprof.text import printable
-from bcgprof.vocab import Mode
+from bcgprof.vocab import Mode, RecordGroup
 
 CHUNK = 1 << 20  # text inflated per step
 INPUT = 64 << 10  # compressed bytes fed to the inflater per step
@@ -67,6 +67,9 @@ A = {a: i for i, a in enumerate(ACTIONS)}  # action -> its code
 SEGMENT_CODES = [A[a] for a in fmt.SEGMENT_ACTIONS]
 BLOCK_CODES = [A[a] for a in fmt.BLOCK_ACTIONS]
 GRAPH = POOLS.index(TracePool.GRAPH)
+
+# what a trace's header may name: a capture's mode, or a recorded group (bcgprof record --trace)
+TRACE_MODES: tuple[str, ...] = (*(m.value for m in Mode), *(g.value for g in RecordGroup))
 
 _FIX = "re-capture the report to predict from it (show, gate and explain do not read it)"
 
@@ -256,7 +259,7 @@ def _header(path: Path, first: bytes) -> dict:
             path,
             f"trace format version {head.get('version')!r}; this bcgprof reads version {VERSION}",
         )
-    if head.get("mode") not in tuple(Mode):
+    if head.get("mode") not in TRACE_MODES:
         raise bad(path, f"unknown mode {head.get('mode')!r} in the header")
     for name in ("buckets", "incomplete"):
         value = head.get(name)

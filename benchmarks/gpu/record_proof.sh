@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bcgprof record on the GPU: the example programs, bcgprof capture recorded as an outside program, the
+# bcgprof record on the GPU: the example programs (the loop also with --trace), bcgprof capture recorded as an outside program, the
 # hook's overhead, and the zero-tolerance gate of the default capture. Writes under $OUT; prints a table last.
 set -u
 cd "$(dirname "$0")/../.."
@@ -12,6 +12,10 @@ python -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.t
 step() { echo "== $*" >&2; }
 step graph loop
 $B record --bucket loops:capture_one:size --out "$OUT/recorded-loop" -- python $E/graph_loop.py > "$OUT/loop.log" 2>&1; echo "rc $?" >> "$OUT/loop.log"
+step traced loop: record --trace, predict from the recording, the GPU test
+$B record --trace --bucket loops:capture_one:size --out "$OUT/traced-loop" -- python $E/graph_loop.py 6 > "$OUT/traced.log" 2>&1; echo "rc $?" >> "$OUT/traced.log"
+$B predict --from "$OUT/traced-loop" --buckets 256,512,768,1024,1280,1536 --rows >> "$OUT/traced.log" 2>&1; echo "rc $?" >> "$OUT/traced.log"
+python -m pytest -q -m gpu tests/gpu/test_record_trace_gpu.py >> "$OUT/traced.log" 2>&1; echo "rc $?" >> "$OUT/traced.log"
 step child process
 $B record --bucket loops:capture_one:size --out "$OUT/recorded-child" -- python $E/child_capture.py > "$OUT/child.log" 2>&1; echo "rc $?" >> "$OUT/child.log"
 step torchrun
@@ -26,10 +30,10 @@ $B record --bucket bcgprof.measure.capture:Capturer._capture_one:bucket --out "$
 $B gate --baseline "$OUT/native" --current "$OUT/native-under-hook" --each-bucket --rel-tol 0 --abs-tol-mib 0 > "$OUT/hook-gate.log" 2>&1; echo "rc $?" >> "$OUT/hook-gate.log"
 python benchmarks/gpu/record_table.py "$OUT" > "$OUT/table.txt" 2>&1
 step overhead
-python benchmarks/record_overhead.py --rounds 2 --sizes 16 --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1; echo "rc $?" >> "$OUT/overhead.log"
+python benchmarks/record_overhead.py --rounds 2 --sizes 16 --trace --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1; echo "rc $?" >> "$OUT/overhead.log"
 rm -rf "$OUT"/*/.record/site
 # the recordings, as one file (a device call brings back a limited number of files)
-tar -czf "$OUT/recordings.tar.gz" -C "$OUT" recorded-loop recorded-child recorded-torchrun recorded-compiled \
+tar -czf "$OUT/recordings.tar.gz" -C "$OUT" recorded-loop traced-loop recorded-child recorded-torchrun recorded-compiled \
     recorded-capture native native-under-hook 2>/dev/null
 if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   step default capture and gate
@@ -38,7 +42,7 @@ if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   echo "baseline $BASE" > "$OUT/default-gate.log"
   $B gate --baseline $BASE --current "$OUT/default" --each-bucket --rel-tol 0 --abs-tol-mib 0 >> "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
 fi
-for f in loop child torchrun compiled native recorded-capture hook-gate overhead default default-gate; do
-  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|a bucket|error|report |baseline|readings took" "$OUT/$f.log" | tail -6; }
+for f in loop traced child torchrun compiled native recorded-capture hook-gate overhead default default-gate; do
+  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|a bucket|error|report |baseline|readings took|trace|passed|failed" "$OUT/$f.log" | tail -6; }
 done
 cat "$OUT/table.txt"

@@ -246,3 +246,35 @@ def test_the_hook_loads_with_torch_and_starts_nothing_in_a_process_that_never_ca
     # patched, yet no thread of the hook's until a capture
     assert "after torch True 1" in proc.stdout
     assert read_report(tmp_path / "r").run.status == "partial"  # no graph was captured
+
+
+def test_trace_is_documented_and_refused_without_a_bucket_function(tmp_path):
+    from typer.testing import CliRunner
+
+    from bcgprof.cli import app
+
+    help_text = CliRunner().invoke(app, ["record", "--help"]).output
+    assert "--trace" in help_text
+    proc = record(tmp_path / "r", "--trace", "--no-adapters", program=("--engine", "plain"))
+    assert proc.returncode == 2 and "--trace records the groups of bucket functions" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
+
+
+def test_a_trace_that_fails_inside_the_program_leaves_no_file_a_note_and_the_rows(tmp_path):
+    # the stand-in program runs on CPU torch: the allocator's history cannot be read, so the group
+    # gets no trace and says why, and the recording goes on as without --trace
+    proc = record(
+        tmp_path / "r",
+        "--trace",
+        "--bucket",
+        "plainlib:capture_size:size",
+        program=("--engine", "bucket"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = read_report(tmp_path / "r")
+    traced = report.run.extra["recorded"]["traces"]
+    assert list(traced) == ["graphs"] and not traced["graphs"]["written"]
+    assert traced["graphs"]["note"].startswith("no trace of graphs: recording it failed")
+    assert not list((tmp_path / "r").glob("traces-*"))
+    assert [r.bucket for r in report.buckets] == [8, 4, 2]
+    assert "bcgprof record: no trace of graphs" in proc.stderr

@@ -43,6 +43,7 @@ from bcgprof.analysis.predict.prediction import (
     round_up,
     too_wide_notes,
 )
+from bcgprof.analysis.predict.recorded import as_profile, untraced
 from bcgprof.analysis.predict.replay import Replayer, ReplayError
 from bcgprof.errors import PredictionError
 from bcgprof.options import mode_index
@@ -84,7 +85,9 @@ class BucketProfile:
 
 def bucket_profile(report: Report) -> BucketProfile:
     """The report's rows and traces, read once for many list predictions. Refuses a report without
-    traces."""
+    traces. A recording is its traced groups (:func:`~bcgprof.analysis.predict.recorded.
+    as_profile`)."""
+    report = as_profile(report)
     check_usable(report)
     rows = {m: {r.bucket: r for r in report_rows(report, m)} for m in report.modes()}
     measured = {m: [(r.bucket, r.pool_bytes) for r in report_rows(report, m)] for m in rows}
@@ -126,6 +129,8 @@ def predict_buckets(
     :func:`bucket_profile`, when the caller predicts many lists from one report. Each mode's
     :class:`~bcgprof.analysis.predict.needs_free.NeedsFree` says what free memory the list needs;
     ``free``: check it against that many bytes free when the first bucket's warm-up begins."""
+    left_out = untraced(report)
+    report = as_profile(report)
     p = profile or bucket_profile(report)
     wanted = sorted(set(int(b) for b in buckets), reverse=True)
     low, high = min(p.output), max(p.output)
@@ -152,6 +157,11 @@ def predict_buckets(
             "needs free: an upper bound; the profile's larger pre-warm left blocks that its later "
             "warm-ups "
             "reused, so with a smaller largest bucket each warm-up may cache more"
+        )
+    if left_out:
+        notes.append(
+            "recorded groups without an allocator trace left out: "
+            + "; ".join(left_out[g] for g in list(left_out)[:MAX_LISTED])
         )
     out, drawn = [], {}
     chosen = [m for m in (modes or report.modes()) if m in p.rows and p.largest in p.rows[m]]
@@ -325,6 +335,8 @@ def predict_own_list(report: Report, free: Optional[int] = None) -> Prediction:
     ``free`` the first bucket that would run out. From the allocator traces when the report has them
     (the warm-up's cache to the byte, and the least a warm-up needs), else from each bucket's
     measured NVML peak."""
+    if len(untraced(report)) < len(report.modes()):  # a capture, or a recording with a trace
+        report = as_profile(report)
     check_usable(report)
     if (
         report.run.order == Order.LARGEST_FIRST

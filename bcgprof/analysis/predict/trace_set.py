@@ -59,6 +59,7 @@ from bcgprof.report.trace_read import (
     SEGMENT,
     SIZE,
     STREAM,
+    TRACE_MODES,
     TraceColumns,
     parse,
     read_bytes,
@@ -66,7 +67,6 @@ from bcgprof.report.trace_read import (
     table_of,
 )
 from bcgprof.report.traces import Action, Trace, TraceError, TracePhase, TracePool
-from bcgprof.vocab import Mode
 
 _A = {a: i for i, a in enumerate(ACTIONS)}
 _WARMUP = PHASES.index(TracePhase.WARMUP)
@@ -387,7 +387,7 @@ def decode(data: bytes, digest: str, path: Path) -> ModeTrace:
     head = json.loads(data[8 : 8 + size])
     if (
         head["digest"] != digest
-        or head["mode"] not in tuple(Mode)
+        or head["mode"] not in TRACE_MODES
         or not isinstance(head["settings"], dict)
     ):
         raise ValueError("another trace's entry")
