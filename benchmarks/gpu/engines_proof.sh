@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Capturing as the engines capture: the GPU tests of the new paths, shared executables, SGLang's
 # MXFP4 MoE workspace, the seed side by side, and the zero-tolerance gate of the default capture.
-#   STAGES="tests persig default replay moe seed moe120" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
-# Each stage has its own time limit (LIMIT_<stage>, seconds); logs and reports go under $OUT, the
-# reports as one tarball (a device call brings back a limited number of files); a table is printed last.
+#   STAGES="tests persig default replay moe seed moe120 record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
+# Each stage has its own time limit (LIMIT_<stage>, seconds); $OUT ends with summary.txt and
+# all.tar.gz (every log and report: a device call brings back a limited number of files).
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -27,8 +27,7 @@ run() {
   return $rc
 }
 if stage tests; then
-  run tests "${LIMIT_tests:-240}" python -m pytest -q -p no:cacheprovider \
-    tests/gpu/test_moe_ogs_gpu.py tests/gpu/test_executables_gpu.py
+  run tests "${LIMIT_tests:-240}" python -m pytest -q -p no:cacheprovider ${TESTS:-tests/gpu}
   tail -n 15 "$OUT/tests.log" | grep -E "passed|failed|error|Error" | tail -n 4 | tee -a "$SUMMARY"
 fi
 if stage persig; then
@@ -59,8 +58,15 @@ if stage moe120; then
     --moe sglang-mxfp4 --out "$OUT/r/moe120"
   $B compare "$BASE120" "$OUT/r/moe120" > "$OUT/moe120-compare.log" 2>&1
 fi
-[ -d "$OUT/r" ] && tar -czf "$OUT/reports.tar.gz" -C "$OUT" r && rm -rf "$OUT/r"
+if stage record; then  # bcgprof record's proof (its own script), without its default capture
+  run record "${LIMIT_record:-300}" env SKIP_DEFAULT=1 OUT="$OUT/rec" bash benchmarks/gpu/record_proof.sh
+  tail -n 40 "$OUT/record.log" >> "$SUMMARY"
+fi
 for f in persig-compare moe-compare moe120-compare; do
-  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -iE "total|device used|executables|graph pool" "$OUT/$f.log" | head -n 8; }
+  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -iE "device_used|non_torch|pool_bytes" "$OUT/$f.log" | head -n 12; }
 done
 cat "$SUMMARY"
+# everything but the summary as one file (a device call brings back at most 8 files)
+rm -rf "$OUT"/rec/*/.record/site
+(cd "$OUT" && tar -czf all.tar.gz --exclude=all.tar.gz --exclude=summary.txt . && \
+  find . -mindepth 1 -maxdepth 1 ! -name all.tar.gz ! -name summary.txt -exec rm -rf {} +)
