@@ -230,6 +230,8 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
                 writer.extend(rows)
             emit(step_event(mode, rows))
             status = max(status, step_status(rows))
+            if recorder is not None and (warning := recorder.take_warning()):
+                emit({"event": "warning", "mode": mode, "message": warning})
         capture_wall = time.perf_counter() - captured_at
         verify_start = time.perf_counter()
         if status == EXIT_OK:

@@ -60,6 +60,7 @@ class AllocatorRecorder:
         self.started = False
         self._held: list = []  # entries read by peek(), leading the next take's window
         self._wrapped = False  # a read since the last take filled the ring buffer
+        self._warned = False  # take_warning() has returned the file's cap warning
 
     def _enable(self) -> None:
         import torch
@@ -148,6 +149,13 @@ class AllocatorRecorder:
     def write(self) -> None:
         if self.report_dir is not None:
             self.file.write(self.report_dir)
+
+    def take_warning(self) -> Optional[str]:
+        """The file's passing of a reading cap (:attr:`TraceFileWriter.over_caps`), once."""
+        if self.file.over_caps is None or self._warned:
+            return None
+        self._warned = True
+        return self.file.over_caps
 
     def viewer_snapshot(self) -> dict:
         """A snapshot for PyTorch's memory viewer: the current segments and every kept entry."""

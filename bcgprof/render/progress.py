@@ -91,6 +91,11 @@ class CaptureProgress:
                 )
         elif kind == "verify":
             progress.update(task, bucket="verify")
+        elif kind == "warning":
+            self.console.print(
+                f"[yellow]{event['mode']}: {escape(printable(event['message']))}[/]",
+                highlight=False,
+            )
         elif kind == "error":
             self.console.print(
                 f"[red]{event['mode']}: {escape(printable(event['message']))}[/]", highlight=False

@@ -194,6 +194,7 @@ class TraceFileWriter:
         self._crc = 0
         self._size = 0
         self._feed((",".join(COLUMNS) + "\n").encode())
+        self.over_caps: Optional[str] = None  # set by write() once the file passes a reading cap
 
     def _feed(self, data: bytes) -> None:
         self._crc = zlib.crc32(data, self._crc)
@@ -224,8 +225,31 @@ class TraceFileWriter:
         from bcgprof.report import atomic_write_bytes
 
         path = Path(directory) / trace_name(self.trace.mode)
-        atomic_write_bytes(path, self.file_bytes())
+        data = self.file_bytes()
+        atomic_write_bytes(path, data)
+        if self.over_caps is None:
+            self.over_caps = self._passed_cap(path, len(data))
         return path
+
+    def _passed_cap(self, path: Path, compressed: int) -> Optional[str]:
+        """One line saying which reading cap the file passes, or None: the file is still written
+        whole, but predict and advise will refuse it."""
+        rows = len(self.trace.rows)
+        over = [
+            f"{what} over the {cap:,} a trace may have"
+            for what, n, cap in (
+                (f"{rows:,} rows", rows, MAX_ROWS),
+                (f"{self._size:,} bytes of text", self._size, MAX_TEXT_BYTES),
+                (f"{compressed:,} bytes compressed", compressed, MAX_TRACE_BYTES),
+            )
+            if n > cap
+        ]
+        if not over:
+            return None
+        return (
+            f"{path.name}: {'; '.join(over)}: predict and advise will refuse it (show, gate and "
+            "explain do not read it); capture fewer buckets or layers to predict from this model"
+        )
 
 
 def trace_bytes(trace: Trace) -> bytes:

@@ -110,6 +110,7 @@ def test_capture_progress_goes_to_stderr(monkeypatch):
                 "detail": "out of memory [at 4]",
             }
         )
+        on_event({"event": "warning", "mode": "floor", "message": "traces-floor.csv.gz: too big"})
         return CaptureOutcome(out=None, status="complete", exit_code=0, reporter=False)
 
     monkeypatch.setattr(bcgprof.measure.runner, "run_capture", fake_run_capture)
@@ -119,6 +120,7 @@ def test_capture_progress_goes_to_stderr(monkeypatch):
     assert (
         "bcgprof capture: m (2 layers" in result.stderr
         and "floor bucket 4: oom: out of memory [at 4]" in result.stderr
+        and "floor: traces-floor.csv.gz: too big" in result.stderr
     )
 
 

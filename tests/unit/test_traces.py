@@ -271,3 +271,24 @@ def test_an_oversized_trace_is_refused_before_it_is_read(tmp_path):
         f.truncate(MAX_TRACE_BYTES + 1)  # sparse: no disk used
     with pytest.raises(TraceError, match=f"{MAX_TRACE_BYTES + 1} bytes, more than"):
         read_trace(big)
+
+
+def test_a_trace_past_a_reading_cap_is_written_whole_and_says_so_once(tmp_path, monkeypatch):
+    import bcgprof.report.traces as traces_module
+
+    monkeypatch.setattr(traces_module, "MAX_ROWS", 500)
+    trace = Trace(mode="shared", torch_version="2.11.0", pool=POOL)
+    writer = TraceFileWriter(trace)
+    for bucket, n in ((64, 400), (32, 200)):
+        trace.buckets.append(bucket)
+        trace.rows += [
+            TraceRow(bucket, "capture", "graph", "alloc", k, 512 * k, 0, 1, 512 * k)
+            for k in range(1, n + 1)
+        ]
+        writer.write(tmp_path)
+        if bucket == 64:
+            assert writer.over_caps is None  # 400 rows: within the cap
+    assert writer.over_caps is not None
+    assert "600 rows over the 500" in writer.over_caps
+    assert "traces-shared.csv.gz" in writer.over_caps and "predict" in writer.over_caps
+    assert (tmp_path / "traces-shared.csv.gz").read_bytes() == trace_bytes(trace)  # whole
