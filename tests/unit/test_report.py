@@ -13,6 +13,7 @@ import pytest
 
 from bcgprof.errors import ReportError
 from bcgprof.report import (
+    PHASED_SCHEMA_VERSION,
     SCHEMA_VERSION,
     BucketRecord,
     ReportWriter,
@@ -233,7 +234,9 @@ def test_corrupt_csv_is_a_report_error(data_dir):
 
 def test_wrong_schema_version_is_a_report_error(data_dir):
     with pytest.raises(
-        ReportError, match=f"schema version 99; this bcgprof reads version {SCHEMA_VERSION}"
+        ReportError,
+        match=f"schema version 99; this bcgprof reads versions {SCHEMA_VERSION} and "
+        f"{PHASED_SCHEMA_VERSION}:",
     ):
         read_report(data_dir / "wrong-schema")
 
