@@ -194,7 +194,9 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         from bcgprof.measure.phases import PhasedCapturer
 
         made = partial(Capturer, options=opts, mode=mode, device=group.device, memory=memory)
-        capturer = PhasedCapturer(workload.fn, phases, made, torch.cuda.graph_pool_handle)
+        capturer = PhasedCapturer(
+            workload.fn, phases, made, torch.cuda.graph_pool_handle, mode=mode, order=opts.order
+        )
     else:
         capturer = Capturer(
             workload.fn,

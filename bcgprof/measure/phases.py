@@ -3,14 +3,15 @@ graphs and then its decode graphs (``capture_cuda_graphs`` in
 ``model_runner_components/cuda_graph_setup.py``: prefill before decode, both runners allocating
 from the one pool of ``runner_utils/pool.py`` ``get_or_create_global_graph_memory_pool``).
 
-:class:`PhasedCapturer` holds one :class:`~bcgprof.measure.capture.Capturer` per phase, every one
-made with the same pool handle, and runs them one after another in the phases' order: each phase
-is made active on the shared model (:attr:`~bcgprof.measure.workload.Workload.activate`), then
-its buckets are warmed up, captured and measured as a one-phase capture's are, into the pool the
-phases before it left. Each phase keeps its own graphs, shared output buffer (shared modes) and
-prewarm, as each engine runner does. The rows it yields carry their phase, and their ``order``
-counts the mode's captures across the phases, so the pool column is the one pool's running
-total. A failed bucket ends the mode: no later bucket or phase is captured.
+:class:`PhasedCapturer` runs the phases one after another in the phases' order, each with a
+:class:`~bcgprof.measure.capture.Capturer` of its own made on the same pool handle: the phase is
+made active on the shared model (:attr:`~bcgprof.measure.workload.Workload.activate`), its
+Capturer is made, then its buckets are warmed up, captured and measured as a one-phase capture's
+are, into the pool the phases before it left. Each phase keeps its own graphs, shared output
+buffer (shared modes) and prewarm, as each engine runner does. The rows it yields carry their
+phase, and their ``order`` counts the mode's captures across the phases, so the pool column is
+the one pool's running total. A failed bucket ends the mode: no later bucket or phase is
+captured.
 
 It answers what :func:`bcgprof.measure.mode.run_mode` asks of a Capturer (run, verify, close, the
 counters), so the mode loop is the same for one phase and several. Replay checks run after every
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from bcgprof.report import BucketRecord
+from bcgprof.report.phased import capture_order
 from bcgprof.vocab import BucketStatus, Mode
 
 
@@ -58,8 +60,10 @@ class PhasedCapturer:
     """One mode's phases, captured one after another into one pool (see the module docstring).
 
     ``make_capturer(fn, inputs, buckets, pool=...)`` makes one phase's Capturer (the mode loop
-    binds the options, mode, device, readings and rank); ``pool`` is the handle every phase's
-    Capturer gets, made once by ``new_pool``.
+    binds the options, mode, device and readings); ``pool`` is the handle every phase's Capturer
+    gets, made once by ``new_pool``. A phase's Capturer is made when the phase begins, so that no
+    later phase's peak sampler runs while an earlier phase is measured; ``mode`` and ``order``
+    give the buckets' capture order before then (:func:`~bcgprof.report.phased.capture_order`).
     """
 
     def __init__(
@@ -68,14 +72,19 @@ class PhasedCapturer:
         phases: Sequence[PhaseWork],
         make_capturer: Callable[..., Any],
         new_pool: Callable[[], Any],
+        *,
+        mode: str,
+        order: str,
     ):
         if len(phases) < 2:
             raise ValueError("a phased capture needs two or more phases")
+        self.fn = fn
         self.phases = list(phases)
+        self.make_capturer = make_capturer
         self.pool = new_pool()
-        self.capturers = [make_capturer(fn, p.inputs, p.buckets, pool=self.pool) for p in phases]
-        # every phase's buckets in capture order, as each Capturer orders them
-        self.buckets = [b for c in self.capturers for b in c.buckets]
+        self.capturers: list[Any] = []  # each phase's, once it has begun
+        # every phase's buckets in capture order
+        self.buckets = [b for p in phases for b in capture_order(p.buckets, mode, order)]
         self.result = PhasedResult()
         self._recorder: Any = None
 
@@ -91,11 +100,15 @@ class PhasedCapturer:
             c.recorder = recorder
 
     def run(self) -> Iterator[BucketRecord]:
-        """Each phase in turn: made active, then captured; its rows stamped with the phase and
-        numbered on from the phases before. Stops at the first row that is not ok."""
+        """Each phase in turn: made active, its Capturer made on the one pool, then captured; its
+        rows stamped with the phase and numbered on from the phases before. Stops at the first
+        row that is not ok."""
         offset = 0
-        for work, capturer in zip(self.phases, self.capturers):
+        for work in self.phases:
             work.activate()
+            capturer = self.make_capturer(self.fn, work.inputs, work.buckets, pool=self.pool)
+            capturer.recorder = self._recorder
+            self.capturers.append(capturer)
             for record in capturer.run():
                 record.phase = work.phase
                 record.order += offset
@@ -106,8 +119,8 @@ class PhasedCapturer:
             offset += len(capturer.buckets)
 
     def verify(self, which: Optional[str] = None, refill: Any = None, seed: int = 1) -> list:
-        """Each phase's replay checks, with the phase made active and its own refill (``refill``,
-        one phase's, is not used)."""
+        """Each captured phase's replay checks, with the phase made active and its own refill
+        (``refill``, one phase's, is not used)."""
         checked: list = []
         for work, capturer in zip(self.phases, self.capturers):
             work.activate()

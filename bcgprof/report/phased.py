@@ -36,12 +36,18 @@ def phase_report_name(phase: str) -> str:
     return f"{PHASE_REPORT_PREFIX}{phase}"
 
 
-def phase_sequence(run: RunInfo, mode: str, phase: str) -> list[int]:
-    """The buckets ``mode`` captures in ``phase``, in order (the Capturer's rule, per phase)."""
-    largest_first = sorted(set(run.phase_buckets[phase]), reverse=True)
+def capture_order(buckets: list[int], mode: str, order: str) -> list[int]:
+    """The buckets of one phase's list as ``mode`` captures them (the Capturer's rule): largest
+    first, or smallest first as ``order`` says; the floor the largest alone."""
+    largest_first = sorted(set(buckets), reverse=True)
     if mode == Mode.FLOOR:
         return largest_first[:1]
-    return largest_first if run.order != Order.SMALLEST_FIRST else largest_first[::-1]
+    return largest_first if order != Order.SMALLEST_FIRST else largest_first[::-1]
+
+
+def phase_sequence(run: RunInfo, mode: str, phase: str) -> list[int]:
+    """The buckets ``mode`` captures in ``phase``, in order."""
+    return capture_order(run.phase_buckets[phase], mode, run.order)
 
 
 def phased_sequence(run: RunInfo, mode: str) -> list[tuple[str, int]]:

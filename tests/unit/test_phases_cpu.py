@@ -101,9 +101,17 @@ def _capturer(log, lists, **fake) -> PhasedCapturer:
         return pools[-1]
 
     def make(fn, inputs, buckets, pool):
+        log.append(("made", inputs[0]))
         return FakeCapturer(fn, inputs, buckets, pool=pool, log=log, **fake)
 
-    capturer = PhasedCapturer(lambda *a: None, _phases(log, lists), make, new_pool)
+    capturer = PhasedCapturer(
+        lambda *a: None,
+        _phases(log, lists),
+        make,
+        new_pool,
+        mode="per-bucket",
+        order="largest-first",
+    )
     assert len(pools) == 1  # one pool for the process
     return capturer
 
@@ -111,9 +119,10 @@ def _capturer(log, lists, **fake) -> PhasedCapturer:
 def test_the_phases_are_captured_in_order_into_one_pool_with_their_rows_keyed():
     log: list = []
     capturer = _capturer(log, {"prefill": [4, 8], "decode": [2, 8]})
-    assert len({id(c.pool) for c in capturer.capturers}) == 1
-    assert capturer.capturers[0].pool is capturer.pool
+    assert capturer.buckets == [8, 4, 8, 2]  # known before any phase begins
     rows = list(capturer.run())
+    assert len(capturer.capturers) == 2
+    assert all(c.pool is capturer.pool for c in capturer.capturers)
     assert [(r.phase, r.bucket, r.order) for r in rows] == [
         ("prefill", 8, 0),
         ("prefill", 4, 1),
@@ -121,11 +130,14 @@ def test_the_phases_are_captured_in_order_into_one_pool_with_their_rows_keyed():
         ("decode", 2, 3),
     ]
     # each phase made active before its own captures, on its own buffers
+    # a phase's Capturer is made only when its phase begins, after the earlier phase is done
     assert log == [
         ("activate", "prefill"),
+        ("made", "prefill"),
         ("capture", "prefill", 8),
         ("capture", "prefill", 4),
         ("activate", "decode"),
+        ("made", "decode"),
         ("capture", "decode", 8),
         ("capture", "decode", 2),
     ]
@@ -142,7 +154,7 @@ def test_a_failure_in_the_first_phase_ends_the_mode_before_the_second():
         ("prefill", 8, "ok"),
         ("prefill", 4, "oom"),
     ]
-    assert ("activate", "decode") not in log
+    assert ("activate", "decode") not in log and ("made", "decode") not in log
 
 
 def test_replay_checks_run_per_phase_with_the_phase_active_and_its_own_refill():
@@ -165,7 +177,9 @@ def test_replay_checks_run_per_phase_with_the_phase_active_and_its_own_refill():
 
 def test_one_phase_is_not_a_phased_capture():
     with pytest.raises(ValueError, match="two or more phases"):
-        PhasedCapturer(lambda: None, _phases([], {"prefill": [4]}), FakeCapturer, FakePool)
+        PhasedCapturer(
+            lambda: None, _phases([], {"prefill": [4]}), FakeCapturer, FakePool, mode="", order=""
+        )
 
 
 def test_the_mode_loop_writes_a_pair_that_reads_back(tmp_path, monkeypatch):
