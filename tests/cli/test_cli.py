@@ -84,6 +84,7 @@ _LOADED = (
                 "bcgprof.cli.gate",
                 "bcgprof.cli.output",
                 "bcgprof.cli.params",
+                "bcgprof.cli.phase_options",  # capture's --phase list
                 "bcgprof.cli.record",
                 "bcgprof.cli.reports",
                 "bcgprof.cli.root",
