@@ -318,7 +318,9 @@ def test_report_frames_keep_bytes_as_integers(data_dir):
     report = read_report(data_dir / "baseline")
     frames = report_frames(report)
     buckets, summary = frames["buckets"], frames["summary"]
-    assert list(buckets.columns) == [f.name for f in dataclasses.fields(BucketRecord)]
+    # every field but the phase of a report of several phases in one pool, which this is not
+    one_phase = [f.name for f in dataclasses.fields(BucketRecord) if f.name != "phase"]
+    assert list(buckets.columns) == one_phase
     assert (
         str(buckets["pool_bytes"].dtype) == "int64" and str(buckets["graph_nodes"].dtype) == "Int64"
     )
