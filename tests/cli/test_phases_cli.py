@@ -135,3 +135,31 @@ def test_readers_of_one_phase_reports_refuse_a_pair_in_one_line(tmp_path, data_d
     shutil.copytree(data_dir / "baseline", other)
     line = refused(run(*command(path, other)))
     assert "captured into one pool" in line and "bcgprof show" in line
+
+
+def test_predict_after_gives_the_pair_predicted_from_each_phase_s_traces(tmp_path):
+    from tests.unit.test_pair_predict import (
+        DECODE,
+        DECODE_STREAM,
+        PREFILL,
+        _profile,
+        decode_forward,
+        forward,
+    )
+
+    _profile(tmp_path / "prefill", "prefill", PREFILL, forward)
+    _profile(tmp_path / "decode", "decode", DECODE, decode_forward, DECODE_STREAM)
+    args = ("predict", "--from", tmp_path / "decode", "--after", tmp_path / "prefill")
+    result = run(*args, "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["label"] == "predicted, not measured" and data["phases"] == ["prefill", "decode"]
+    assert {m["mode"] for m in data["modes"]} == {"per-bucket", "shared"}
+    assert all(m["kind"] == "predicted" for m in data["modes"])
+    table = run(*args)
+    assert "pair (predicted)" in table.stdout and "predicted, not measured" in table.stdout
+    assert "--after predicts" in refused(run(*args, "--buckets", "64"))
+    pair = write_phased_report(tmp_path / "pair")
+    assert "captured into one pool" in refused(
+        run("predict", "--from", tmp_path / "decode", "--after", pair)
+    )
