@@ -39,8 +39,10 @@ that part is known without a replay (:meth:`Replayer.known_pool`). A bucket repl
 small state of the same content (pool, live blocks) is looked up instead of replayed
 (:meth:`Replayer._memo_step`): where each bucket frees what it allocates the pool comes back to the
 same few free segments after every bucket, whatever the list. :meth:`Replayer.pool_within` replays
-only until the pool passes a limit. ``Replayer.bucket_replays``, ``events_replayed`` and
-``memo_hits`` count the work done. Torch-free.
+only until the pool passes a limit. :meth:`Replayer.replay_onto` replays a list into the
+pool another profile's replay left (:meth:`Replayer.end_state`): a second phase captured into
+the first's pool (:mod:`bcgprof.analysis.predict.pair`). ``Replayer.bucket_replays``,
+``events_replayed`` and ``memo_hits`` count the work done. Torch-free.
 """
 
 from __future__ import annotations
