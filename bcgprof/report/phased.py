@@ -125,6 +125,16 @@ def check_phased_rows(path: Path, run: RunInfo, rows: list[BucketRecord], lines:
                     )
 
 
+def check_no_phases(path: Path, rows: list[BucketRecord], lines: list[int]) -> None:
+    """A one-phase report's rows (schema 1) name no phase."""
+    for r, line in zip(rows, lines, strict=True):
+        if r.phase:
+            raise ReportError(
+                f"{path}: row {line}, column phase: {r.phase}, but run.json is schema 1, one "
+                f"phase, whose rows name none; {FIX}"
+            )
+
+
 def phase_end_pools(rows: list[BucketRecord], phases: list[str]) -> dict[str, int]:
     """The pool's total after each phase of one mode and rank's rows (its last row's
     ``pool_bytes``), for the phases that have rows."""

@@ -34,7 +34,7 @@ from bcgprof.report.limits import (
     MAX_SUMMARY_ROWS,
     MAX_TP,
 )
-from bcgprof.report.phased import check_phased_rows, phase_report_name
+from bcgprof.report.phased import check_no_phases, check_phased_rows, phase_report_name
 from bcgprof.report.runinfo import read_run_info
 from bcgprof.report.schema import (
     BUCKETS_FILE,
@@ -144,6 +144,7 @@ def _read_checked(path: Path, phased: bool) -> Report:
     if run.phased:
         check_phased_rows(buckets.path, run, buckets.records, buckets.lines)
     else:
+        check_no_phases(buckets.path, buckets.records, buckets.lines)
         check_bucket_rows(buckets.path, run, buckets.records, buckets.lines)
     check_bucket_sums(buckets.path, buckets.records, buckets.lines)
     summary = read_table(

@@ -103,3 +103,15 @@ def test_a_complete_pair_without_its_last_phase_is_refused(tmp_path):
     (path / "buckets.csv").write_text("".join(lines[:-1]))
     with pytest.raises(ReportError, match="no row for floor decode bucket 8"):
         read_report(path, phased=True)
+
+
+def test_a_one_phase_report_whose_rows_name_a_phase_is_refused(tmp_path, data_dir):
+    import shutil
+
+    path = tmp_path / "one"
+    shutil.copytree(data_dir / "baseline", path)
+    lines = (path / "buckets.csv").read_text().splitlines()
+    lines = [lines[0] + ",phase"] + [line + ",decode" for line in lines[1:]]
+    (path / "buckets.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ReportError, match="column phase: decode, but run.json is schema 1"):
+        read_report(path)
