@@ -67,6 +67,12 @@ def run_line(report: Report) -> str:
     buckets = run.buckets
     span = f"{len(buckets)} buckets {buckets[0]}..{buckets[-1]}" if buckets else "no buckets"
     what = "tokens" if run.phase == "prefill" else "batch sizes"
+    phase = run.phase
+    if run.phased:  # several phases in one pool: each one's list
+        phase = " then ".join(run.phases) + " in one pool"
+        lists = [(p, run.phase_buckets[p]) for p in run.phases]
+        span = ", ".join(f"{p} {len(b)} buckets {min(b)}..{max(b)}" for p, b in lists)
+        what = "tokens, batch sizes" if set(run.phases) == {"prefill", "decode"} else what
     gpu = run.gpu_name or "unknown GPU"
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
     experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
@@ -82,7 +88,7 @@ def run_line(report: Report) -> str:
     return (
         f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} "
         f"weights{experts}{warm}) "
-        f"{run.phase}: "
+        f"{phase}: "
         f"{span} ({what}){tp} on {gpu}; torch {run.torch_version or '?'}, CUDA "
         f"{run.cuda_version or '?'}; "
         f"status {run.status}"

@@ -102,6 +102,7 @@ def test_show_sets_the_pair_against_each_phase_alone(tmp_path):
     assert table.exit_code == 0, table.stderr
     assert "phases in one pool (measured" in table.stdout
     assert "per-bucket decode, in one pool" in table.stdout
+    assert "prefill then decode in one pool: prefill 2 buckets 4..8" in table.stdout
 
 
 def test_show_without_the_phases_alone_gives_no_comparison(tmp_path):
