@@ -145,6 +145,11 @@ class CaptureOptions:
     command: str = ""  # the command line, recorded in run.json
     executables: str = Executables.PER_SEGMENT.value  # one of EXECUTABLES
     moe: str = Moe.FUSED_BF16.value  # one of MOE_BACKENDS: the MoE's workspace
+    # Several phases captured by each mode's one process into one pool, in this order (``phase``
+    # is then the first); empty: the one phase ``phase``. ``phase_buckets``: a bucket spec per
+    # phase (a phase not named: its preset), read instead of ``buckets``.
+    phases: list[str] = field(default_factory=list)
+    phase_buckets: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # an old word: the word now

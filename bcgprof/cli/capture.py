@@ -20,6 +20,7 @@ import typer
 from bcgprof.cli.common import BUCKETS_HELP, bucket_list
 from bcgprof.cli.output import flush_stdout, note, stderr_console, stdout_console
 from bcgprof.cli.params import TUNING, renamed
+from bcgprof.cli.phase_options import PHASE_HELP, parse_phases, phase_bucket_specs, phase_runs
 from bcgprof.cli.root import app, command
 from bcgprof.errors import EXIT_INTERRUPTED, BcgprofError, CaptureError
 from bcgprof.options import MODES, CaptureOptions
@@ -33,7 +34,6 @@ from bcgprof.vocab import (
     Mode,
     Moe,
     Order,
-    Phase,
     Verify,
     WarmupOutput,
     WarmupRepeat,
@@ -132,11 +132,7 @@ def capture(
         "(2,4): one report per count, in <out>/layers-N. Default: all of the "
         "model's layers.",
     ),
-    phase: Phase = typer.Option(
-        Phase(D.phase),
-        help="prefill: buckets are token counts; decode: batch sizes, "
-        "one new token per sequence over a KV cache.",
-    ),
+    phase: str = typer.Option(D.phase, "--phase", help=PHASE_HELP),
     buckets: Optional[str] = typer.Option(None, "--buckets", "-b", help=BUCKETS_HELP),
     max_tokens: int = typer.Option(
         D.max_tokens,
@@ -300,7 +296,16 @@ def capture(
         )
     if not -(2**63) <= seed < 2**64:
         raise BcgprofError("--seed is out of range; use an integer that fits in 64 bits")
-    bucket_list(buckets, phase.value, max_tokens, max_bs)
+    phase_list = parse_phases(phase)
+    several = len(phase_list) > 1
+    phase_specs = phase_bucket_specs(buckets, phase_list, max_tokens, max_bs) if several else {}
+    if not several:
+        bucket_list(buckets, phase_list[0], max_tokens, max_bs)
+    elif tp > 1:
+        raise CaptureError(
+            f"--phase {phase} captures its phases into one pool on one GPU; use --tp 1, or "
+            "capture one phase at a time"
+        )
     if context_len < 1:
         raise BcgprofError(f"--context-len must be a positive number of tokens, got {context_len}")
     from bcgprof.buckets import MAX_BUCKET_SIZE
@@ -318,6 +323,11 @@ def capture(
     if weights is Weights.SAFETENSORS:
         _check_checkpoint(spec)
     layer_counts = _layer_counts(num_layers, spec.num_layers)
+    if several and len(layer_counts) > 1:
+        raise BcgprofError(
+            f"--phase {phase} with --num-layers {num_layers}: capture several phases at one layer "
+            "count at a time"
+        )
     _check_out(out)
     if executables is Executables.PER_SIGNATURE:
         _check_driver_bindings()
@@ -327,8 +337,10 @@ def capture(
         weights=weights.value,
         experts=experts.value,
         num_layers=layer_counts[0],
-        phase=phase.value,
-        buckets=buckets,
+        phase=phase_list[0],
+        buckets=None if several else buckets,
+        phases=phase_list if several else [],
+        phase_buckets=phase_specs,
         max_tokens=max_tokens,
         max_bs=max_bs,
         context_len=context_len,
@@ -352,18 +364,20 @@ def capture(
         executables=executables.value,
         moe=moe.value,
     )
-    if len(layer_counts) == 1:
+    if len(layer_counts) == 1 and not several:
         raise typer.Exit(_run_capture(opts)[0])
-    # one report per layer count, each in its own directory under --out
     from bcgprof.measure.runner import default_out
     from bcgprof.report.schema import layer_report_name
 
     parent = Path(out) if out is not None else default_out(spec.name)
-    runs = [
-        dataclasses.replace(opts, num_layers=n, out=parent / layer_report_name(n))
-        for n in layer_counts
-        if n is not None
-    ]  # a list of several counts holds numbers only
+    if several:  # the pair into --out, then each phase alone under it
+        runs = phase_runs(opts, parent)
+    else:  # one report per layer count, each in its own directory under --out
+        runs = [
+            dataclasses.replace(opts, num_layers=n, out=parent / layer_report_name(n))
+            for n in layer_counts
+            if n is not None
+        ]  # a list of several counts holds numbers only
     codes = []
     handoff = None  # the next depth's first mode, started while this depth's last mode works
     try:
@@ -409,7 +423,11 @@ def _run_capture(opts, *, then=None, prestarted=None) -> tuple[int, Any]:
     if not outcome.reporter:  # a torchrun rank other than 0: rank 0 shows the report
         return outcome.exit_code, outcome.handoff
     try:
-        print_capture_result(read_report(outcome.out), stdout_console())
+        from bcgprof.analysis.phases import pools_of
+
+        shown = read_report(outcome.out, phased=True)
+        # a pair's phases alone ran before it (phase_runs): it is set against them
+        print_capture_result(shown, stdout_console(), pools_of(shown))
         flush_stdout()
     except BaseException:
         if outcome.handoff is not None:

@@ -27,13 +27,19 @@ def show(
 
     A table per mode, buckets in capture order, and a summary with the savings of shared against
     per-bucket (bytes and %) and each mode's ratio to the floor, both on device-used bytes.
-    -f csv prints the report's own files (their columns, order and values).
+    -f csv prints the report's own files (their columns, order and values). A report of several
+    phases captured into one pool (capture --phase prefill,decode) adds, per mode, the pool of the
+    pair against each phase captured alone.
     """
     from bcgprof.render import show_report
     from bcgprof.report import cyclic_gc_paused, read_report
 
     with cyclic_gc_paused():  # 100,000 rows, no cycles: twice as fast
-        show_report(read_report(report), stdout_console(), format.value, section.value, wide=wide)
+        from bcgprof.analysis.phases import pools_of
+
+        read = read_report(report, phased=True)
+        phases = pools_of(read)
+        show_report(read, stdout_console(), format.value, section.value, wide=wide, phases=phases)
     flush_stdout()
 
 

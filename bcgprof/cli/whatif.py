@@ -136,13 +136,23 @@ def predict(
         "(NVML) when the first bucket's warm-up begins, e.g. 4GiB: whether it fits, "
         "else the first bucket that runs out.",
     ),
+    after: Optional[Path] = typer.Option(
+        None,
+        "--after",
+        metavar="REPORT",
+        help="A traced one-phase report of the phase captured before --from's in the same "
+        "process and pool (SGLang: prefill, then decode; capture --phase prefill,decode "
+        "writes both under its report as phase-<phase>): predicts the pool of the two phases "
+        "in one pool, --from's list replayed into the pool this one's left.",
+        show_default=False,
+    ),
 ) -> None:
     """Predict a capture's cost without running it (no GPU needed).
 
     With several reports that differ only in their layer count: every mode's totals and bucket rows
     at --num-layers, with an error band. With one report and --buckets: each mode's cost for that
-    bucket list (see the docs for how it is modelled and how well it holds). Labelled "predicted,
-    not measured".
+    bucket list (see the docs for how it is modelled and how well it holds). With --after: two
+    phases captured into one pool. Labelled "predicted, not measured".
     """
     from bcgprof.analysis.predict.layers import predict_layers
     from bcgprof.analysis.predict.lists import PredictionError, predict_buckets, predict_own_list
@@ -151,6 +161,9 @@ def predict(
     from bcgprof.render.analysis import prediction_view
     from bcgprof.report import read_report
 
+    if after is not None:
+        _predict_pair(source, after, buckets, num_layers, free, format)
+        return
     reports = [read_report(p) for p in _layer_reports(source)]
     _check_layer_names(reports)
     free_bytes = _size(free, "--free") if free is not None else None
@@ -182,6 +195,31 @@ def predict(
     else:
         prediction = predict_layers(reports, num_layers, free=free_bytes)
     render(prediction_view(prediction, rows=rows), format.value, stdout_console())
+    flush_stdout()
+
+
+def _predict_pair(
+    source: list[Path],
+    after: Path,
+    buckets: Optional[str],
+    num_layers: Optional[int],
+    free: Optional[str],
+    format: Format,
+) -> None:
+    """`predict --from SECOND --after FIRST`: the two phases in one pool."""
+    from bcgprof.analysis.predict.pair import predict_pair
+    from bcgprof.errors import PredictionError
+    from bcgprof.render import render
+    from bcgprof.render.phase_views import pair_prediction_view
+    from bcgprof.report import read_report
+
+    if len(source) != 1 or buckets is not None or num_layers is not None or free is not None:
+        raise PredictionError(
+            "--after predicts two phases in one pool from one --from report and the --after "
+            "report alone; leave out --buckets, --num-layers and --free, and give one --from"
+        )
+    prediction = predict_pair(read_report(after), read_report(source[0]))
+    render(pair_prediction_view(prediction), format.value, stdout_console())
     flush_stdout()
 
 

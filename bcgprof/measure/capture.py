@@ -173,10 +173,12 @@ class Capturer:
         prewarm: bool = True,
         record_sites: bool = False,
         recorder: Optional[AllocatorRecorder] = None,
+        pool: Any = None,
     ):
         """``options``: the capture's options (default :class:`CaptureOptions`'s), of which the loop reads
         :data:`~bcgprof.options.LOOP_OPTIONS`; the keywords are what one mode's process knows beyond them
-        (its mode, device, rank, readings and trace)."""
+        (its mode, device, rank, readings and trace). ``pool``: a graph pool handle another capture of the
+        process uses too (another phase's, :mod:`bcgprof.measure.phases`); None: a pool of its own."""
         opts = options if options is not None else CaptureOptions()
         order, graph = opts.order, opts.graph
         warmup_output, warmup_repeat, break_repeat = opts.warmup_output, opts.warmup_repeat, opts.break_repeat
@@ -229,7 +231,7 @@ class Capturer:
         self.sampler = PeakSampler(self.memory, opts.sample_interval_ms)
         self.stream = capture_stream(self.device)
         self.home_stream = torch.cuda.current_stream(self.device)  # where inputs are refilled and outputs read
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.rank = rank
         self.prewarm = prewarm
         self.record_sites = record_sites

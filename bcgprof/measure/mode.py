@@ -149,28 +149,33 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
     if group.device.type == "cuda":
         torch.cuda.set_device(group.device)
     spec = resolve_model(opts.model)
-    buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
     memory = DeviceMemory(group.device)
     emit({"event": "memory_source", "source": memory.source, "reason": memory.reason})
 
     # The build may fail on one rank only (out of memory, say): decide together.
-    workload, error = None, None
+    workload, error, phases = None, None, None
     try:
-        workload = build_workload(
-            spec,
-            weights=opts.weights,
-            experts=opts.experts,
-            num_layers=opts.num_layers,
-            device=group.device,
-            max_tokens=max(buckets),
-            seed=opts.seed,
-            tp_rank=group.rank,
-            tp_size=group.world,
-            phase=opts.phase,
-            max_bs=max(opts.max_bs, max(buckets)),
-            context_len=opts.context_len,
-            moe=opts.moe,
-        )
+        if opts.phases:  # several phases into one pool: one model, each phase's buffers
+            from bcgprof.measure.phases import build_phased
+
+            workload, phases = build_phased(spec, opts, group.device)
+        else:
+            buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
+            workload = build_workload(
+                spec,
+                weights=opts.weights,
+                experts=opts.experts,
+                num_layers=opts.num_layers,
+                device=group.device,
+                max_tokens=max(buckets),
+                seed=opts.seed,
+                tp_rank=group.rank,
+                tp_size=group.world,
+                phase=opts.phase,
+                max_bs=max(opts.max_bs, max(buckets)),
+                context_len=opts.context_len,
+                moe=opts.moe,
+            )
     except Exception as e:
         if group.world == 1:
             raise  # the caller reports it, with its traceback in the mode's log
@@ -182,24 +187,37 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
 
     assert workload is not None  # built here, or this rank returned above with every rank's failure
     writer = ReportWriter.reopen(report_dir) if group.rank == 0 else None
-    capturer = Capturer(
-        workload.fn,
-        workload.inputs,
-        buckets,
-        options=opts,
-        mode=mode,
-        device=group.device,
-        memory=memory,
-        rank=group.rank,
-        record_sites=(mode == Mode.FLOOR),
-    )
+    capturer: Any
+    if phases is not None:
+        from functools import partial
+
+        from bcgprof.measure.phases import PhasedCapturer
+
+        made = partial(Capturer, options=opts, mode=mode, device=group.device, memory=memory)
+        capturer = PhasedCapturer(
+            workload.fn, phases, made, torch.cuda.graph_pool_handle, mode=mode, order=opts.order
+        )
+    else:
+        capturer = Capturer(
+            workload.fn,
+            workload.inputs,
+            buckets,
+            options=opts,
+            mode=mode,
+            device=group.device,
+            memory=memory,
+            rank=group.rank,
+            record_sites=(mode == Mode.FLOOR),
+        )
     recorder = None
     # the allocator trace (single GPU), and --snapshot's history
     if group.world == 1 or opts.snapshot:
         from bcgprof.measure.tracing import AllocatorRecorder
 
+        # no trace file for several phases: a trace's buckets would not tell the phases apart
+        traced = group.world == 1 and writer is not None and phases is None
         recorder = AllocatorRecorder(
-            report_dir if group.world == 1 and writer is not None else None,
+            report_dir if traced else None,
             mode,
             capturer.pool,
             device=group.device.index or 0,
@@ -236,17 +254,18 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
         verify_start = time.perf_counter()
         if status == EXIT_OK:
             checked = capturer.verify(opts.verify, refill=workload.refill, seed=opts.seed + 1)
-            mine = [(r.bucket, r.replay_max_abs_diff, r.status, r.detail) for r in checked]
+            # keyed by phase too: a bucket size may stand in two phases ("" for one phase)
+            mine = [(r.phase, r.bucket, r.replay_max_abs_diff, r.status, r.detail) for r in checked]
             results = {
-                (rank, b): (d, s, t)
+                (rank, p, b): (d, s, t)
                 for rank, items in enumerate(group.gather(mine))
-                for b, d, s, t in items
+                for p, b, d, s, t in items
             }
             if writer is not None and results:
                 for rec in writer.records:
-                    if rec.mode == mode and (rec.rank, rec.bucket) in results:
+                    if rec.mode == mode and (rec.rank, rec.phase, rec.bucket) in results:
                         rec.replay_max_abs_diff, rec.status, rec.detail = results[
-                            (rec.rank, rec.bucket)
+                            (rec.rank, rec.phase, rec.bucket)
                         ]
                 writer.flush()
             if results:
@@ -254,7 +273,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
                     {
                         "event": "verify",
                         "mode": mode,
-                        "checked": sorted({b for _, b in results}),
+                        "checked": sorted({b for _, _, b in results}),
                         "max_abs_diff": max(d for d, _, _ in results.values()),
                     }
                 )

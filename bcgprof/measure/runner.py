@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, cast
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
+from bcgprof.measure.phases import capture_total, decode_part, phased_run_info, prepare_phased
 from bcgprof.options import ADDRESS_LAYOUTS, CaptureOptions
-from bcgprof.vocab import Mode, Weights
+from bcgprof.vocab import Weights
 
 if TYPE_CHECKING:
     from bcgprof.models.layers.attention import Attention
@@ -179,13 +180,15 @@ def _new_report(opts: CaptureOptions, spec, buckets: list[int], dev, extra: Opti
 
     out = _report_dir(opts, spec)
     info = run_info(opts, spec, buckets, dev)
+    if opts.phases:
+        phased_run_info(info, opts, spec)
     if extra:
         info.extra = dict(info.extra, **extra)
     return ReportWriter(out, info)
 
 
 def _begin_event(writer, spec, buckets: list[int], opts: CaptureOptions) -> dict:
-    total = sum(1 if m == Mode.FLOOR else len(buckets) for m in opts.modes)
+    total = capture_total(opts, buckets)
     return {"event": "begin", "out": str(writer.path), "model": spec.name, "layers": writer.run.layers,
             "dtype": spec.dtype, "buckets": buckets, "modes": list(opts.modes), "tp": opts.tp, "total": total}
 
@@ -200,6 +203,9 @@ def _prepare(opts: CaptureOptions):
         raise CaptureError(f"unknown address layout {opts.address_layout!r}; use one of {', '.join(ADDRESS_LAYOUTS)}")
     if opts.num_layers is not None and not opts.num_layers >= 1:
         raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
+    if opts.phases:  # several phases into one pool (bcgprof.measure.phases)
+        opts, buckets = prepare_phased(opts)
+        return opts, spec, buckets
     opts = dataclasses.replace(opts, buckets=opts.buckets or default_bucket_spec(opts.phase))
     buckets = parse_buckets(opts.buckets, max_tokens=opts.max_tokens, max_bs=opts.max_bs)
     return opts, spec, buckets
@@ -275,8 +281,9 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: 
                 out.mkdir(parents=True, exist_ok=True)
                 launcher.prestart()
             dev = check_gpu(opts.device)
-            if opts.phase == "decode":
-                _check_decode_fits(opts, spec, buckets, dev)
+            if "decode" in (opts.phase, *opts.phases):
+                decode_opts, decode_buckets = decode_part(opts, buckets)
+                _check_decode_fits(decode_opts, spec, decode_buckets, dev)
             writer = _new_report(opts, spec, buckets, dev)
         except BaseException:
             if launcher is not None:

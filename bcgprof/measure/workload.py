@@ -7,6 +7,11 @@ and its position, ``[max_bs]`` each; a bucket of ``B`` sequences runs on the fir
 (sequence ``b`` lives in row ``b`` of the cache, and attends over slots ``0..position``).
 The KV cache is allocated once, before any capture, outside the graph pool, and never
 charged to a bucket.
+
+Several phases of one process (:func:`build_phase_workloads`) share one model: each phase has its
+own input buffers, decode its KV cache (allocated, like the prefill buffers, before any phase is
+captured), and an ``activate`` that puts the model in the phase's form (the cache attached to its
+attention layers for decode, detached for prefill) before the phase is captured or replayed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class Workload:
     build_s: float
     parameter_bytes: int
     kv_cache_bytes: int = 0  # decode: the cache allocated before any capture
+    # puts the shared model in this phase's form (see build_phase_workloads); nothing for one phase
+    activate: Callable[[], None] = lambda: None
 
 
 def build_workload(
@@ -57,6 +64,52 @@ def build_workload(
     :func:`bcgprof.models.load`). ``moe``: the MoE's workspace, "fused-bf16" or "sglang-mxfp4"
     (:func:`bcgprof.models.load`).
     """
+    model, gen, build_s, param_bytes = _load(
+        spec, weights, num_layers, device, experts, seed, tp_rank, tp_size, moe
+    )
+    vocab = int(spec.config["vocab_size"])
+    if phase == "decode":
+        return _decode_workload(
+            model, vocab, device, gen, max_bs, context_len, build_s, param_bytes
+        )
+    return _prefill_workload(model, vocab, device, gen, max_tokens, build_s, param_bytes)
+
+
+def build_phase_workloads(
+    spec: ModelSpec,
+    phases: Sequence[str],
+    *,
+    weights: str,
+    num_layers,
+    device: torch.device,
+    experts: str = "bf16",
+    max_tokens: int,
+    seed: int,
+    max_bs: int = 256,
+    context_len: int = 4096,
+    moe: str = "fused-bf16",
+) -> list[Workload]:
+    """One model on ``device`` and, per phase of ``phases``, its input buffers (and decode's KV
+    cache), all allocated before any capture; each workload's ``activate`` readies the shared
+    model for its phase. ``max_tokens``: the largest prefill bucket; ``max_bs`` the largest
+    decode one. The model's build time and bytes are the first workload's alone."""
+    model, gen, build_s, param_bytes = _load(
+        spec, weights, num_layers, device, experts, seed, 0, 1, moe
+    )
+    vocab = int(spec.config["vocab_size"])
+    out = []
+    for i, phase in enumerate(phases):
+        spent, size = (build_s, param_bytes) if i == 0 else (0.0, 0)
+        if phase == "decode":
+            work = _decode_workload(model, vocab, device, gen, max_bs, context_len, spent, size)
+        else:
+            work = _prefill_workload(model, vocab, device, gen, max_tokens, spent, size)
+        out.append(work)
+    return out
+
+
+def _load(spec, weights, num_layers, device, experts, seed, tp_rank, tp_size, moe):
+    """The model on ``device``, a seeded generator, the build's seconds and the parameter bytes."""
     from bcgprof import models
 
     dtype = models.torch_dtype(spec.dtype)
@@ -75,14 +128,15 @@ def build_workload(
     )
     torch.cuda.synchronize(device)
     build_s = time.perf_counter() - start
-    vocab = int(spec.config["vocab_size"])
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    if phase == "decode":
-        return _decode_workload(
-            model, vocab, device, gen, max_bs, context_len, build_s, param_bytes
-        )
+    return model, gen, build_s, param_bytes
+
+
+def _prefill_workload(model, vocab, device, gen, max_tokens, build_s, param_bytes) -> Workload:
+    from bcgprof.models import kvcache
+
     input_ids = torch.randint(0, vocab, (max_tokens,), device=device, generator=gen)
     positions = torch.arange(max_tokens, device=device)
 
@@ -99,6 +153,7 @@ def build_workload(
         refill=refill,
         build_s=build_s,
         parameter_bytes=param_bytes,
+        activate=lambda: kvcache.attach(model, None),
     )
 
 
@@ -147,4 +202,5 @@ def _decode_workload(
         build_s=build_s,
         parameter_bytes=param_bytes,
         kv_cache_bytes=cache.nbytes,
+        activate=lambda: kvcache.attach(model, cache),
     )

@@ -120,10 +120,13 @@ def show_report(
     section: str = "all",
     *,
     wide: bool = False,
+    phases=None,
 ) -> None:
-    """`bcgprof show`: per-mode bucket tables and the summary, in any of :data:`FORMATS`."""
+    """`bcgprof show`: per-mode bucket tables and the summary, in any of :data:`FORMATS`
+    (``phases``: of several phases in one pool, the pair against each phase alone)."""
     # json and csv are drawn from the report's data and files alone: no tables to build
-    render(show_view(report, section, tables=fmt in ("table", "markdown")), fmt, console, wide=wide)
+    view = show_view(report, section, tables=fmt in ("table", "markdown"), phases=phases)
+    render(view, fmt, console, wide=wide)
 
 
 def show_comparison(
@@ -164,7 +167,7 @@ def print_estimate(est, console: Console | PlainConsole) -> None:
     render_table(estimate_view(est), console)
 
 
-def print_capture_result(report, console: Console | PlainConsole) -> None:
+def print_capture_result(report, console: Console | PlainConsole, phases=None) -> None:
     """What a finished capture shows: its tables (fitted to the console), the verdict line and
-    "report: PATH"."""
-    render_table(capture_view(report), console)
+    "report: PATH" (``phases``: of several phases in one pool, the pair against each alone)."""
+    render_table(capture_view(report, phases), console)

@@ -8,18 +8,20 @@ anything: gate.py does.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Optional
 
 from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
+from bcgprof.render.phase_views import phase_lines, phase_sheet
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
+from bcgprof.report.schema import run_info_dict
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
 from bcgprof.vocab import Experts, ListMode, Mode, Moe, Source, words
 
 if TYPE_CHECKING:
     from bcgprof.analysis.estimate import Estimate
     from bcgprof.analysis.gate import GateCheck, GateResult
+    from bcgprof.analysis.phases import PhasePool
 # The gate and explain modules are imported by the views that draw them, so that `show` loads
 # none of them (compare's views: compare_views.py).
 
@@ -65,6 +67,12 @@ def run_line(report: Report) -> str:
     buckets = run.buckets
     span = f"{len(buckets)} buckets {buckets[0]}..{buckets[-1]}" if buckets else "no buckets"
     what = "tokens" if run.phase == "prefill" else "batch sizes"
+    phase = run.phase
+    if run.phased:  # several phases in one pool: each one's list
+        phase = " then ".join(run.phases) + " in one pool"
+        lists = [(p, run.phase_buckets[p]) for p in run.phases]
+        span = ", ".join(f"{p} {len(b)} buckets {min(b)}..{max(b)}" for p, b in lists)
+        what = "tokens, batch sizes" if set(run.phases) == {"prefill", "decode"} else what
     gpu = run.gpu_name or "unknown GPU"
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
     experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
@@ -80,7 +88,7 @@ def run_line(report: Report) -> str:
     return (
         f"{run.model} ({run.layers} layers, {run.dtype or '?'}, {run.weights} "
         f"weights{experts}{warm}) "
-        f"{run.phase}: "
+        f"{phase}: "
         f"{span} ({what}){tp} on {gpu}; torch {run.torch_version or '?'}, CUDA "
         f"{run.cuda_version or '?'}; "
         f"status {run.status}"
@@ -125,16 +133,21 @@ def bucket_columns(report: Report) -> list[Column]:
 
 
 def bucket_sheets(report: Report) -> list[Sheet]:
-    """One sheet per mode (and rank), rows in capture order."""
+    """One sheet per mode (and phase, of several in one pool, and rank), rows in capture order."""
     multi = multi_rank(report)
     columns = bucket_columns(report)
-    groups: dict[tuple[str, int], list[BucketRecord]] = {}
+    groups: dict[tuple[str, str, int], list[BucketRecord]] = {}
     for r in report.buckets:
-        groups.setdefault((r.mode, r.rank), []).append(r)
+        groups.setdefault((r.mode, r.phase, r.rank), []).append(r)
     sheets = []
-    for (mode, rank), rows in groups.items():
+    for (mode, phase, rank), rows in groups.items():
         rows = sorted(rows, key=lambda r: r.order)
-        title = f"{mode}" + (f" rank {rank}" if multi else "") + " (capture order)"
+        title = (
+            f"{mode}"
+            + (f" {phase}, in one pool with the other phases" if phase else "")
+            + (f" rank {rank}" if multi else "")
+            + " (capture order)"
+        )
         sheet = Sheet("buckets", title, columns)
         for r in rows:
             # a flat record: asdict's result, without its deep copy (100,000 rows)
@@ -298,24 +311,31 @@ def _status_lines(report: Report) -> list[Line]:
     ]
 
 
-def _record_json(record) -> dict:
+def _record_json(record, phased: bool = True) -> dict:
     data = dict(vars(record))  # a flat record: asdict's result, without its deep copy
     data["rank"] = _rank_text(data["rank"])
+    if not phased:  # a one-phase report's rows have no phase
+        data.pop("phase", None)
     return data
 
 
-def report_json(report: Report, section: str = "all") -> dict:
+def report_json(
+    report: Report, section: str = "all", phases: Optional[list[PhasePool]] = None
+) -> dict:
     needs = needs_free(report)
+    phased = report.run.phased
     data = {
         "report": str(report.path),
         "summary_source": report.summary_source,
-        "run": dataclasses.asdict(report.run),
+        "run": run_info_dict(report.run),
         "summary": [
             dict(_record_json(s), needs_free_bytes=needs.get((s.mode, s.rank)))
             for s in report.summary
         ],
-        "buckets": [_record_json(b) for b in report.buckets],
+        "buckets": [_record_json(b, phased) for b in report.buckets],
     }
+    if phases is not None and section != "buckets":
+        data["phases_in_one_pool"] = [p.to_json() for p in phases]
     if section == "buckets":
         data.pop("summary")
     elif section == "summary":
@@ -334,20 +354,32 @@ def report_csv(report: Report, section: str = "all") -> str:
     return f"# buckets\n{buckets}\n# summary\n{summary}"
 
 
-def show_view(report: Report, section: str = "all", *, tables: bool = True) -> View:
+def show_view(
+    report: Report,
+    section: str = "all",
+    *,
+    tables: bool = True,
+    phases: Optional[list[PhasePool]] = None,
+) -> View:
     """`bcgprof show`: per-mode bucket tables and the summary (``tables=False``: no tables, for
-    output drawn from the view's data or csv text alone)."""
+    output drawn from the view's data or csv text alone); for several phases in one pool,
+    ``phases``: the pool of the pair against each phase alone."""
     sheets = []
     if tables and section in ("all", "buckets"):
         sheets += bucket_sheets(report)
     if tables and section in ("all", "summary"):
         sheets.append(summary_sheet(report))
+        if phases:
+            sheets.append(phase_sheet(phases))
     verdict = verdict_line(report)
+    foot = [Line(verdict)] if verdict and section != "buckets" else []
+    if phases and section != "buckets":
+        foot += phase_lines(phases)
     return View(
         head=[Line(f": {run_line(report)}", lead=str(report.path))] + _status_lines(report),
         sheets=sheets,
-        foot=[Line(verdict)] if verdict and section != "buckets" else [],
-        make_data=lambda: report_json(report, section),
+        foot=foot,
+        make_data=lambda: report_json(report, section, phases),
         make_csv=lambda: report_csv(report, section),
         hint=WIDE_HINT,
     )
@@ -362,12 +394,16 @@ def report_tables_view(report: Report) -> View:
     )
 
 
-def capture_view(report: Report) -> View:
-    """What a finished capture shows: its tables, the verdict and where the report is."""
+def capture_view(report: Report, phases: Optional[list[PhasePool]] = None) -> View:
+    """What a finished capture shows: its tables, the verdict and where the report is (and, for
+    several phases in one pool, ``phases``: the pair against each phase alone)."""
     view = report_tables_view(report)
     verdict = verdict_line(report)
     view.foot = ([Line(verdict)] if verdict else []) + [Line(f": {report.path}", lead="report")]
-    view.data = report_json(report)
+    if phases:
+        view.sheets.append(phase_sheet(phases))
+        view.foot[:0] = phase_lines(phases)
+    view.data = report_json(report, phases=phases)
     return view
 
 

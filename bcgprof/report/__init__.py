@@ -11,6 +11,7 @@ dataclass fields are the columns; every reader and writer goes through this pack
 * :mod:`~bcgprof.report.files`: regular files within their caps, read as a stream of checked lines;
 * :mod:`~bcgprof.report.table`: one CSV file into records; :mod:`~bcgprof.report.runinfo`: run.json;
 * :mod:`~bcgprof.report.consistency`: the rows against run.json, the summary against the rows;
+* :mod:`~bcgprof.report.phased`: the rows of a report of several phases in one pool (schema 2);
 * :mod:`~bcgprof.report.read`: :func:`read_report`, all of the above;
 * :mod:`~bcgprof.report.write`: atomic files and :class:`ReportWriter`;
 * :mod:`~bcgprof.report.summaries`: :func:`summarize`, summary.csv from the bucket rows;
@@ -39,11 +40,19 @@ from bcgprof.report.limits import (
     MAX_TEXT_CHARS,
     MAX_TP,
 )
-from bcgprof.report.read import cyclic_gc_paused, read_csv_records, read_report, read_report_text
+from bcgprof.report.phased import phase_end_pools, phase_report_name, phased_sequence
+from bcgprof.report.read import (
+    cyclic_gc_paused,
+    read_csv_records,
+    read_report,
+    read_report_text,
+    refuse_phased,
+)
 from bcgprof.report.runinfo import read_run_info
 from bcgprof.report.schema import (
     BUCKET_REQUIRED,
     LEDGER_FIELDS,
+    PHASED_SCHEMA_VERSION,
     SCHEMA_VERSION,
     SITE_KINDS,
     SITES_FILE,
@@ -97,6 +106,7 @@ __all__ = [
     "MAX_MS",
     "MAX_TEXT_CHARS",
     "MAX_TP",
+    "PHASED_SCHEMA_VERSION",
     "REPLAY_ATOL",
     "SCHEMA_VERSION",
     "SITES_FILE",
@@ -117,6 +127,9 @@ __all__ = [
     "clean_text",
     "cyclic_gc_paused",
     "open_report_file",
+    "phase_end_pools",
+    "phase_report_name",
+    "phased_sequence",
     "read_csv_records",
     "read_frames",
     "read_report",
@@ -124,6 +137,7 @@ __all__ = [
     "read_report_text",
     "read_run_info",
     "records_to_csv",
+    "refuse_phased",
     "report_frames",
     "run_info_to_json",
     "summarize",

@@ -21,10 +21,17 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, Optional, Union, get_args, get_type_hints
 
 from bcgprof.report.read import read_report
-from bcgprof.report.schema import BucketRecord, Report, RunInfo, SiteRecord, SummaryRecord
+from bcgprof.report.schema import (
+    BucketRecord,
+    Report,
+    RunInfo,
+    SiteRecord,
+    SummaryRecord,
+    bucket_columns_written,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,12 +53,12 @@ def column_dtypes(cls: Any) -> dict[str, str]:
     return out
 
 
-def records_frame(records: list, cls: Any) -> pd.DataFrame:
-    """A DataFrame of ``records`` (of dataclass ``cls``), one column per field, typed by
-    :func:`column_dtypes`."""
+def records_frame(records: list, cls: Any, only: Optional[tuple] = None) -> pd.DataFrame:
+    """A DataFrame of ``records`` (of dataclass ``cls``), one column per field (or per field
+    named in ``only``), typed by :func:`column_dtypes`."""
     import pandas as pd
 
-    names = [f.name for f in fields(cls)]
+    names = [f.name for f in fields(cls) if only is None or f.name in only]
     dtypes = column_dtypes(cls)
     # a column at a time, typed as it is built: a list holding None never passes through float64
     columns = {
@@ -84,7 +91,8 @@ def tables(report: Report) -> ReportTables:
     return ReportTables(
         report.path,
         report.run,
-        records_frame(report.buckets, BucketRecord),
+        # a one-phase report's buckets have no phase column, as in buckets.csv
+        records_frame(report.buckets, BucketRecord, bucket_columns_written(report.run)),
         records_frame(report.summary, SummaryRecord),
         records_frame(report.sites, SiteRecord),
         report.summary_source,

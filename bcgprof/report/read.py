@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bcgprof.errors import ReportError
 from bcgprof.options import MODES
 from bcgprof.report.consistency import (
     check_bucket_rows,
@@ -33,6 +34,7 @@ from bcgprof.report.limits import (
     MAX_SUMMARY_ROWS,
     MAX_TP,
 )
+from bcgprof.report.phased import check_no_phases, check_phased_rows, phase_report_name
 from bcgprof.report.runinfo import read_run_info
 from bcgprof.report.schema import (
     BUCKETS_FILE,
@@ -75,14 +77,17 @@ def read_csv_records(path: Path, cls: Any) -> list:
 
 
 def _bucket_rows_cap(run: RunInfo) -> tuple[int, str]:
-    """At most every mode on every rank and bucket of run.json: a bound known before the file is
-    read (which modes run.json lists is checked row by row)."""
+    """At most every mode on every rank and bucket of run.json (of every phase): a bound known
+    before the file is read (which modes run.json lists is checked row by row)."""
     modes = max(len(run.modes), len(MODES))  # a capture's four modes, or a recording's groups
-    n = modes * run.tp * len(run.buckets)
+    if run.phased:
+        buckets = sum(map(len, run.phase_buckets.values()))
+    else:
+        buckets = len(run.buckets)
+    n = modes * run.tp * buckets
     return (
         n,
-        f"{modes} modes x run.json's {run.tp} rank(s) x {len(run.buckets)} bucket(s) allow ({n} "
-        "rows)",
+        f"{modes} modes x run.json's {run.tp} rank(s) x {buckets} bucket(s) allow ({n} rows)",
     )
 
 
@@ -101,8 +106,12 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_report(path: str | Path) -> Report:
+def read_report(path: str | Path, *, phased: bool = False) -> Report:
     """Read and check a report directory (run.json, buckets.csv and summary.csv are required).
+
+    A report of several phases in one pool (schema 2) is read only with ``phased=True`` (by the
+    commands that know its rows' phases); otherwise it is refused with one line
+    (:func:`refuse_phased`) before its rows are read.
 
     Every column and field is checked, and every row against run.json (see
     :mod:`bcgprof.report.consistency`). summary.csv must be well formed; in a complete report
@@ -112,14 +121,31 @@ def read_report(path: str | Path) -> Report:
     """
     path = report_directory(Path(path))
     with cyclic_gc_paused():
-        return _read_checked(path)
+        return _read_checked(path, phased)
 
 
-def _read_checked(path: Path) -> Report:
+def refuse_phased(path: Path, run: RunInfo) -> None:
+    """One line for a command that reads one-phase reports only, given a report of several."""
+    if run.phased:
+        alone = ", ".join(str(path / phase_report_name(p)) for p in run.phases)
+        raise ReportError(
+            f"{path} holds {' and '.join(run.phases)} captured into one pool (report schema "
+            f"{run.schema_version}); this command reads one-phase reports: show it with "
+            f"`bcgprof show`, or pass one of the phases captured alone ({alone})"
+        )
+
+
+def _read_checked(path: Path, phased: bool) -> Report:
     run = read_run_info(path / RUN_FILE)
+    if not phased:
+        refuse_phased(path, run)
     rows_cap, rows_hint = _bucket_rows_cap(run)
     buckets = read_table(path / BUCKETS_FILE, BucketRecord, MAX_BUCKETS_BYTES, rows_cap, rows_hint)
-    check_bucket_rows(buckets.path, run, buckets.records, buckets.lines)
+    if run.phased:
+        check_phased_rows(buckets.path, run, buckets.records, buckets.lines)
+    else:
+        check_no_phases(buckets.path, buckets.records, buckets.lines)
+        check_bucket_rows(buckets.path, run, buckets.records, buckets.lines)
     check_bucket_sums(buckets.path, buckets.records, buckets.lines)
     summary = read_table(
         path / SUMMARY_FILE,

@@ -34,7 +34,12 @@ from bcgprof.options import (
 from bcgprof.report.codec import FIX, clean_json, clean_text, json_shown
 from bcgprof.report.files import read_small_text
 from bcgprof.report.limits import MAX_JSON_DEPTH, MAX_RUN_BYTES, MAX_TP
-from bcgprof.report.schema import SCHEMA_VERSION, RunInfo
+from bcgprof.report.schema import (
+    PHASED_RUN_FIELDS,
+    PHASED_SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
+    RunInfo,
+)
 from bcgprof.vocab import Source, Weights, current
 
 # run.json fields a report must have (the others take RunInfo's defaults)
@@ -121,6 +126,8 @@ def check_run(path: Path, data: dict) -> RunInfo:
                 value = current(Weights, value)  # an old report's word for the same weights
             if value not in _CHOICES[name]:
                 raise bad(name, f"one of {', '.join(_CHOICES[name])}")
+        elif name in PHASED_RUN_FIELDS:
+            pass  # checked whole by check_phases
         elif name == "in_process":
             if not isinstance(value, bool):
                 raise bad(name, "true or false")
@@ -143,9 +150,65 @@ def check_run(path: Path, data: dict) -> RunInfo:
             "compare and gate tell models apart by it)",
         )
     values["schema_version"] = data["schema_version"]
+    values.update(check_phases(path, data))
     if values.get("source") == Source.RECORD:
         _check_recorded_sequences(path, values)
     return RunInfo(**values)
+
+
+def check_phases(path: Path, data: dict) -> dict[str, Any]:
+    """run.json's ``phases`` and ``phase_buckets`` (schema 2), checked against its version, its
+    ``phase`` and its ``buckets``: two or more distinct phases, the first of them ``phase``, each
+    with a list of distinct buckets whose union is ``buckets``. A version-1 run.json has
+    neither."""
+    version = data["schema_version"]
+    if version != PHASED_SCHEMA_VERSION:
+        if any(name in data for name in PHASED_RUN_FIELDS):
+            raise ReportError(
+                f"{path}: fields phases and phase_buckets belong to schema version "
+                f"{PHASED_SCHEMA_VERSION}, but run.json says version {json_shown(version)}; {FIX}"
+            )
+        return {}
+    phases = data.get("phases")
+    per_phase = data.get("phase_buckets")
+    if (
+        not isinstance(phases, list)
+        or len(phases) < 2
+        or not all(isinstance(p, str) and p in PHASES for p in phases)
+        or len(set(phases)) != len(phases)
+        or phases[0] != data.get("phase")
+    ):
+        raise ReportError(
+            f"{path}: schema version {PHASED_SCHEMA_VERSION} needs phases, two or more distinct "
+            f"phases ({', '.join(PHASES)}) in capture order, the first of them run.json's phase; "
+            f"{FIX}"
+        )
+    if not isinstance(per_phase, dict) or set(per_phase) != set(phases):
+        raise ReportError(
+            f"{path}: phase_buckets must give each of phases ({', '.join(phases)}) its bucket "
+            f"list; {FIX}"
+        )
+    union: set[int] = set()
+    for phase in phases:
+        seq = per_phase[phase]
+        if (
+            not isinstance(seq, list)
+            or not seq
+            or not all(_is_int(b) and 1 <= b <= MAX_BUCKET_SIZE for b in seq)
+            or len(set(seq)) != len(seq)
+            or len(seq) > MAX_BUCKETS
+        ):
+            raise ReportError(
+                f"{path}: phase_buckets of {phase} must be a list of distinct bucket sizes "
+                f"(integers from 1 to {MAX_BUCKET_SIZE}, at most {MAX_BUCKETS}); {FIX}"
+            )
+        union.update(seq)
+    if set(data.get("buckets", ())) != union:
+        raise ReportError(
+            f"{path}: buckets must be the union of phase_buckets' lists in a report of several "
+            f"phases; {FIX}"
+        )
+    return {"phases": list(phases), "phase_buckets": {p: list(per_phase[p]) for p in phases}}
 
 
 def _check_recorded_sequences(path: Path, values: dict[str, Any]) -> None:
@@ -184,11 +247,11 @@ def parse_run_json(path: Path, text: str) -> RunInfo:
         raise ReportError(f"{path} is corrupt: not a JSON object; {FIX}")
     version = data.get("schema_version")
     # not 1.0 or true
-    if version != SCHEMA_VERSION or not isinstance(version, int) or isinstance(version, bool):
+    if version not in SCHEMA_VERSIONS or not isinstance(version, int) or isinstance(version, bool):
         shown = json_shown(version) if version is not None else "none"
         raise ReportError(
-            f"{path} has report schema version {shown}; this bcgprof reads version "
-            f"{SCHEMA_VERSION}: "
+            f"{path} has report schema version {shown}; this bcgprof reads versions "
+            f"{' and '.join(map(str, SCHEMA_VERSIONS))}: "
             "read it with the bcgprof that wrote it"
         )
     return check_run(path, data)

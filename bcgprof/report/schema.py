@@ -1,20 +1,21 @@
 """The report schema: one record type per file, and what each column may hold.
 
 A report is a directory holding ``buckets.csv`` (one :class:`BucketRecord` per mode, rank and
-bucket), ``summary.csv`` (one :class:`SummaryRecord` per mode and rank, derived from the bucket
-rows), ``run.json`` (one :class:`RunInfo`) and, when the floor mode recorded them, ``sites.csv``
-(:class:`SiteRecord`). The dataclass fields are the columns; a :class:`Rule` per column says
-what a valid value is. Imports nothing heavy.
+bucket; per mode, phase, rank and bucket in a report of several phases), ``summary.csv`` (one
+:class:`SummaryRecord` per mode and rank, derived from the bucket rows), ``run.json`` (one
+:class:`RunInfo`) and, when the floor mode recorded them, ``sites.csv`` (:class:`SiteRecord`).
+The dataclass fields are the columns; a :class:`Rule` per column says what a valid value is.
+Imports nothing heavy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
 from bcgprof.buckets import MAX_BUCKET_SIZE, MAX_BUCKETS
-from bcgprof.options import REPORT_MODES, STATUSES
+from bcgprof.options import PHASES, REPORT_MODES, STATUSES
 from bcgprof.report.limits import INT64, MAX_BYTES, MAX_MS, MAX_TP
 from bcgprof.vocab import (
     Executables,
@@ -29,7 +30,12 @@ from bcgprof.vocab import (
     Weights,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # a report of one phase
+# A report of several phases captured into one pool (``capture --phase prefill,decode``): run.json
+# gains ``phases`` and ``phase_buckets``, buckets.csv a ``phase`` column. A one-phase report keeps
+# version 1 and its files byte for byte; a reader made before version 2 refuses version 2.
+PHASED_SCHEMA_VERSION = 2
+SCHEMA_VERSIONS = (SCHEMA_VERSION, PHASED_SCHEMA_VERSION)
 RUN_FILE = "run.json"
 BUCKETS_FILE = "buckets.csv"
 SUMMARY_FILE = "summary.csv"
@@ -95,6 +101,9 @@ class BucketRecord:
     # recordings and for failed buckets.
     executables: Optional[int] = None
     signatures: Optional[int] = None
+    # the phase of the row in a report of several phases (schema 2), whose rows are keyed by
+    # (mode, phase, rank, bucket); empty, and no column in buckets.csv, in a one-phase report
+    phase: str = ""
 
 
 @dataclass
@@ -183,12 +192,37 @@ class RunInfo:
     source: str = Source.CAPTURE  # capture | record (reports written before this field: capture)
     executables: str = Executables.PER_SEGMENT  # per-segment | per-signature (older: per-segment)
     moe: str = Moe.FUSED_BF16  # fused-bf16 | sglang-mxfp4 (reports before this field: fused-bf16)
+    # Schema 2 only (several phases in one pool; absent from a one-phase run.json): the phases in
+    # capture order, and each one's bucket list (``buckets`` is then their distinct union).
+    phases: list = field(default_factory=list)
+    phase_buckets: dict = field(default_factory=dict)
+
+    @property
+    def phased(self) -> bool:
+        """Whether the report holds several phases captured into one pool (schema 2)."""
+        return len(self.phases) > 1
 
     @property
     def warmup_outputs_freed(self) -> bool:
         """Whether each eager warm-up run's output was freed before the next (reports that do not
         say held it)."""
         return self.extra.get("warmup_output", WarmupOutput.HELD) == WarmupOutput.FREED
+
+
+def run_info_dict(run: RunInfo) -> dict:
+    """run.json's fields as a dict: a one-phase report's without the fields of schema 2, so its
+    run.json (and what views print of it) is the same as before schema 2 existed."""
+    data = asdict(run)
+    if not run.phased:
+        for name in PHASED_RUN_FIELDS:
+            data.pop(name)
+    return data
+
+
+def bucket_columns_written(run: RunInfo) -> Optional[tuple[str, ...]]:
+    """The columns buckets.csv holds for ``run``: all of them (None) in a report of several
+    phases, all but ``phase`` in a one-phase report."""
+    return None if run.phased else ONE_PHASE_BUCKET_COLUMNS
 
 
 SUMMARY_FROM_FILE = "summary.csv"
@@ -304,7 +338,11 @@ BUCKET_RULES: dict[str, Rule] = {
     "pid": Rule(int, optional=True, lo=0, hi=2**31 - 1),
     "executables": Rule(int, optional=True, lo=0, hi=INT64 - 1),
     "signatures": Rule(int, optional=True, lo=0, hi=INT64 - 1),
+    "phase": Rule(str, choices=("", *PHASES)),
 }
+# run.json fields and buckets.csv columns a one-phase report never writes
+PHASED_RUN_FIELDS = ("phases", "phase_buckets")
+ONE_PHASE_BUCKET_COLUMNS = tuple(f.name for f in fields(BucketRecord) if f.name != "phase")
 
 
 def total_rule(optional: bool = False, signed: bool = False) -> Rule:

@@ -5,7 +5,6 @@ sees half a file, and the directory is a valid report after every row.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import tempfile
@@ -24,6 +23,8 @@ from bcgprof.report.schema import (
     RunInfo,
     SiteRecord,
     SummaryRecord,
+    bucket_columns_written,
+    run_info_dict,
 )
 from bcgprof.report.summaries import summarize
 
@@ -54,7 +55,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def run_info_to_json(run: RunInfo) -> str:
     """run.json's text: strings cleaned as the reader cleans them (so a reopened report keeps
     them)."""
-    return json.dumps(clean_json(dataclasses.asdict(run)), indent=2, allow_nan=False) + "\n"
+    return json.dumps(clean_json(run_info_dict(run)), indent=2, allow_nan=False) + "\n"
 
 
 class ReportWriter:
@@ -71,7 +72,7 @@ class ReportWriter:
     @classmethod
     def reopen(cls, path: str | Path) -> ReportWriter:
         """Continue a report another process started (each mode runs in its own process)."""
-        report = read_report(path)
+        report = read_report(path, phased=True)
         return cls(path, report.run, report.buckets)
 
     def append(self, record: BucketRecord) -> None:
@@ -103,7 +104,10 @@ class ReportWriter:
         atomic_write_text(path, records_to_csv(existing + new, SiteRecord))
 
     def _flush(self) -> None:
-        atomic_write_text(self.path / BUCKETS_FILE, records_to_csv(self.records, BucketRecord))
+        atomic_write_text(
+            self.path / BUCKETS_FILE,
+            records_to_csv(self.records, BucketRecord, bucket_columns_written(self.run)),
+        )
         atomic_write_text(
             self.path / SUMMARY_FILE, records_to_csv(summarize(self.records), SummaryRecord)
         )

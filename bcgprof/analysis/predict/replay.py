@@ -39,8 +39,10 @@ that part is known without a replay (:meth:`Replayer.known_pool`). A bucket repl
 small state of the same content (pool, live blocks) is looked up instead of replayed
 (:meth:`Replayer._memo_step`): where each bucket frees what it allocates the pool comes back to the
 same few free segments after every bucket, whatever the list. :meth:`Replayer.pool_within` replays
-only until the pool passes a limit. ``Replayer.bucket_replays``, ``events_replayed`` and
-``memo_hits`` count the work done. Torch-free.
+only until the pool passes a limit. :meth:`Replayer.replay_onto` replays a list into the
+pool another profile's replay left (:meth:`Replayer.end_state`): a second phase captured into
+the first's pool (:mod:`bcgprof.analysis.predict.pair`). ``Replayer.bucket_replays``,
+``events_replayed`` and ``memo_hits`` count the work done. Torch-free.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from random import Random
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.allocator import Pool
@@ -467,11 +469,71 @@ class Replayer:
         self.events_replayed += len(ops) - at
         self._run(state, ops, at, len(ops), check, placed)
 
+    # ------------------------------------------------------------ a later phase, into this pool
+
+    def end_state(self, mode: str, buckets: Sequence[int]) -> State:
+        """A copy of the state (pool, live blocks) after ``mode``'s list: what a phase captured
+        after this one into the same pool starts from (:meth:`replay_onto`)."""
+        state = self._advance(mode, self.bucket_sources.sources(mode, buckets), False, None)
+        assert state is not None  # no limit: replayed to the end
+        return state.clone()
+
+    def streams(self, mode: str, buckets: Sequence[int]) -> list[int]:
+        """The streams the graph-pool requests of ``mode``'s list name, in the order first named."""
+        seen: dict[int, None] = {}
+        for bucket, source in self.bucket_sources.sources(mode, buckets):
+            for op in self.bucket_sources.ops[source][bucket].ops:
+                if op[0] == ALLOC:
+                    seen.setdefault(op[2], None)
+        return list(seen)
+
+    def replay_onto(
+        self, before: State, mode: str, buckets: Sequence[int], streams: Mapping[int, int]
+    ) -> PoolReplay:
+        """``mode``'s list replayed into the pool ``before`` holds (another profile's
+        :meth:`end_state`), as one process captures this phase after that one into one pool: every
+        block ``before`` holds stays allocated (no event of this list frees it), and the blocks it
+        freed serve this list's requests as the allocator's rules allow. ``streams``: this
+        trace's stream -> the stream ``before``'s requests named (one process captures every phase
+        on one stream). The pool after each bucket of this list; ``exact`` as :meth:`replay`."""
+        plan = self.bucket_sources.sources(mode, buckets)
+        if self.bucket_sources.settings[plan[0][1]] != before.pool.settings:
+            raise ReplayError(
+                "the two profiles' traces were recorded under different allocator settings; "
+                "capture both phases with one torch and PYTORCH_CUDA_ALLOC_CONF"
+            )
+        pool = cast(Pool, _Restreamed(before.pool.clone(), dict(streams)))
+        state = State(pool, {}, {}, [])
+        for bucket, source in plan:
+            self._step(state, bucket, source, False)
+        return PoolReplay(
+            mode=mode,
+            buckets=[b for b, _ in plan],
+            pool_bytes=list(state.reserved),
+            exact=not any(self.bucket_sources.ops[s][b].unknown for b, s in plan),
+            sources=[s for _, s in plan],
+            made_up=state.pool.made_up,
+        )
+
     def check(self, mode: str) -> PoolReplay:
         """The profile's own list of ``mode``, placements checked against the recorded addresses."""
         if not self.bucket_sources.has(mode):
             raise ReplayError(f"the report has no {mode} trace")
         return self.replay(mode, self.bucket_sources.order[mode], check=True)
+
+
+class _Restreamed:
+    """A pool whose requests name another process's streams, as the pool's own process named
+    them; everything else is the pool's."""
+
+    def __init__(self, pool: Pool, streams: dict[int, int]):
+        self._pool, self._streams = pool, streams
+
+    def malloc(self, requested: int, stream: int = 0, at: Optional[int] = None):
+        return self._pool.malloc(requested, self._streams.get(stream, stream), at)
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
 
 
 def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> None:

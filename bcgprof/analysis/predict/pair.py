@@ -1,0 +1,185 @@
+"""Two phases captured into one pool, predicted from each phase's own traced profile:
+``bcgprof predict --from SECOND --after FIRST``.
+
+Mechanism. Each profile is a one-phase report with allocator traces (the phases alone that
+``capture --phase prefill,decode`` writes under its report, or any two one-phase captures of one
+model). Per mode both have, the first profile's own list is replayed
+(:class:`~bcgprof.analysis.predict.replay.Replayer`, checked against its measured pools as every
+replay is), and the second profile's own list is replayed into the pool that replay left
+(:meth:`~bcgprof.analysis.predict.replay.Replayer.replay_onto`): the first phase's live blocks stay
+allocated, its free blocks serve the second phase's requests by the allocator's rules, and the
+second trace's stream is taken for the first's (one process captures both on one stream). The
+pool after the last bucket is the pair's predicted pool; each phase alone is its own replay, which
+equals what it measured. Where segments had to be placed without a recorded address, the pair is
+replayed with them placed the other way too, and given where it differs.
+
+Invariant: a figure here is labelled predicted; a phase alone is the replay of what was measured.
+Blocks the first phase frees after its last capture ended are in no trace (no later window records
+them), so the prediction keeps them allocated where the process had freed them before the second
+phase began: the pair's second phase has that much less room to reuse here.
+
+Cost: one replay of each profile's list, then the second list again onto the first's end (twice
+where a placement was made up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from bcgprof.analysis.predict.prediction import check_usable, report_rows
+from bcgprof.analysis.predict.replay import Replayer, ReplayError
+from bcgprof.errors import PredictionError
+from bcgprof.report import Report
+
+PREDICTED = "predicted"
+
+
+@dataclass
+class PairMode:
+    """One mode's pool, in bytes: each phase alone (replayed from its profile) and the pair
+    (predicted)."""
+
+    mode: str
+    first_alone_bytes: int
+    second_alone_bytes: int
+    pair_bytes: int  # predicted
+    exact: bool  # every event of both lists replayed
+    made_up: int  # segments placed without a recorded address (see Replayer)
+    # the pair with those segments placed the other way (above or below every segment), where
+    # that changes it: the driver's address choice then decides the pool
+    other_placement_pair_bytes: Optional[int] = None
+
+    @property
+    def larger_alone_bytes(self) -> int:
+        return max(self.first_alone_bytes, self.second_alone_bytes)
+
+    @property
+    def beyond_larger_bytes(self) -> int:
+        return self.pair_bytes - self.larger_alone_bytes
+
+    @property
+    def saved_vs_pools_per_phase_bytes(self) -> int:
+        return self.first_alone_bytes + self.second_alone_bytes - self.pair_bytes
+
+    def to_json(self) -> dict:
+        return {
+            "mode": self.mode,
+            "kind": PREDICTED,
+            "first_alone_bytes": self.first_alone_bytes,
+            "second_alone_bytes": self.second_alone_bytes,
+            "pair_bytes": self.pair_bytes,
+            "larger_alone_bytes": self.larger_alone_bytes,
+            "beyond_larger_bytes": self.beyond_larger_bytes,
+            "saved_vs_pools_per_phase_bytes": self.saved_vs_pools_per_phase_bytes,
+            "exact": self.exact,
+            "made_up_segments": self.made_up,
+            "other_placement_pair_bytes": self.other_placement_pair_bytes,
+        }
+
+
+@dataclass
+class PairPrediction:
+    """The pool of ``phases`` (first, second) in one pool, per mode the two profiles share."""
+
+    first: Path
+    second: Path
+    phases: tuple[str, str]
+    model: str
+    modes: list[PairMode] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "pair",
+            "label": "predicted, not measured",
+            "first": str(self.first),
+            "second": str(self.second),
+            "phases": list(self.phases),
+            "model": self.model,
+            "modes": [m.to_json() for m in self.modes],
+            "notes": list(self.notes),
+        }
+
+
+def _replayer(report: Report) -> tuple[Replayer, dict[str, list[int]]]:
+    """The report's replayer (its traces checked against its measured pools) and each mode's list
+    in capture order."""
+    check_usable(report)
+    lists = {m: [r.bucket for r in report_rows(report, m)] for m in report.modes()}
+    measured = {m: [(r.bucket, r.pool_bytes) for r in report_rows(report, m)] for m in lists}
+    replayer = Replayer.load(report.path, list(lists), expected=measured)
+    if replayer is None:
+        raise PredictionError(
+            f"{report.path} has no allocator traces; predict a pair from two traced one-phase "
+            "captures (capture --phase prefill,decode writes them under its report)"
+        )
+    return replayer, lists
+
+
+def _check_pair(first: Report, second: Report) -> None:
+    a, b = first.run, second.run
+    if a.config_hash != b.config_hash or a.layers != b.layers:
+        raise PredictionError(
+            f"{first.path} and {second.path} are captures of different models or depths "
+            f"({a.model}, {a.layers} layers; {b.model}, {b.layers} layers); a pair shares one model"
+        )
+    if a.phase == b.phase:
+        raise PredictionError(
+            f"{first.path} and {second.path} both capture {a.phase}; --after names the phase "
+            "captured before --from's (SGLang: prefill before decode)"
+        )
+
+
+def predict_pair(first: Report, second: Report) -> PairPrediction:
+    """Per mode both profiles captured and traced: ``second``'s list replayed into the pool
+    ``first``'s left (see the module docstring)."""
+    _check_pair(first, second)
+    before, first_lists = _replayer(first)
+    after, second_lists = _replayer(second)
+    out = PairPrediction(
+        first.path, second.path, (first.run.phase, second.run.phase), first.run.model
+    )
+    shared = [m for m in first_lists if m in second_lists]
+    if not shared:
+        raise PredictionError(
+            f"{first.path} and {second.path} share no mode with traces; capture both with the "
+            "same --modes"
+        )
+    for mode in shared:
+        a, b = first_lists[mode], second_lists[mode]
+        try:
+            alone_a, alone_b = before.replay(mode, a), after.replay(mode, b)
+            streams = _stream_map(after.streams(mode, b), before.streams(mode, a), out.notes, mode)
+            pair = after.replay_onto(before.end_state(mode, a), mode, b, streams)
+            other = None
+            if pair.made_up:
+                twin_before, twin_after = before.other_placement(), after.other_placement()
+                state = twin_before.end_state(mode, a)
+                other = twin_after.replay_onto(state, mode, b, streams).pool_bytes[-1]
+        except ReplayError as e:
+            raise PredictionError(f"{mode}: {e}") from None
+        out.modes.append(
+            PairMode(
+                mode=mode,
+                first_alone_bytes=alone_a.pool_bytes[-1],
+                second_alone_bytes=alone_b.pool_bytes[-1],
+                pair_bytes=pair.pool_bytes[-1],
+                exact=alone_a.exact and alone_b.exact and pair.exact,
+                made_up=pair.made_up,
+                other_placement_pair_bytes=other if other != pair.pool_bytes[-1] else None,
+            )
+        )
+    return out
+
+
+def _stream_map(second: list[int], first: list[int], notes: list[str], mode: str) -> dict[int, int]:
+    """The second trace's streams -> the first's, in the order each first names them (one process
+    captures every phase on its capture stream)."""
+    if len(second) != len(first):
+        notes.append(
+            f"{mode}: the two traces name {len(first)} and {len(second)} streams; the first "
+            f"{min(len(first), len(second))} are taken for one another"
+        )
+    return dict(zip(second, first))
