@@ -223,6 +223,9 @@ def test_the_mode_loop_writes_a_pair_that_reads_back(tmp_path, monkeypatch):
         def stop(self):
             pass
 
+        def take_warning(self):
+            return None
+
     def build_phased(spec, opts, device):
         work = Workload(fn=None, inputs=[], refill=None, build_s=0.0, parameter_bytes=1)
         return work, _phases(log, lists)
