@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capturing as the engines capture: the GPU tests of the new paths, shared executables, SGLang's
 # MXFP4 MoE workspace, the seed side by side, and the zero-tolerance gate of the default capture.
-#   STAGES="tests persig default replay moe seed moe120 record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
+#   STAGES="tests persig default replay moe seed moe120 pair record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
 # Each stage has its own time limit (LIMIT_<stage>, seconds); $OUT ends with summary.txt and
 # all.tar.gz (every log and report: a device call brings back a limited number of files).
 set -u
@@ -57,6 +57,15 @@ if stage moe120; then
   run moe120 "${LIMIT_moe120:-330}" $B capture --model gpt-oss-120b --weights one-layer \
     --moe sglang-mxfp4 --out "$OUT/r/moe120"
   $B compare "$BASE120" "$OUT/r/moe120" > "$OUT/moe120-compare.log" 2>&1
+fi
+if stage pair; then  # prefill then decode in one pool (and each alone), as SGLang captures
+  CTX=""; grep -q H100 "$SUMMARY" && CTX="--context-len 1024"  # the 48 GiB cache fits an H200 only
+  run pair "${LIMIT_pair:-300}" $B capture --phase prefill,decode --modes "${PAIR_MODES:-per-bucket,shared}" \
+    $CTX --out "$OUT/r/pair"
+  $B show "$OUT/r/pair" --section summary > "$OUT/pair-show.log" 2>&1
+  $B show "$OUT/r/pair" -f json > "$OUT/pair-show.json" 2>&1
+  $B predict --from "$OUT/r/pair/phase-decode" --after "$OUT/r/pair/phase-prefill" > "$OUT/pair-predict.log" 2>&1
+  cat "$OUT/pair-show.log" "$OUT/pair-predict.log" | tail -n 30 >> "$SUMMARY"
 fi
 if stage record; then  # bcgprof record's proof (its own script), without its default capture
   run record "${LIMIT_record:-300}" env SKIP_DEFAULT=1 OUT="$OUT/rec" bash benchmarks/gpu/record_proof.sh
