@@ -14,6 +14,7 @@ import torch
 
 from committed import CommittedProfiles
 from helpers import DATA, load_data_module
+from hopper import HopperCompiles
 
 # The fused kernels' CPU tests (tests/models/test_kernels.py) run Triton's interpreter, which has
 # to be chosen before triton is first imported; with a GPU the compiled kernels are tested.
@@ -21,6 +22,28 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 maker = load_data_module("make_reports")
+hopper_compiles = HopperCompiles()
+
+
+def pytest_collection_finish(session):
+    """The kernels compiled for sm_90 (tests/hopper.py) start compiling in their child now, while
+    the tests before theirs run; a worker of pytest-xdist starts them only when its test asks."""
+    if hasattr(session.config, "workerinput"):
+        return
+    hopper_compiles.start(
+        [item.module for item in session.items if "hopper_compile" in item.fixturenames]
+    )
+
+
+def pytest_sessionfinish(session):
+    hopper_compiles.stop()
+
+
+@pytest.fixture
+def hopper_compile(request):
+    """hopper_compile() -> (what this module's HOPPER_SCRIPT printed, its failure or ''), compiled
+    in the session's child (tests/hopper.py)."""
+    return lambda: hopper_compiles.outcome(request.module)
 
 
 @pytest.fixture
