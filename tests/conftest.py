@@ -124,6 +124,28 @@ def trace_cache_of_the_session(tmp_path_factory, request):
     patch.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_command_tree_per_app():
+    """Typer's CliRunner builds the app's whole click command tree (each command's parameters
+    from its signature and type hints) on every invoke, most of the time an in-process command
+    takes. The tree depends on the app alone and running a command leaves it as it was (as the
+    CLI's own process builds it once and runs it), so the session builds it once per app."""
+    import typer.testing
+
+    built: dict[int, tuple[object, object]] = {}
+    build = typer.testing._get_command
+
+    def command_of(app):
+        if id(app) not in built:
+            built[id(app)] = (app, build(app))  # the app kept, so its id is never reused
+        return built[id(app)][1]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(typer.testing, "_get_command", command_of)
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def committed_profiles() -> CommittedProfiles:
     """committed_profiles("reports/NAME") -> (report, prepared profile), each prepared and
