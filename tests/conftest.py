@@ -20,6 +20,11 @@ from hopper import HopperCompiles
 # to be chosen before triton is first imported; with a GPU the compiled kernels are tested.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # One thread for torch's CPU operators: the tests' tensors are small, and an operator split over
+    # every CPU waits for its slowest part, so on a machine whose CPUs are also busy with something
+    # else (a test's child process, tests/hopper.py's compiles) it runs many times slower than one
+    # thread would. The gloo ranks of the tensor-parallel tests set the same for themselves.
+    torch.set_num_threads(1)
 
 maker = load_data_module("make_reports")
 hopper_compiles = HopperCompiles()
