@@ -33,7 +33,7 @@ hopper_compiles = HopperCompiles()
 def pytest_collection_finish(session):
     """The kernels compiled for sm_90 (tests/hopper.py) start compiling in their child now, while
     the tests before theirs run; a worker of pytest-xdist starts them only when its test asks."""
-    if hasattr(session.config, "workerinput"):
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
         return
     hopper_compiles.start(
         [item.module for item in session.items if "hopper_compile" in item.fixturenames]
