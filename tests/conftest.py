@@ -137,8 +137,11 @@ def one_command_tree_per_app():
     CLI's own process builds it once and runs it), so the session builds it once per app."""
     import typer.testing
 
+    build = getattr(typer.testing, "_get_command", None)
+    if build is None:  # another Typer: each invoke builds the tree, as before
+        yield
+        return
     built: dict[int, tuple[object, object]] = {}
-    build = typer.testing._get_command
 
     def command_of(app):
         if id(app) not in built:
