@@ -14,13 +14,41 @@ import torch
 
 from committed import CommittedProfiles
 from helpers import DATA, load_data_module
+from hopper import HopperCompiles
 
 # The fused kernels' CPU tests (tests/models/test_kernels.py) run Triton's interpreter, which has
 # to be chosen before triton is first imported; with a GPU the compiled kernels are tested.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # One thread for torch's CPU operators: the tests' tensors are small, and an operator split over
+    # every CPU waits for its slowest part, so on a machine whose CPUs are also busy with something
+    # else (a test's child process, tests/hopper.py's compiles) it runs many times slower than one
+    # thread would. The gloo ranks of the tensor-parallel tests set the same for themselves.
+    torch.set_num_threads(1)
 
 maker = load_data_module("make_reports")
+hopper_compiles = HopperCompiles()
+
+
+def pytest_collection_finish(session):
+    """The kernels compiled for sm_90 (tests/hopper.py) start compiling in their child now, while
+    the tests before theirs run; a worker of pytest-xdist starts them only when its test asks."""
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+        return
+    hopper_compiles.start(
+        [item.module for item in session.items if "hopper_compile" in item.fixturenames]
+    )
+
+
+def pytest_sessionfinish(session):
+    hopper_compiles.stop()
+
+
+@pytest.fixture
+def hopper_compile(request):
+    """hopper_compile() -> (what this module's HOPPER_SCRIPT printed, its failure or ''), compiled
+    in the session's child (tests/hopper.py)."""
+    return lambda: hopper_compiles.outcome(request.module)
 
 
 @pytest.fixture
@@ -97,6 +125,31 @@ def trace_cache_of_the_session(tmp_path_factory, request):
     # a worker gets COLUMNS=80, which a plain run does not set: the CLI's pipe width would follow it
     if worker:
         patch.delenv("COLUMNS", raising=False)
+    yield
+    patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_command_tree_per_app():
+    """Typer's CliRunner builds the app's whole click command tree (each command's parameters
+    from its signature and type hints) on every invoke, most of the time an in-process command
+    takes. The tree depends on the app alone and running a command leaves it as it was (as the
+    CLI's own process builds it once and runs it), so the session builds it once per app."""
+    import typer.testing
+
+    build = getattr(typer.testing, "_get_command", None)
+    if build is None:  # another Typer: each invoke builds the tree, as before
+        yield
+        return
+    built: dict[int, tuple[object, object]] = {}
+
+    def command_of(app):
+        if id(app) not in built:
+            built[id(app)] = (app, build(app))  # the app kept, so its id is never reused
+        return built[id(app)][1]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(typer.testing, "_get_command", command_of)
     yield
     patch.undo()
 

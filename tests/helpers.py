@@ -4,6 +4,7 @@ that refused its input."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import sys
@@ -26,6 +27,20 @@ def load_script(path: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+@functools.cache
+def syntax_tree(text: str) -> ast.Module:
+    """The syntax tree of Python source text, parsed once a session for each text: the checks of
+    the package's source (its imports, layers, private names, declared dependencies) each read
+    every module, and parsing them all takes most of a check. Shared: readers must not change it."""
+    return ast.parse(text)
+
+
+@functools.cache
+def syntax_nodes(text: str) -> tuple[ast.AST, ...]:
+    """Every node of :func:`syntax_tree` of ``text``, in ``ast.walk``'s order, listed once."""
+    return tuple(ast.walk(syntax_tree(text)))
 
 
 def load_data_module(name: str) -> ModuleType:

@@ -6,12 +6,18 @@ it starts loads the hook. Its stdout and stderr pass through bcgprof line by lin
 for the program, as under ``| tee``) and are scanned for the engines' capture-memory lines
 (:mod:`bcgprof.record.logs`); ``scan_logs=False`` leaves them on the terminal untouched.
 
-Every ``POLL_S`` the lines the processes appended are merged (:mod:`bcgprof.record.merge`) and, when
-they changed, the report's files are rewritten atomically (:class:`~bcgprof.report.ReportWriter`):
-the folder is a valid report while the program runs, after Ctrl-C and after a crash. With
-``stop_after_capture`` the program is stopped (SIGINT, then SIGTERM, then SIGKILL to its process
-group) once an engine's capture phase has ended in every process that began one, or, for a program
-no adapter knows, once ``idle_s`` pass without a new bucket after the first.
+Every ``POLL_S``, and at once when the program ends, the lines the processes appended are merged
+(:mod:`bcgprof.record.merge`) and, when they changed, the report's files are rewritten atomically
+(:class:`~bcgprof.report.ReportWriter`): the folder is a valid report while the program runs, after
+Ctrl-C and after a crash.
+
+With ``stop_after_capture`` the program is stopped (SIGINT, then SIGTERM, then SIGKILL to its
+process group) once an engine's capture phase has ended in every process that began one, or, for a
+program no adapter knows, once ``idle_s`` pass without a new bucket after the first. The program
+starts with SIGINT at its default action and unblocked, as a terminal starts a program, whatever
+bcgprof's own process inherited: a SIGINT ignored there (a job a script put in the background, a CI
+runner) would otherwise pass to the program through exec, and the stop's first signal would do
+nothing.
 """
 
 from __future__ import annotations
@@ -222,6 +228,13 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _interruptible() -> None:
+    """In the program's process, between fork and exec: SIGINT back to its default action and
+    unblocked (two system calls, nothing that takes a lock)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def _stop(proc: subprocess.Popen) -> None:
     """SIGINT to the program's process group, then SIGTERM, then SIGKILL, each after a grace
     period."""
@@ -260,6 +273,7 @@ def record(
             stdout=pipe,
             stderr=pipe,
             start_new_session=True,
+            preexec_fn=_interruptible,
         )
     except OSError as e:
         shutil.rmtree(site, ignore_errors=True)
@@ -280,7 +294,8 @@ def record(
     lines = LineReader(spool)
     try:
         while proc.poll() is None:
-            time.sleep(POLL_S)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=POLL_S)  # returns as soon as the program ends
             merged = merge(lines.read())
             now_state = (
                 len(merged.rows),

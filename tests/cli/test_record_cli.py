@@ -23,7 +23,7 @@ MIB = 2**20
 
 
 def record(
-    out: Path, *args: str, program: tuple = (), timeout: float = 120
+    out: Path, *args: str, program: tuple = (), timeout: float = 120, **popen
 ) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(STANDINS))
     cmd = [
@@ -39,7 +39,7 @@ def record(
         str(PROGRAM),
         *program,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **popen)
 
 
 def test_sglang_runners_a_child_process_and_the_engine_line_make_one_report(tmp_path):
@@ -121,13 +121,27 @@ def test_a_crashed_program_leaves_a_valid_partial_report_and_its_exit_code(tmp_p
     assert "stand-in failure" in report.buckets[-1].detail
 
 
+def _ignoring_sigint() -> None:
+    """bcgprof started as a script starts a background job: with SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_stop_after_capture_ends_a_server_once_its_capture_phase_is_over(tmp_path):
     start = time.monotonic()
-    proc = record(tmp_path / "r", "--stop-after-capture", program=("--serve",), timeout=60)
+    # bcgprof itself ignores SIGINT here, yet the program it starts does not: the stop's first
+    # signal, SIGINT, ends it (a KeyboardInterrupt in its sleep), not SIGTERM after a grace
+    proc = record(
+        tmp_path / "r",
+        "--stop-after-capture",
+        program=("--serve",),
+        timeout=60,
+        preexec_fn=_ignoring_sigint,
+    )
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - start < 40  # the program sleeps 300 s after its capture
     assert read_report(tmp_path / "r").run.status == "complete"
     assert "capture phase over" in proc.stderr
+    assert "KeyboardInterrupt" in proc.stderr
 
 
 def _interruptible() -> None:

@@ -559,7 +559,7 @@ def test_triton_gemm_falls_back_to_a_smaller_configuration(monkeypatch):
 
 # ---------------------------------------------------------------------- Triton, compiled for Hopper
 
-_COMPILE_SCRIPT = r"""
+HOPPER_SCRIPT = r"""
 import sys
 import torch
 try:
@@ -623,31 +623,15 @@ print("OK")
 """
 
 
-def test_triton_kernels_compile_for_hopper(tmp_path):
+def test_triton_kernels_compile_for_hopper(hopper_compile):
     # The compiled path can't run here, but Triton can compile for sm_90 without a GPU:
     # every GEMM configuration (both weight layouts, GEMM1 and GEMM2 flavours) and the
     # elementwise kernels go through the whole pipeline to a cubin, with the loads
     # software-pipelined, wgmma for 64+ row tiles and shared memory that fits a Hopper SM.
-    # A subprocess, because this session may run the interpreter.
-    import subprocess
-    import sys
-    from pathlib import Path
-
+    # In a child process (tests/hopper.py), because this session may run the interpreter.
     if _interpreter_problem() == "triton is not installed":
         pytest.skip("triton is not installed")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    root = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    run = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if run.stdout.startswith("SKIP"):
-        pytest.skip(run.stdout.strip())
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), (
-        run.stdout + run.stderr[-3000:]
-    )
+    out, failure = hopper_compile()
+    if out.startswith("SKIP"):
+        pytest.skip(out.strip())
+    assert not failure and out.strip().endswith("OK"), out + failure

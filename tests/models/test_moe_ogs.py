@@ -30,10 +30,7 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
-import sys
 import weakref
-from pathlib import Path
 
 import torch
 
@@ -455,7 +452,7 @@ def test_cpu_takes_the_reference_and_the_fused_path_is_unchanged():
 
 
 # the compiled path cannot run here, but Triton compiles for sm_90 without a GPU
-_COMPILE = r"""
+HOPPER_SCRIPT = r"""
 import sys
 import torch
 try:
@@ -507,22 +504,14 @@ print("OK")
 """
 
 
-def test_kernels_compile_for_hopper(tmp_path):
+def test_kernels_compile_for_hopper(hopper_compile):
     # both GEMMs, bf16 and MXFP4 weights, a small tile and a wgmma one
     if _interpreter_problem() == "triton is not installed":
         pytest.skip("triton is not installed")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    root = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    run = subprocess.run(
-        [sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600
-    )
-    if run.stdout.startswith("SKIP"):
-        pytest.skip(run.stdout.strip())
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), (
-        run.stdout + run.stderr[-3000:]
-    )
+    out, failure = hopper_compile()
+    if out.startswith("SKIP"):
+        pytest.skip(out.strip())
+    assert not failure and out.strip().endswith("OK"), out + failure
 
 
 # --------------------------------------------------------------------------- the model

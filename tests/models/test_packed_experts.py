@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -449,7 +447,7 @@ def test_run_json_round_trip_of_the_experts(write_report, tmp_path):
 
 # --------------------------------------------------------------------------- compiled for Hopper
 
-_COMPILE = r"""
+HOPPER_SCRIPT = r"""
 import sys
 import torch
 try:
@@ -490,20 +488,12 @@ print("OK")
 """
 
 
-def test_packed_kernel_compiles_for_hopper(tmp_path):
+def test_packed_kernel_compiles_for_hopper(hopper_compile):
     # the compiled path cannot run here, but Triton compiles for sm_90 without a GPU: a small tile
     # with a ragged K loop and a wgmma tile with the pipelined one
     if _interpreter_problem() == "triton is not installed":
         pytest.skip("triton is not installed")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    root = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    run = subprocess.run(
-        [sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600
-    )
-    if run.stdout.startswith("SKIP"):
-        pytest.skip(run.stdout.strip())
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), (
-        run.stdout + run.stderr[-3000:]
-    )
+    out, failure = hopper_compile()
+    if out.startswith("SKIP"):
+        pytest.skip(out.strip())
+    assert not failure and out.strip().endswith("OK"), out + failure

@@ -22,6 +22,8 @@ import pytest
 
 from bcgprof.spec import families
 
+from helpers import syntax_nodes
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "bcgprof"
 CONFIG = ROOT / ".importlinter"
@@ -52,7 +54,7 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
     for module, text in sources.items():
         package = module if _is_package(module, known) else module.rpartition(".")[0]
         found: set[str] = set()
-        for node in ast.walk(ast.parse(text)):
+        for node in syntax_nodes(text):
             if isinstance(node, ast.Import):
                 found |= {a.name if a.name in known else a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom):

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import syntax_nodes, syntax_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "bcgprof"
 
@@ -121,7 +123,7 @@ def test_module_level_imports_have_no_cycle():
     graph: dict[str, set[str]] = {}
     for module, path in sources.items():
         visitor = _ModuleLevel()
-        visitor.visit(ast.parse(path.read_text(), str(path)))
+        visitor.visit(syntax_tree(path.read_text()))
         graph[module] = {
             target
             for node in visitor.found
@@ -159,9 +161,8 @@ def private_imports(sources: dict[str, str]) -> set[tuple[str, str, str]]:
     known = set(sources)
     found = set()
     for module, text in sources.items():
-        tree = ast.parse(text)
         aliases: dict[str, str] = {}  # local name -> the bcgprof module it is bound to
-        for node in ast.walk(tree):
+        for node in syntax_nodes(text):
             for target, names in _imports(node, known):
                 if target != module:
                     found |= {(module, target, name) for name in names if _private(name)}
@@ -177,7 +178,7 @@ def private_imports(sources: dict[str, str]) -> set[tuple[str, str, str]]:
                         if f"{node.module}.{a.name}" in known
                     }
                 )
-        for node in ast.walk(tree):
+        for node in syntax_nodes(text):
             if (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)

@@ -13,6 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from helpers import syntax_nodes
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -40,7 +42,7 @@ def _declared() -> set[str]:
 def _imports() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for path in (REPO / "bcgprof").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in syntax_nodes(path.read_text()):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
