@@ -421,17 +421,25 @@ class Replayer:
         """Events ``[begin, end)``; ``check``: count allocations placed elsewhere than recorded;
         ``placed``: where each allocation went, by its index."""
         pool, live = state.pool, state.live
-        malloc, free_at = pool.malloc, pool.free_at
+        place, free_at, pop = pool.place, pool.free_at, live.pop
+        if not check and placed is None:  # the plain replay, without the bookkeeping
+            for op in ops[begin:end]:
+                if op[0] == ALLOC:
+                    live[op[3]] = place(op[1], op[2], op[4]).addr
+                else:
+                    addr = pop(op[1], None)
+                    if addr is not None:  # None: its allocation belongs to a bucket not in the list
+                        free_at(addr)
+            return
         for at, op in enumerate(ops[begin:end], begin):
             if op[0] == ALLOC:
-                block, _ = malloc(op[1], op[2], op[4])
-                live[op[3]] = block.addr
-                if check and block.addr != op[5]:
+                addr = live[op[3]] = place(op[1], op[2], op[4]).addr
+                if check and addr != op[5]:
                     state.mismatches += 1
                 if placed is not None:
-                    placed[at] = block.addr
+                    placed[at] = addr
             else:
-                addr = live.pop(op[1], None)
+                addr = pop(op[1], None)
                 if addr is not None:  # None: its allocation belongs to a bucket not in the list
                     free_at(addr)
 
