@@ -110,6 +110,43 @@ def _pool_replay(mode: str, plan: tuple, kept: list) -> PoolReplay:
     )
 
 
+STORED_REPLAYS = 4096  # replays of one mode's lists kept across commands, a placement
+
+
+def _read_store(kept: object) -> dict:
+    """:meth:`Replayer.keep_store`'s value back as plan -> (digests, pools, done); what does not
+    read back whole is left out."""
+    out: dict = {}
+    if not isinstance(kept, list):
+        return out
+    for entry in kept:
+        try:
+            plan, digests, pools, done = entry
+            key = tuple((int(b), str(s)) for b, s in plan)
+            if not (
+                isinstance(digests, dict)
+                and all(isinstance(d, str) for d in digests.values())
+                and isinstance(pools, list)
+                and 0 < len(pools) <= len(key)
+                and all(type(p) is int for p in pools)
+            ):
+                continue
+            if done is not None:
+                exact, mismatches, made_up = done
+                if not (
+                    len(pools) == len(key)
+                    and type(exact) is bool
+                    and type(mismatches) is int
+                    and type(made_up) is int
+                ):
+                    continue
+                done = (exact, mismatches, made_up)
+        except (TypeError, ValueError):
+            continue
+        out[key] = (digests, pools, done)
+    return out
+
+
 class Replayer:
     """Replays the traces of one report; states after each list prefix are cached. Where each
     bucket's events come from, and the traces' checks, are
@@ -204,9 +241,15 @@ class Replayer:
         )
         if known is not None:
             return known
+        stored = None if check else self._stored(mode, plan)
+        if stored is not None and stored[1] is not None:
+            return _pool_replay(mode, tuple(plan), [stored[0], *stored[1]])
         state = self._advance(mode, plan, check, None)
         assert state is not None  # no limit: replayed to the end
         exact = not any(self.bucket_sources.ops[s][b].unknown for b, s in plan)
+        if not check:
+            done = (exact, state.mismatches, state.pool.made_up)
+            self._learn(mode, plan, list(state.reserved), done)
         return PoolReplay(
             mode=mode,
             buckets=[b for b, _ in plan],
@@ -282,10 +325,93 @@ class Replayer:
         """Whether ``mode``'s list's pool stays within ``limit`` bytes, replaying only until it does
         not (the pool never falls): (True, the pool) or (False, the pool where it went above). A
         later :meth:`replay` of the list goes on from where this one stopped."""
-        state = self._advance(mode, self.bucket_sources.sources(mode, buckets), False, limit)
+        plan = self.bucket_sources.sources(mode, buckets)
+        stored = self._stored(mode, plan)
+        if stored is not None:
+            pools, done = stored
+            above = next((p for p in pools if p > limit), None)
+            if above is not None:
+                return False, above
+            if done is not None:
+                return True, pools[-1]
+        state = self._advance(mode, plan, False, limit)
         if state is None:
+            self._learn(mode, plan, self.tree.reached, None)
             return False, self.tree.stopped
+        exact = not any(self.bucket_sources.ops[s][b].unknown for b, s in plan)
+        self._learn(mode, plan, list(state.reserved), (exact, state.mismatches, state.pool.made_up))
         return True, state.reserved[-1]
+
+    # ------------------------------------------------------------ replays kept across commands
+
+    def _store(self, mode: str) -> tuple[dict, dict]:
+        """The replays of ``mode``'s lists in this placement that earlier commands kept (read from
+        the cache once) and those this command made: plan -> (the digests of the traces it
+        replayed from, the pool bytes after each bucket replayed (the first ones only, where a
+        replay stopped early), and for a whole replay (exact, mismatches, made up), else None)."""
+        stores = self.bucket_sources.stores
+        key = (mode, self.below, self.layout)
+        if key not in stores:
+            stores[key] = ({}, {})
+            trace = self.bucket_sources.traces.get(mode)
+            if trace is not None and trace.digest:
+                kept = trace_cache.recall(
+                    "replay store", [mode, self.below, self.layout, trace.digest], trace.path
+                )
+                stores[key] = (_read_store(kept), {})
+        return stores[key]
+
+    def _stored(self, mode: str, plan: Sequence[tuple[int, str]]) -> Optional[tuple]:
+        """A kept replay of ``plan`` whose traces are these (None when there is none)."""
+        kept, learnt = self._store(mode)
+        entry = learnt.get(tuple(plan)) or kept.get(tuple(plan))
+        if entry is None:
+            return None
+        digests, pools, done = entry
+        traces = self.bucket_sources.traces
+        for source, digest in digests.items():
+            trace = traces.get(source)
+            if trace is None or trace.digest != digest:
+                return None
+        return pools, done
+
+    def _learn(
+        self, mode: str, plan: Sequence[tuple[int, str]], pools: list[int], done: Optional[tuple]
+    ) -> None:
+        """Note a replay of ``plan`` (whole, or stopped early) for :meth:`keep_store`."""
+        traces = self.bucket_sources.traces
+        digests = {}
+        for source in sorted({s for _, s in plan}):
+            trace = traces.get(source)
+            if trace is None or not trace.digest:
+                return  # a trace held in memory: nothing to key it by
+            digests[source] = trace.digest
+        self._store(mode)[1][tuple(plan)] = (digests, list(pools), done)
+
+    def keep_store(self, mode: str) -> None:
+        """Keep the replays of ``mode``'s lists learnt by this command (in both placements), with
+        those kept before, for the next command on the same traces (the most recent
+        :data:`STORED_REPLAYS` a placement)."""
+        for replayer in (self, self._twin):
+            if replayer is None:
+                continue
+            key = (mode, replayer.below, replayer.layout)
+            found = replayer.bucket_sources.stores.get(key)
+            trace = replayer.bucket_sources.traces.get(mode)
+            if not found or not found[1] or trace is None or not trace.digest:
+                continue
+            kept, learnt = found
+            merged = list({**kept, **learnt}.items())[-STORED_REPLAYS:]
+            value = [
+                [[list(x) for x in plan], digests, pools, list(done) if done else None]
+                for plan, (digests, pools, done) in merged
+            ]
+            trace_cache.remember(
+                "replay store",
+                [mode, replayer.below, replayer.layout, trace.digest],
+                value,
+                trace.path,
+            )
 
     def _advance(
         self, mode: str, plan: list[tuple[int, str]], check: bool, limit: Optional[int]
@@ -304,6 +430,7 @@ class Replayer:
             path.append(node)
             if limit is not None and node.reserved > limit:  # known from an earlier replay
                 self.tree.stopped = node.reserved
+                self.tree.reached = [n.reserved for n in path]
                 return None
             if node.state is not None:
                 kept = len(path) - 1
@@ -344,6 +471,7 @@ class Replayer:
                 if here.state is None:
                     self.tree.keep(here, state)
                 self.tree.stopped = state.reserved[-1]
+                self.tree.reached = list(state.reserved)
                 return None
         end = path[len(plan) - 1] if len(plan) <= shared else parent
         if end.state is None:
@@ -482,13 +610,15 @@ class Replayer:
         return self.replay(mode, self.bucket_sources.order[mode], check=True)
 
 
-def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
+def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[PoolReplay]:
     """Refuse ``trace`` unless replaying its own list gives the report's measured pool after
     every bucket (on every committed trace it does, to the byte), every block where it was
     recorded. The replay is a fresh one (placements as recorded), so the verdict depends on the
     trace and the figures alone; a trace read from a file keeps it in the cache
     (:mod:`bcgprof.analysis.predict.trace_cache`), keyed by the file's content and the figures,
-    and the next command reads it there instead of replaying."""
+    and the next command reads it there instead of replaying. Returns that replay (None where
+    the verdict came from the cache): it is the own list's replay with placements as recorded,
+    which a replayer then need not repeat."""
     mode, where = trace.mode, trace.path or trace_name(trace.mode)
     order = list(trace.order)
     if [b for b, _ in measured] != order:
@@ -505,7 +635,7 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
         )
     parts = [trace.digest, mode, measured]
     if trace.digest and trace_cache.recall("verified", parts, trace.path) is True:
-        return
+        return None
     try:
         replayed = Replayer(TraceSet({mode: trace})).replay(mode, order, check=True)
     except ReplayError as e:
@@ -520,3 +650,4 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
             )
     if trace.digest:
         trace_cache.remember("verified", parts, True, trace.path)
+    return replayed
