@@ -50,6 +50,7 @@ the work it does on a committed profile.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -57,6 +58,7 @@ from typing import Optional
 
 import numpy as np
 
+from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.lists import BucketProfile, list_band
 from bcgprof.analysis.predict.needs_free import warmup_cache_bytes
 from bcgprof.analysis.predict.padding import Padding, padding_pct
@@ -139,6 +141,11 @@ class Search:
         self.unfree: set[tuple[int, ...]] = set()
         self.replayed = 0  # lists replayed to decide whether they fit
         self.cells = 0  # the programmes' (bucket, budget) cells
+        # the programmes' results are kept beside the traces' (none for traces held in memory)
+        trace = self.replayer.bucket_sources.traces.get(mode)
+        self._near = trace.path if trace is not None and trace.digest else None
+        w = np.ascontiguousarray(weights)
+        self._weighed = f"{w.dtype.str}{w.shape}:{hashlib.sha256(w.tobytes()).hexdigest()}"
 
     @property
     def size(self) -> int:
@@ -201,12 +208,7 @@ class Search:
         back-pointers, unbuilt."""
         units = max(0, min(units, sum(int(c) for c in costs)))
         self.cells += len(pool) * (units + 1)
-        best, back = programme(pool, costs, units, self.weights)
-        row = best[-1]
-        levels = padding_levels(row)
-        del best
-        paths = level_lists(costs, back, levels)
-        del back
+        levels, least, paths = self._programme(pool, costs, units)
         below = paths[1:].astype(np.int64)
         on = below >= 0
         at = np.where(on, below, 0)
@@ -225,7 +227,7 @@ class Search:
             + self.band[on.sum(axis=0) + 1]
             + (outside[at] * on).sum(axis=0)
         )
-        pct = 100.0 * row[levels] / self.requested if self.requested else np.zeros(len(levels))
+        pct = 100.0 * least / self.requested if self.requested else np.zeros(len(levels))
         cand = np.asarray(pool)
 
         def make(i: int) -> tuple[int, ...]:
@@ -233,6 +235,47 @@ class Search:
             return tuple(int(b) for b in cand[column[column >= 0][::-1]])
 
         self._add(pct, bound, make)
+
+    def _programme(
+        self, pool: list[int], costs: Sequence[int], units: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The programme's padding levels, the least padding at each and the lists there
+        (:func:`level_lists`): worked out, or kept by an earlier advise with the same candidates,
+        costs, units and weights (:mod:`bcgprof.analysis.predict.trace_cache`)."""
+        parts = [[int(b) for b in pool], [int(c) for c in costs], int(units), self._weighed]
+        kept = trace_cache.recall("programme", parts, self._near) if self._near else None
+        if isinstance(kept, dict):
+            try:
+                levels = np.asarray(kept["levels"], dtype=np.int64)
+                least = np.asarray(kept["least"], dtype=float)
+                if kept["dtype"] not in ("<i2", "<i4"):
+                    raise ValueError("not a list of candidates")
+                paths = np.asarray(kept["paths"], dtype=kept["dtype"]).reshape(kept["shape"])
+                if (
+                    least.ndim == levels.ndim == 1
+                    and len(least) == len(levels) == paths.shape[1]
+                    and ((paths >= -1) & (paths < len(pool))).all()
+                ):
+                    return levels, least, paths
+            except (TypeError, KeyError, ValueError, IndexError):
+                pass  # not whole: worked out again
+        best, back = programme(pool, costs, units, self.weights)
+        row = best[-1]
+        levels = padding_levels(row)
+        del best
+        paths = level_lists(costs, back, levels)
+        del back
+        least = row[levels]
+        if self._near:
+            value = {
+                "levels": levels.tolist(),
+                "least": least.tolist(),
+                "paths": paths.reshape(-1).tolist(),
+                "dtype": paths.dtype.str,
+                "shape": list(paths.shape),
+            }
+            trace_cache.remember("programme", parts, value, self._near)
+        return levels, least, paths
 
     def _sorted(self) -> tuple[np.ndarray, ...]:
         if self._table is None:

@@ -10,7 +10,8 @@ directory, which bcgprof only reads. Two kinds:
   parsing);
 * ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
   verdict that a trace replays to its report's measured pools; the pools of a layout spread;
-  advise's replays that do not depend on the budget), the key repeated inside.
+  advise's replays that do not depend on the budget, the replays of the lists its searches
+  checked, and its programmes' lists), the key repeated inside.
 
 Invariant: an entry is written to a temporary file and renamed, so a reader sees a whole entry or
 none; one that does not read back whole and consistent (damaged, cut short, another format) is
@@ -53,6 +54,8 @@ DERIVED_BY = (
     "bcgprof.analysis.predict.interpolate",
     "bcgprof.analysis.predict.needs_free",
     "bcgprof.analysis.predict.layout_spread",
+    "bcgprof.analysis.predict.padding",
+    "bcgprof.analysis.predict.programme",
 )
 
 
