@@ -52,7 +52,7 @@ from pathlib import Path
 from random import Random
 from typing import Optional, Union
 
-from bcgprof.analysis.predict import trace_cache
+from bcgprof.analysis.predict import kept_replays, trace_cache
 from bcgprof.analysis.predict.allocator import Pool
 from bcgprof.analysis.predict.bucket_ops import BucketOps
 from bcgprof.analysis.predict.fold import ALLOC, boundaries, rename, signature
@@ -108,43 +108,6 @@ def _pool_replay(mode: str, plan: tuple, kept: list) -> PoolReplay:
         mismatches=mismatches,
         made_up=made_up,
     )
-
-
-STORED_REPLAYS = 4096  # replays of one mode's lists kept across commands, a placement
-
-
-def _read_store(kept: object) -> dict:
-    """:meth:`Replayer.keep_store`'s value back as plan -> (digests, pools, done); what does not
-    read back whole is left out."""
-    out: dict = {}
-    if not isinstance(kept, list):
-        return out
-    for entry in kept:
-        try:
-            plan, digests, pools, done = entry
-            key = tuple((int(b), str(s)) for b, s in plan)
-            if not (
-                isinstance(digests, dict)
-                and all(isinstance(d, str) for d in digests.values())
-                and isinstance(pools, list)
-                and 0 < len(pools) <= len(key)
-                and all(type(p) is int for p in pools)
-            ):
-                continue
-            if done is not None:
-                exact, mismatches, made_up = done
-                if not (
-                    len(pools) == len(key)
-                    and type(exact) is bool
-                    and type(mismatches) is int
-                    and type(made_up) is int
-                ):
-                    continue
-                done = (exact, mismatches, made_up)
-        except (TypeError, ValueError):
-            continue
-        out[key] = (digests, pools, done)
-    return out
 
 
 class Replayer:
@@ -241,7 +204,7 @@ class Replayer:
         )
         if known is not None:
             return known
-        stored = None if check else self._stored(mode, plan)
+        stored = None if check else kept_replays.stored(self, mode, plan)
         if stored is not None and stored[1] is not None:
             return _pool_replay(mode, tuple(plan), [stored[0], *stored[1]])
         state = self._advance(mode, plan, check, None)
@@ -249,7 +212,7 @@ class Replayer:
         exact = not any(self.bucket_sources.ops[s][b].unknown for b, s in plan)
         if not check:
             done = (exact, state.mismatches, state.pool.made_up)
-            self._learn(mode, plan, list(state.reserved), done)
+            kept_replays.learn(self, mode, plan, list(state.reserved), done)
         return PoolReplay(
             mode=mode,
             buckets=[b for b, _ in plan],
@@ -326,7 +289,7 @@ class Replayer:
         not (the pool never falls): (True, the pool) or (False, the pool where it went above). A
         later :meth:`replay` of the list goes on from where this one stopped."""
         plan = self.bucket_sources.sources(mode, buckets)
-        stored = self._stored(mode, plan)
+        stored = kept_replays.stored(self, mode, plan)
         if stored is not None:
             pools, done = stored
             above = next((p for p in pools if p > limit), None)
@@ -336,82 +299,19 @@ class Replayer:
                 return True, pools[-1]
         state = self._advance(mode, plan, False, limit)
         if state is None:
-            self._learn(mode, plan, self.tree.reached, None)
+            kept_replays.learn(self, mode, plan, self.tree.reached, None)
             return False, self.tree.stopped
         exact = not any(self.bucket_sources.ops[s][b].unknown for b, s in plan)
-        self._learn(mode, plan, list(state.reserved), (exact, state.mismatches, state.pool.made_up))
+        done = (exact, state.mismatches, state.pool.made_up)
+        kept_replays.learn(self, mode, plan, list(state.reserved), done)
         return True, state.reserved[-1]
 
-    # ------------------------------------------------------------ replays kept across commands
-
-    def _store(self, mode: str) -> tuple[dict, dict]:
-        """The replays of ``mode``'s lists in this placement that earlier commands kept (read from
-        the cache once) and those this command made: plan -> (the digests of the traces it
-        replayed from, the pool bytes after each bucket replayed (the first ones only, where a
-        replay stopped early), and for a whole replay (exact, mismatches, made up), else None)."""
-        stores = self.bucket_sources.stores
-        key = (mode, self.below, self.layout)
-        if key not in stores:
-            stores[key] = ({}, {})
-            trace = self.bucket_sources.traces.get(mode)
-            if trace is not None and trace.digest:
-                kept = trace_cache.recall(
-                    "replay store", [mode, self.below, self.layout, trace.digest], trace.path
-                )
-                stores[key] = (_read_store(kept), {})
-        return stores[key]
-
-    def _stored(self, mode: str, plan: Sequence[tuple[int, str]]) -> Optional[tuple]:
-        """A kept replay of ``plan`` whose traces are these (None when there is none)."""
-        kept, learnt = self._store(mode)
-        entry = learnt.get(tuple(plan)) or kept.get(tuple(plan))
-        if entry is None:
-            return None
-        digests, pools, done = entry
-        traces = self.bucket_sources.traces
-        for source, digest in digests.items():
-            trace = traces.get(source)
-            if trace is None or trace.digest != digest:
-                return None
-        return pools, done
-
-    def _learn(
-        self, mode: str, plan: Sequence[tuple[int, str]], pools: list[int], done: Optional[tuple]
-    ) -> None:
-        """Note a replay of ``plan`` (whole, or stopped early) for :meth:`keep_store`."""
-        traces = self.bucket_sources.traces
-        digests = {}
-        for source in sorted({s for _, s in plan}):
-            trace = traces.get(source)
-            if trace is None or not trace.digest:
-                return  # a trace held in memory: nothing to key it by
-            digests[source] = trace.digest
-        self._store(mode)[1][tuple(plan)] = (digests, list(pools), done)
-
     def keep_store(self, mode: str) -> None:
-        """Keep the replays of ``mode``'s lists learnt by this command (in both placements), with
-        those kept before, for the next command on the same traces (the most recent
-        :data:`STORED_REPLAYS` a placement)."""
+        """Keep the replays of ``mode``'s lists this command made, in both placements, for the next
+        command on the same traces (:mod:`bcgprof.analysis.predict.kept_replays`)."""
         for replayer in (self, self._twin):
-            if replayer is None:
-                continue
-            key = (mode, replayer.below, replayer.layout)
-            found = replayer.bucket_sources.stores.get(key)
-            trace = replayer.bucket_sources.traces.get(mode)
-            if not found or not found[1] or trace is None or not trace.digest:
-                continue
-            kept, learnt = found
-            merged = list({**kept, **learnt}.items())[-STORED_REPLAYS:]
-            value = [
-                [[list(x) for x in plan], digests, pools, list(done) if done else None]
-                for plan, (digests, pools, done) in merged
-            ]
-            trace_cache.remember(
-                "replay store",
-                [mode, replayer.below, replayer.layout, trace.digest],
-                value,
-                trace.path,
-            )
+            if replayer is not None:
+                kept_replays.keep(replayer, mode)
 
     def _advance(
         self, mode: str, plan: list[tuple[int, str]], check: bool, limit: Optional[int]

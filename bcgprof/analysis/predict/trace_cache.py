@@ -54,6 +54,7 @@ DERIVED_BY = (
     "bcgprof.analysis.predict.interpolate",
     "bcgprof.analysis.predict.needs_free",
     "bcgprof.analysis.predict.layout_spread",
+    "bcgprof.analysis.predict.kept_replays",
     "bcgprof.analysis.predict.padding",
     "bcgprof.analysis.predict.programme",
 )
