@@ -232,7 +232,7 @@ class Search:
 
         def make(i: int) -> tuple[int, ...]:
             column = paths[:, i]
-            return tuple(int(b) for b in cand[column[column >= 0][::-1]])
+            return tuple(cand[column[column >= 0][::-1]].tolist())
 
         self._add(pct, bound, make)
 
