@@ -50,6 +50,8 @@ the work it does on a committed profile.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import math
 from bisect import bisect_left
@@ -246,18 +248,18 @@ class Search:
         kept = trace_cache.recall("programme", parts, self._near) if self._near else None
         if isinstance(kept, dict):
             try:
-                levels = np.asarray(kept["levels"], dtype=np.int64)
-                least = np.asarray(kept["least"], dtype=float)
+                levels = _unpacked(kept["levels"], "<i8")
+                least = _unpacked(kept["least"], "<f8")
                 if kept["dtype"] not in ("<i2", "<i4"):
                     raise ValueError("not a list of candidates")
-                paths = np.asarray(kept["paths"], dtype=kept["dtype"]).reshape(kept["shape"])
+                paths = _unpacked(kept["paths"], kept["dtype"]).reshape(kept["shape"])
                 if (
                     least.ndim == levels.ndim == 1
                     and len(least) == len(levels) == paths.shape[1]
                     and ((paths >= -1) & (paths < len(pool))).all()
                 ):
                     return levels, least, paths
-            except (TypeError, KeyError, ValueError, IndexError):
+            except (TypeError, KeyError, ValueError, IndexError, binascii.Error):
                 pass  # not whole: worked out again
         best, back = programme(pool, costs, units, self.weights)
         row = best[-1]
@@ -268,9 +270,9 @@ class Search:
         least = row[levels]
         if self._near:
             value = {
-                "levels": levels.tolist(),
-                "least": least.tolist(),
-                "paths": paths.reshape(-1).tolist(),
+                "levels": _packed(levels, "<i8"),
+                "least": _packed(least, "<f8"),
+                "paths": _packed(paths, paths.dtype.str),
                 "dtype": paths.dtype.str,
                 "shape": list(paths.shape),
             }
@@ -510,6 +512,16 @@ class Search:
             if not out or p < out[-1][1]:
                 out.append((b, p, len(picked)))
         return out
+
+
+def _packed(values: np.ndarray, dtype: str) -> str:
+    """An array's values as base64 text of their bytes (``dtype``: little-endian, exact)."""
+    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode()
+
+
+def _unpacked(text: str, dtype: str) -> np.ndarray:
+    """:func:`_packed`'s array back, one-dimensional (ValueError or TypeError if it is not one)."""
+    return np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype).copy()
 
 
 def _warmup_caches(
