@@ -37,8 +37,10 @@ hull of
   and segments, less the leading buckets it shares with a list replayed before (a prefix tree
   keeps their pools and states), and a bucket replayed before from a pool of the same content
   is looked up instead (the pool of a mode whose buckets free what they allocate comes back
-  to the same few free segments); setting up costs 2n - 1 bucket replays (the whole list, and
-  each bucket captured after the largest);
+  to the same few free segments); setting up costs 2n - 1 bucket replays (the whole list, none
+  when the trace's check replayed it in the same command, and each bucket captured after the
+  largest); a list or programme an earlier advise on the same traces worked out is read from the
+  cache (:mod:`bcgprof.analysis.predict.kept_replays`);
 * the choice at a budget replays the lists its answer depends on (bound within the budget,
   padding below the answer's); the last step scores each round's O(n) moves in O(1) each and
   replays at most :data:`IMPROVE_TRIES` a round; the trade-off curve repeats the choice at
