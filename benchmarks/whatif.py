@@ -2,16 +2,18 @@
 
 ``predict --buckets`` and ``advise`` read a profile's allocator traces, check each against the
 report's measured pools and replay them; the first command on a trace's content does that work and
-keeps what it learnt under the user's cache directory (``bcgprof.analysis.predict.trace_cache``), and the
-next one reads it from there. Each command runs in a fresh interpreter, N rounds, the commands
-taking turns (one untimed round first, which also fills the warm cache), so that a busy machine
-slows all alike:
+keeps what it learnt under the user's cache directory
+(``bcgprof.analysis.predict.trace_cache``), and the next one reads it from there. Each command runs
+in a fresh interpreter, N rounds, the commands taking turns (one untimed round first, which also
+fills the warm cache), so that a busy machine slows all alike:
 
 * cold: every run with an empty cache directory of its own (``XDG_CACHE_HOME`` set to a new one);
 * warm: every run with the one cache directory the untimed round filled.
 
 It prints each command's median wall time, cold and warm, and the warm time over ``show``'s on the
-same report. ``--max-ratio R`` makes that ratio (for predict and advise, warm) an exit code.
+same report, with the machine's load average (1 minute) before and after: other work on the machine
+slows every command alike. ``--max-ratio R`` makes that ratio (for predict and advise, warm) an exit
+code.
 
     python benchmarks/whatif.py                  # 3 rounds
     python benchmarks/whatif.py --runs 5 --max-ratio 3
@@ -89,6 +91,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     runs = commands()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bcgprof-whatif-") as tmp:
         warm = Path(tmp) / "warm"
         for _, _, argv in runs:  # untimed: the file cache, and the warm cache directory
@@ -106,7 +109,8 @@ def main() -> int:
     show = {report: warm_med[i] for i, (report, label, _) in enumerate(runs) if label == "show"}
     print(
         f"median of {args.runs} runs each, seconds "
-        "(cold: no cache; warm: the cache filled by an earlier run)"
+        "(cold: no cache; warm: the cache filled by an earlier run); "
+        f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
     print(f"{'report':<34} {'command':<58} {'cold':>7} {'warm':>7} {'warm/show':>10}")
     worst = 0.0

@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Optional
 
 import numpy as np
 
@@ -74,28 +74,36 @@ TRACE_MODES: tuple[str, ...] = (*(m.value for m in Mode), *(g.value for g in Rec
 _FIX = "re-capture the report to predict from it (show, gate and explain do not read it)"
 
 
-TEN = [np.uint64(10**k) for k in range(DIGITS)]
+WORD_BYTES = 16  # the longest word of any column fits
 
 
-def _signature(length: Any, letter: Any) -> Any:
-    """A word's length and its letter at index min(5, length - 1) (numbers or arrays of them):
-    unique among each column's words."""
-    return length * 256 + letter
-
-
-def _signatures(words: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-    """A column's words' signatures (ascending), the code of each, and the words as bytes."""
-    keys = [_signature(len(w), ord(w[min(5, len(w) - 1)])) for w in words]
-    assert len(set(keys)) == len(keys), words
-    order = np.argsort(keys)
+def _word_keys(words: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A column's words as the two little-endian 64-bit numbers of their bytes padded with zeros
+    (one row a word), their lengths, and how many of their bytes are not digits."""
+    spelt = [w.encode() for w in words]
+    assert all(len(w) <= WORD_BYTES for w in spelt), words
+    keys = np.frombuffer(b"".join(w.ljust(WORD_BYTES, b"\0") for w in spelt), dtype="<u8")
     return (
-        np.asarray(keys, dtype=np.int64)[order],
-        order.astype(np.int64),
-        [w.encode() for w in words],
+        keys.reshape(len(spelt), WORD_BYTES // 8),
+        np.asarray([len(w) for w in spelt], dtype=np.int64),
+        np.asarray([sum(not chr(c).isdigit() for c in w) for w in spelt], dtype=np.int64),
     )
 
 
-WORDS = {PHASE: _signatures(PHASES), POOL: _signatures(POOLS), ACTION: _signatures(ACTIONS)}
+WORDS = {PHASE: _word_keys(PHASES), POOL: _word_keys(POOLS), ACTION: _word_keys(ACTIONS)}
+# the separators of a row: nine commas and its newline
+SEPARATORS = len(COLUMNS)
+# an eight-digit group of ASCII digits (the first digit in the lowest byte) as its value, by
+# shifts and multiplications of whole 64-bit words
+_ZEROS = np.uint64(0x3030303030303030)
+_SWAR = (
+    (np.uint64(10), np.uint64(8), np.uint64(0x00FF00FF00FF00FF)),
+    (np.uint64(100), np.uint64(16), np.uint64(0x0000FFFF0000FFFF)),
+    (np.uint64(10000), np.uint64(32), np.uint64(0x00000000FFFFFFFF)),
+)
+_GROUP = np.uint64(10**8)
+_KEEP = np.asarray([(1 << 8 * n) - 1 for n in range(9)], dtype=np.uint64)  # the n low bytes
+_PAD = 24  # "0"s on each side of a piece: the longest cell read back from its end, a word ahead
 
 
 def bad(path: Path, what: str) -> TraceError:
@@ -282,7 +290,9 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
     """The rows of ``text`` (whole lines; ``first``: the number of its first line) as a table. A
     line is accepted as the writer writes it: ten cells, each numeric one at most :data:`DIGITS`
     ASCII digits (some never empty), each word one of its column's words; any other is refused by
-    :func:`_refuse_line`."""
+    :func:`_refuse_line`. A word cell is compared whole with each of its column's words (its bytes
+    as two 64-bit numbers); a row's numeric cells are all digits exactly when the row holds no
+    other bytes than its separators and its words' letters."""
     u = np.frombuffer(text, dtype=np.uint8)
     delims = np.flatnonzero((u == ord(",")) | (u == ord("\n")))
     # every line ends with one (the caller makes sure)
@@ -299,29 +309,35 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
     lengths = ends - starts
     wrong = np.zeros(len(ends), dtype=bool)
     table = np.empty(ends.shape, dtype=np.int64)
-    for c, (keys, codes, words) in WORDS.items():
-        letter = u[
-            np.minimum(starts[:, c] + np.minimum(5, np.maximum(lengths[:, c] - 1, 0)), len(u) - 1)
-        ]
-        signature = _signature(lengths[:, c], letter.astype(np.int64))
-        at = np.minimum(np.searchsorted(keys, signature), len(keys) - 1)
-        code = codes[at]
-        wrong |= keys[at] != signature
-        for i, word in enumerate(words):  # the whole word
-            rows = np.flatnonzero((code == i) & ~wrong)
-            spelt = u[starts[rows, c][:, None] + np.arange(len(word))]
-            wrong[rows] |= (spelt != np.frombuffer(word, dtype=np.uint8)).any(axis=1)
+    # every eight bytes from each offset, as one little-endian number (the text padded with
+    # "0"s on both sides, so that a cell's bytes before or after it can be read and masked)
+    padded = np.full(len(u) + 2 * _PAD, ord("0"), dtype=np.uint8)
+    padded[_PAD : _PAD + len(u)] = u
+    eights = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    # bytes of a row that are not digits: its separators, and its words' own
+    letters = np.full(len(ends), SEPARATORS, dtype=np.int64)
+    for c, (keys, sizes, non_digits) in WORDS.items():
+        length = lengths[:, c]
+        at = starts[:, c] + _PAD
+        head8 = _word(eights, at) & _KEEP[np.clip(length, 0, 8)]
+        tail8 = _word(eights, at + 8) & _KEEP[np.clip(length - 8, 0, 8)]
+        code = np.full(len(ends), -1, dtype=np.int64)
+        for i, (first8, next8) in enumerate(keys):
+            code[(head8 == first8) & (tail8 == next8) & (length == sizes[i])] = i
+        found = code >= 0
+        wrong |= ~found
+        letters += np.where(found, non_digits[code], 0)
         table[:, c] = code
-    non_digit = np.zeros(len(u) + 1, dtype=np.int32)
-    # uint8: bytes below "0" wrap above 9
-    np.cumsum((u - np.uint8(ord("0"))) > 9, out=non_digit[1:])
+    # uint8: bytes below "0" wrap above 9; the rows are contiguous, none empty
+    non_digit = (u - np.uint8(ord("0"))) > 9
+    wrong |= np.add.reduceat(non_digit, starts[:, 0], dtype=np.int32) != letters
     high = np.zeros(len(ends), dtype=bool)  # a value above MAX_VALUE
     for c in NUMBERS:
         length = lengths[:, c]
-        wrong |= (non_digit[ends[:, c]] != non_digit[starts[:, c]]) | (length > DIGITS)
+        wrong |= length > DIGITS
         if c in REQUIRED:
             wrong |= length == 0
-        value = _integers(u, ends[:, c], np.minimum(length, DIGITS))
+        value = _integers(eights, ends[:, c] + _PAD, np.minimum(length, DIGITS))
         high |= value > np.uint64(MAX_VALUE)
         # values above 2**63 are refused below, whatever they become here
         column = value.astype(np.int64)
@@ -334,13 +350,26 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
     return table
 
 
-def _integers(u: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Each cell's digits (the ``lengths`` bytes before ``ends``) as an integer."""
+def _word(eights: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The eight bytes from each offset ``at`` of the padded text (``eights``: the text's bytes
+    read from every offset as a little-endian number), as numbers."""
+    return eights[at]
+
+
+def _integers(eights: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each cell's digits (the ``lengths`` bytes before ``ends``, offsets in the padded text) as an
+    integer: read right-aligned in groups of eight bytes, the bytes before the cell made "0"s, each
+    group turned into its value by whole-word arithmetic (a cell that is not all digits gets some
+    value)."""
+    groups = -(-int(lengths.max(initial=0)) // 8)
     value = np.zeros(len(ends), dtype=np.uint64)
-    for k in range(int(lengths.max(initial=0))):
-        digit = u[np.maximum(ends - 1 - k, 0)].astype(np.uint64) - np.uint64(ord("0"))
-        digit[lengths <= k] = 0
-        value += digit * TEN[k]
+    for k in range(groups, 0, -1):  # the group ending 8 (k - 1) bytes before the cell's end
+        word = _word(eights, ends - 8 * k)
+        before = _KEEP[8 - np.clip(lengths - 8 * (k - 1), 0, 8)]  # its bytes before the cell
+        word = ((word & ~before) | (_ZEROS & before)) - _ZEROS
+        for times, shift, mask in _SWAR:
+            word = (word * times + (word >> shift)) & mask
+        value = value * _GROUP + word
     return value
 
 

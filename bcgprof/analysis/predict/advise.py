@@ -246,6 +246,8 @@ def advise(
         else []
     )
     curve = search.curve(curve_points, budget)
+    # the lists replayed, whatever the budget: the next advise on these traces looks them up
+    profile.replayer.keep_store(mode)
     work = {
         "predictions": len(predictions),
         "lists_checked": search.replayed,

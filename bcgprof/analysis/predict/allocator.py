@@ -184,47 +184,52 @@ class Pool:
         (a recorded address); otherwise the segment goes above every segment so far (below them all
         when the pool was made with ``below``).
         """
-        size = round_size(requested)
-        small = is_small(size)
-        block = self._take_free(size, small, stream)
-        grew = block is None
+        reserved = self.reserved
+        block = self.place(requested, stream, at)
+        return block, self.reserved != reserved  # a segment adds its bytes
+
+    def place(self, requested: int, stream: int = 0, at: Optional[int] = None) -> Block:
+        """:meth:`malloc`'s block alone (a replay's step: ``get_free_block``, ``round_size`` and
+        ``get_pool`` inline)."""
+        size = (
+            K_MIN_BLOCK_SIZE
+            if requested < K_MIN_BLOCK_SIZE
+            else -(-requested // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+        )
+        small = size <= K_SMALL_SIZE
+        settings = self.settings
+        block = None
+        free = self._free.get((small, stream))
+        if free:
+            i = bisect_left(free, (size, -1))
+            if i < len(free):
+                found, addr = free[i]
+                limit = settings.max_split_size
+                # an oversize block is kept for oversize requests
+                if not (size < limit <= found) and not (
+                    size >= limit and found >= size + settings.max_non_split_rounding
+                ):
+                    del free[i]
+                    block = self._blocks[addr]
         if block is None:
-            block = self._new_segment(allocation_size(size, self.settings), small, stream, at)
+            block = self._new_segment(allocation_size(size, settings), small, stream, at)
         remaining = block.size - size
         if small:
             split = remaining >= K_MIN_BLOCK_SIZE
         else:
-            split = size < self.settings.max_split_size and remaining > K_SMALL_SIZE
+            split = size < settings.max_split_size and remaining > K_SMALL_SIZE
         if split:  # alloc_found_block: the request takes the low addresses
             rest = Block(block.addr + size, remaining, block.segment, block.stream, small)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
+            after = block.next
+            rest.prev, rest.next = block, after
+            if after is not None:
+                after.prev = rest
             block.next = rest
             block.size = size
             self._blocks[rest.addr] = rest
-            self._list_free(rest)
+            insort(self._free.setdefault((small, rest.stream), []), (remaining, rest.addr))
         block.allocated = True
-        return block, grew
-
-    def _take_free(self, size: int, small: bool, stream: int) -> Optional[Block]:
-        """``get_free_block``: the best-fitting free block, taken off its free list (None: none
-        fits)."""
-        free = self._free.get((small, stream))
-        if not free:
-            return None
-        i = bisect_left(free, (size, -1))
-        if i == len(free):
-            return None
-        found = free[i][0]
-        limit = self.settings.max_split_size
-        if size < limit <= found:
-            return None  # an oversize block is kept for oversize requests
-        if size >= limit and found >= size + self.settings.max_non_split_rounding:
-            return None
-        addr = free[i][1]
-        del free[i]
-        return self._blocks[addr]
+        return block
 
     def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
         # the recorded addresses were another layout's: any order can come
@@ -270,26 +275,25 @@ class Pool:
         if not block.allocated:
             raise AllocatorError(f"block at {block.addr:#x} freed twice")
         block.allocated = False
-        del self._blocks[block.addr]  # merging with the block before moves its start
-        for neighbour in (block.prev, block.next):
-            if neighbour is None or neighbour.allocated:
-                continue
-            self._unlist_free(neighbour)
-            del self._blocks[neighbour.addr]
-            if neighbour is block.prev:  # [neighbour block]
-                block.addr = neighbour.addr
-                block.prev = neighbour.prev
-                if block.prev is not None:
-                    block.prev.next = block
-            else:  # [block neighbour]
-                block.next = neighbour.next
-                if block.next is not None:
-                    block.next.prev = block
-            block.size += neighbour.size
-        self._blocks[block.addr] = block
-        self._list_free(block)
-
-    def _list_free(self, block: Block) -> None:
+        blocks = self._blocks
+        del blocks[block.addr]  # merging with the block before moves its start
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:  # [before block]
+            self._unlist_free(before)
+            del blocks[before.addr]
+            block.addr = before.addr
+            block.prev = before.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.size += before.size
+        if after is not None and not after.allocated:  # [block after]
+            self._unlist_free(after)
+            del blocks[after.addr]
+            block.next = after.next
+            if block.next is not None:
+                block.next.prev = block
+            block.size += after.size
+        blocks[block.addr] = block
         insort(self._free.setdefault((block.small, block.stream), []), (block.size, block.addr))
 
     def _unlist_free(self, block: Block) -> None:

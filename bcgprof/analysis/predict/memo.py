@@ -77,6 +77,7 @@ class PrefixTree:
         self.roots: dict[tuple[str, bool], Node] = {}
         self.states: OrderedDict = OrderedDict()  # nodes holding a state, least recently used first
         self.stopped = 0  # the pool where the last replay with a limit went above it
+        self.reached: list[int] = []  # and the pool after each of its buckets up to there
 
     def root(self, mode: str, check: bool) -> Node:
         return self.roots.setdefault((mode, check), Node())

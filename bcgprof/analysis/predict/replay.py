@@ -54,7 +54,7 @@ from pathlib import Path
 from random import Random
 from typing import Optional, Union, cast
 
-from bcgprof.analysis.predict import trace_cache
+from bcgprof.analysis.predict import kept_replays, trace_cache
 from bcgprof.analysis.predict.allocator import Pool
 from bcgprof.analysis.predict.bucket_ops import BucketOps
 from bcgprof.analysis.predict.fold import ALLOC, boundaries, rename, signature
@@ -206,9 +206,15 @@ class Replayer:
         )
         if known is not None:
             return known
+        stored = None if check else kept_replays.stored(self, mode, plan)
+        if stored is not None and stored[1] is not None:
+            return _pool_replay(mode, tuple(plan), [stored[0], *stored[1]])
         state = self._advance(mode, plan, check, None)
         assert state is not None  # no limit: replayed to the end
         exact = not any(self.bucket_sources.ops[s][b].unknown for b, s in plan)
+        if not check:
+            done = (exact, state.mismatches, state.pool.made_up)
+            kept_replays.learn(self, mode, plan, list(state.reserved), done)
         return PoolReplay(
             mode=mode,
             buckets=[b for b, _ in plan],
@@ -284,10 +290,30 @@ class Replayer:
         """Whether ``mode``'s list's pool stays within ``limit`` bytes, replaying only until it does
         not (the pool never falls): (True, the pool) or (False, the pool where it went above). A
         later :meth:`replay` of the list goes on from where this one stopped."""
-        state = self._advance(mode, self.bucket_sources.sources(mode, buckets), False, limit)
+        plan = self.bucket_sources.sources(mode, buckets)
+        stored = kept_replays.stored(self, mode, plan)
+        if stored is not None:
+            pools, done = stored
+            above = next((p for p in pools if p > limit), None)
+            if above is not None:
+                return False, above
+            if done is not None:
+                return True, pools[-1]
+        state = self._advance(mode, plan, False, limit)
         if state is None:
+            kept_replays.learn(self, mode, plan, self.tree.reached, None)
             return False, self.tree.stopped
+        exact = not any(self.bucket_sources.ops[s][b].unknown for b, s in plan)
+        done = (exact, state.mismatches, state.pool.made_up)
+        kept_replays.learn(self, mode, plan, list(state.reserved), done)
         return True, state.reserved[-1]
+
+    def keep_store(self, mode: str) -> None:
+        """Keep the replays of ``mode``'s lists this command made, in both placements, for the next
+        command on the same traces (:mod:`bcgprof.analysis.predict.kept_replays`)."""
+        for replayer in (self, self._twin):
+            if replayer is not None:
+                kept_replays.keep(replayer, mode)
 
     def _advance(
         self, mode: str, plan: list[tuple[int, str]], check: bool, limit: Optional[int]
@@ -306,6 +332,7 @@ class Replayer:
             path.append(node)
             if limit is not None and node.reserved > limit:  # known from an earlier replay
                 self.tree.stopped = node.reserved
+                self.tree.reached = [n.reserved for n in path]
                 return None
             if node.state is not None:
                 kept = len(path) - 1
@@ -346,6 +373,7 @@ class Replayer:
                 if here.state is None:
                     self.tree.keep(here, state)
                 self.tree.stopped = state.reserved[-1]
+                self.tree.reached = list(state.reserved)
                 return None
         end = path[len(plan) - 1] if len(plan) <= shared else parent
         if end.state is None:
@@ -423,17 +451,25 @@ class Replayer:
         """Events ``[begin, end)``; ``check``: count allocations placed elsewhere than recorded;
         ``placed``: where each allocation went, by its index."""
         pool, live = state.pool, state.live
-        malloc, free_at = pool.malloc, pool.free_at
+        place, free_at, pop = pool.place, pool.free_at, live.pop
+        if not check and placed is None:  # the plain replay, without the bookkeeping
+            for op in ops[begin:end]:
+                if op[0] == ALLOC:
+                    live[op[3]] = place(op[1], op[2], op[4]).addr
+                else:
+                    addr = pop(op[1], None)
+                    if addr is not None:  # None: its allocation belongs to a bucket not in the list
+                        free_at(addr)
+            return
         for at, op in enumerate(ops[begin:end], begin):
             if op[0] == ALLOC:
-                block, _ = malloc(op[1], op[2], op[4])
-                live[op[3]] = block.addr
-                if check and block.addr != op[5]:
+                addr = live[op[3]] = place(op[1], op[2], op[4]).addr
+                if check and addr != op[5]:
                     state.mismatches += 1
                 if placed is not None:
-                    placed[at] = block.addr
+                    placed[at] = addr
             else:
-                addr = live.pop(op[1], None)
+                addr = pop(op[1], None)
                 if addr is not None:  # None: its allocation belongs to a bucket not in the list
                     free_at(addr)
 
@@ -532,17 +568,22 @@ class _Restreamed:
     def malloc(self, requested: int, stream: int = 0, at: Optional[int] = None):
         return self._pool.malloc(requested, self._streams.get(stream, stream), at)
 
+    def place(self, requested: int, stream: int = 0, at: Optional[int] = None):
+        return self._pool.place(requested, self._streams.get(stream, stream), at)
+
     def __getattr__(self, name: str):
         return getattr(self._pool, name)
 
 
-def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
+def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[PoolReplay]:
     """Refuse ``trace`` unless replaying its own list gives the report's measured pool after
     every bucket (on every committed trace it does, to the byte), every block where it was
     recorded. The replay is a fresh one (placements as recorded), so the verdict depends on the
     trace and the figures alone; a trace read from a file keeps it in the cache
     (:mod:`bcgprof.analysis.predict.trace_cache`), keyed by the file's content and the figures,
-    and the next command reads it there instead of replaying."""
+    and the next command reads it there instead of replaying. Returns that replay (None where
+    the verdict came from the cache): it is the own list's replay with placements as recorded,
+    which a replayer then need not repeat."""
     mode, where = trace.mode, trace.path or trace_name(trace.mode)
     order = list(trace.order)
     if [b for b, _ in measured] != order:
@@ -559,7 +600,7 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
         )
     parts = [trace.digest, mode, measured]
     if trace.digest and trace_cache.recall("verified", parts, trace.path) is True:
-        return
+        return None
     try:
         replayed = Replayer(TraceSet({mode: trace})).replay(mode, order, check=True)
     except ReplayError as e:
@@ -574,3 +615,4 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> None:
             )
     if trace.digest:
         trace_cache.remember("verified", parts, True, trace.path)
+    return replayed

@@ -37,8 +37,10 @@ hull of
   and segments, less the leading buckets it shares with a list replayed before (a prefix tree
   keeps their pools and states), and a bucket replayed before from a pool of the same content
   is looked up instead (the pool of a mode whose buckets free what they allocate comes back
-  to the same few free segments); setting up costs 2n - 1 bucket replays (the whole list, and
-  each bucket captured after the largest);
+  to the same few free segments); setting up costs 2n - 1 bucket replays (the whole list, none
+  when the trace's check replayed it in the same command, and each bucket captured after the
+  largest); a list or programme an earlier advise on the same traces worked out is read from the
+  cache (:mod:`bcgprof.analysis.predict.kept_replays`);
 * the choice at a budget replays the lists its answer depends on (bound within the budget,
   padding below the answer's); the last step scores each round's O(n) moves in O(1) each and
   replays at most :data:`IMPROVE_TRIES` a round; the trade-off curve repeats the choice at
@@ -50,6 +52,9 @@ the work it does on a committed profile.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -57,6 +62,7 @@ from typing import Optional
 
 import numpy as np
 
+from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.lists import BucketProfile, list_band
 from bcgprof.analysis.predict.needs_free import warmup_cache_bytes
 from bcgprof.analysis.predict.padding import Padding, padding_pct
@@ -139,6 +145,11 @@ class Search:
         self.unfree: set[tuple[int, ...]] = set()
         self.replayed = 0  # lists replayed to decide whether they fit
         self.cells = 0  # the programmes' (bucket, budget) cells
+        # the programmes' results are kept beside the traces' (none for traces held in memory)
+        trace = self.replayer.bucket_sources.traces.get(mode)
+        self._near = trace.path if trace is not None and trace.digest else None
+        w = np.ascontiguousarray(weights)
+        self._weighed = f"{w.dtype.str}{w.shape}:{hashlib.sha256(w.tobytes()).hexdigest()}"
 
     @property
     def size(self) -> int:
@@ -201,12 +212,7 @@ class Search:
         back-pointers, unbuilt."""
         units = max(0, min(units, sum(int(c) for c in costs)))
         self.cells += len(pool) * (units + 1)
-        best, back = programme(pool, costs, units, self.weights)
-        row = best[-1]
-        levels = padding_levels(row)
-        del best
-        paths = level_lists(costs, back, levels)
-        del back
+        levels, least, paths = self._programme(pool, costs, units)
         below = paths[1:].astype(np.int64)
         on = below >= 0
         at = np.where(on, below, 0)
@@ -225,14 +231,55 @@ class Search:
             + self.band[on.sum(axis=0) + 1]
             + (outside[at] * on).sum(axis=0)
         )
-        pct = 100.0 * row[levels] / self.requested if self.requested else np.zeros(len(levels))
+        pct = 100.0 * least / self.requested if self.requested else np.zeros(len(levels))
         cand = np.asarray(pool)
 
         def make(i: int) -> tuple[int, ...]:
             column = paths[:, i]
-            return tuple(int(b) for b in cand[column[column >= 0][::-1]])
+            return tuple(cand[column[column >= 0][::-1]].tolist())
 
         self._add(pct, bound, make)
+
+    def _programme(
+        self, pool: list[int], costs: Sequence[int], units: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The programme's padding levels, the least padding at each and the lists there
+        (:func:`level_lists`): worked out, or kept by an earlier advise with the same candidates,
+        costs, units and weights (:mod:`bcgprof.analysis.predict.trace_cache`)."""
+        parts = [[int(b) for b in pool], [int(c) for c in costs], int(units), self._weighed]
+        kept = trace_cache.recall("programme", parts, self._near) if self._near else None
+        if isinstance(kept, dict):
+            try:
+                levels = _unpacked(kept["levels"], "<i8")
+                least = _unpacked(kept["least"], "<f8")
+                if kept["dtype"] not in ("<i2", "<i4"):
+                    raise ValueError("not a list of candidates")
+                paths = _unpacked(kept["paths"], kept["dtype"]).reshape(kept["shape"])
+                if (
+                    least.ndim == levels.ndim == 1
+                    and len(least) == len(levels) == paths.shape[1]
+                    and ((paths >= -1) & (paths < len(pool))).all()
+                ):
+                    return levels, least, paths
+            except (TypeError, KeyError, ValueError, IndexError, binascii.Error):
+                pass  # not whole: worked out again
+        best, back = programme(pool, costs, units, self.weights)
+        row = best[-1]
+        levels = padding_levels(row)
+        del best
+        paths = level_lists(costs, back, levels)
+        del back
+        least = row[levels]
+        if self._near:
+            value = {
+                "levels": _packed(levels, "<i8"),
+                "least": _packed(least, "<f8"),
+                "paths": _packed(paths, paths.dtype.str),
+                "dtype": paths.dtype.str,
+                "shape": list(paths.shape),
+            }
+            trace_cache.remember("programme", parts, value, self._near)
+        return levels, least, paths
 
     def _sorted(self) -> tuple[np.ndarray, ...]:
         if self._table is None:
@@ -467,6 +514,16 @@ class Search:
             if not out or p < out[-1][1]:
                 out.append((b, p, len(picked)))
         return out
+
+
+def _packed(values: np.ndarray, dtype: str) -> str:
+    """An array's values as base64 text of their bytes (``dtype``: little-endian, exact)."""
+    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode()
+
+
+def _unpacked(text: str, dtype: str) -> np.ndarray:
+    """:func:`_packed`'s array back, one-dimensional (ValueError or TypeError if it is not one)."""
+    return np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype).copy()
 
 
 def _warmup_caches(

@@ -22,7 +22,7 @@ length) lookups; per pair of neighbours drawn from, O(their events) once. Torch-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from bcgprof.analysis.predict.allocator import AllocatorError, Settings, check_settings, round_size
 from bcgprof.analysis.predict.bucket_ops import BucketOps
@@ -32,6 +32,9 @@ from bcgprof.analysis.predict.needs_free import WarmupGrowth
 from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet, TraceSetError
 from bcgprof.report.traces import TraceError
 from bcgprof.vocab import Mode
+
+if TYPE_CHECKING:
+    from bcgprof.analysis.predict.replay import PoolReplay
 
 MODE_BITS = 40  # an event key is (trace number << MODE_BITS) | allocation number
 FIRST_INTERPOLATED = 1 << 12  # trace numbers from here on name interpolated buckets' events
@@ -51,10 +54,14 @@ class BucketSources:
     <bcgprof.analysis.predict.replay.Replayer>`), filled as each trace is first used."""
 
     def __init__(
-        self, traces: TraceSet, verify: Callable[[ModeTrace, list[tuple[int, int]]], None]
+        self,
+        traces: TraceSet,
+        verify: Callable[[ModeTrace, list[tuple[int, int]]], Optional[PoolReplay]],
     ):
         """``verify``: refuses a trace (a :class:`ReplayError`) unless its own list replays to the
-        report's measured pools; called once per trace, before it is first used."""
+        report's measured pools; called once per trace, before it is first used. The replay it
+        returns (placements as recorded) is known from then on (:attr:`known`), so a replayer
+        asked for that list does not replay it again."""
         self.traces = traces
         self.verify = verify
         self.settings: dict[str, Settings] = {}
@@ -78,6 +85,8 @@ class BucketSources:
         self._numbers = {mode: n + 1 for n, mode in enumerate(sorted(self.traces))}
         # (mode, plan, below, layout) -> its replay, kept by an earlier command (trace_cache)
         self.known: dict = {}
+        # (mode, below, layout) -> (replays kept by earlier commands, replays made by this one)
+        self.stores: dict = {}
 
     @property
     def expected(self) -> dict[str, list[tuple[int, int]]]:
@@ -103,13 +112,17 @@ class BucketSources:
             raise ReplayError(
                 f"{trace.path}: {e}; re-capture with the default PYTORCH_CUDA_ALLOC_CONF"
             ) from None
+        replayed = None
         if mode in traces.expected and mode not in traces.verified:
             try:
-                self.verify(trace, traces.expected[mode])
+                replayed = self.verify(trace, traces.expected[mode])
             except ReplayError as e:
                 traces.refused[mode] = str(e)
                 raise
             traces.verified.add(mode)
+        if replayed is not None:  # the own list, with new segments placed above (not laid out)
+            plan = tuple(zip(replayed.buckets, replayed.sources))
+            self.known.setdefault((mode, plan, False, None), replayed)
         base = self._numbers[mode] << MODE_BITS
         self.settings[mode] = settings
         self.ops[mode] = {b: trace.bucket_ops(b, base) for b in trace.order}

@@ -10,12 +10,15 @@ directory, which bcgprof only reads. Two kinds:
   parsing);
 * ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
   verdict that a trace replays to its report's measured pools; the pools of a layout spread;
-  advise's replays that do not depend on the budget), the key repeated inside.
+  advise's replays that do not depend on the budget), the key repeated inside; the larger ones
+  (advise's programmes' lists, and the replays of the lists its searches checked) in
+  ``programmes/`` and ``replays/`` alike.
 
 Invariant: an entry is written to a temporary file and renamed, so a reader sees a whole entry or
 none; one that does not read back whole and consistent (damaged, cut short, another format) is
 ignored, and the answer is worked out again; a cache directory that cannot be made or written is
-skipped without a word. At most :data:`MAX_ENTRIES` entries and :data:`MAX_FACTS` facts are
+skipped without a word. At most :data:`MAX_ENTRIES` entries and :data:`MAX_FACTS` facts (the
+larger kinds in :data:`SHELVES`, each in a directory of its own, at most its own number) are
 kept, the least recently used going first. Cost: hashing the sources once per process; a hit reads
 and inflates one entry (O(events)). Torch-free.
 """
@@ -38,6 +41,10 @@ FORMAT = "bcgprof-trace-cache"
 VERSION = 1
 MAX_ENTRIES = 32  # entries kept (a 74-bucket profile's mode takes a few MB)
 MAX_FACTS = 4096  # facts kept (a few hundred bytes each)
+# the larger facts, each kind in a directory of its own with its own limit: kind -> (directory,
+# most kept); an advise keeps up to 12 programmes (up to about 0.5 MB each) and, per mode and
+# placement, one store of replays (up to about 1.5 MB)
+SHELVES = {"programme": ("programmes", 96), "replay store": ("replays", 64)}
 # the modules whose code decides what an entry holds: another version of any misses every entry
 DERIVED_BY = (
     "bcgprof.report.traces",
@@ -53,6 +60,9 @@ DERIVED_BY = (
     "bcgprof.analysis.predict.interpolate",
     "bcgprof.analysis.predict.needs_free",
     "bcgprof.analysis.predict.layout_spread",
+    "bcgprof.analysis.predict.kept_replays",
+    "bcgprof.analysis.predict.padding",
+    "bcgprof.analysis.predict.programme",
 )
 
 
@@ -163,7 +173,7 @@ def _fact_path(kind: str, parts: Any, near: Optional[Path]) -> tuple[Optional[Pa
     key = hashlib.sha256(
         json.dumps([kind, code_digest(), parts], sort_keys=True).encode()
     ).hexdigest()
-    folder = _directory("facts", near)
+    folder = _directory(SHELVES.get(kind, ("facts", MAX_FACTS))[0], near)
     return (folder / f"{key}.json" if folder is not None else None), key
 
 
@@ -185,4 +195,8 @@ def remember(kind: str, parts: Any, value: Any, near: Optional[Path] = None) -> 
     """Keep ``value`` (JSON) for ``kind`` and ``parts``."""
     path, key = _fact_path(kind, parts, near)
     if path is not None:
-        _write(path, json.dumps({"key": key, "value": value}).encode(), MAX_FACTS)
+        _write(
+            path,
+            json.dumps({"key": key, "value": value}).encode(),
+            SHELVES.get(kind, ("facts", MAX_FACTS))[1],
+        )
