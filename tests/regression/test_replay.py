@@ -16,6 +16,7 @@ COMMITTED = sorted(
     for p in Path("reports").glob("*/run.json")
     if json.loads(p.read_text()).get("status") == "complete"
     and json.loads(p.read_text()).get("tp") == 1
+    and json.loads(p.read_text()).get("source", "capture") == "capture"
     and not any(p.parent.glob("traces-*.csv.gz"))
 )
 
