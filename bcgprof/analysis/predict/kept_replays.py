@@ -20,12 +20,20 @@ lookup; :func:`keep` writes one entry of at most :data:`STORED_REPLAYS` lists. T
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 from bcgprof.analysis.predict import trace_cache
+from bcgprof.analysis.predict.sources import BucketSources
 
-if TYPE_CHECKING:
-    from bcgprof.analysis.predict.replay import Replayer
+
+class Replayer(Protocol):
+    """What this module reads of a :class:`~bcgprof.analysis.predict.replay.Replayer`: its
+    prepared traces and its placement (which replays a kept one stands for)."""
+
+    bucket_sources: BucketSources
+    below: bool
+    layout: Optional[int]
+
 
 STORED_REPLAYS = 1024  # replays of one mode's lists kept across commands, a placement
 

@@ -6,7 +6,7 @@ Mechanism. Each profile is a one-phase report with allocator traces (the phases 
 model). Per mode both have, the first profile's own list is replayed
 (:class:`~bcgprof.analysis.predict.replay.Replayer`, checked against its measured pools as every
 replay is), and the second profile's own list is replayed into the pool that replay left
-(:meth:`~bcgprof.analysis.predict.replay.Replayer.replay_onto`): the first phase's live blocks stay
+(:mod:`bcgprof.analysis.predict.phase_replay`): the first phase's live blocks stay
 allocated, its free blocks serve the second phase's requests by the allocator's rules, and the
 second trace's stream is taken for the first's (one process captures both on one stream). The
 pool after the last bucket is the pair's predicted pool; each phase alone is its own replay, which
@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from bcgprof.analysis.predict.phase_replay import PhaseReplayer
 from bcgprof.analysis.predict.prediction import check_usable, report_rows
-from bcgprof.analysis.predict.replay import Replayer, ReplayError
+from bcgprof.analysis.predict.replay import ReplayError
 from bcgprof.errors import PredictionError
 from bcgprof.report import Report
 
@@ -103,13 +104,13 @@ class PairPrediction:
         }
 
 
-def _replayer(report: Report) -> tuple[Replayer, dict[str, list[int]]]:
+def _replayer(report: Report) -> tuple[PhaseReplayer, dict[str, list[int]]]:
     """The report's replayer (its traces checked against its measured pools) and each mode's list
     in capture order."""
     check_usable(report)
     lists = {m: [r.bucket for r in report_rows(report, m)] for m in report.modes()}
     measured = {m: [(r.bucket, r.pool_bytes) for r in report_rows(report, m)] for m in lists}
-    replayer = Replayer.load(report.path, list(lists), expected=measured)
+    replayer = PhaseReplayer.load(report.path, list(lists), expected=measured)
     if replayer is None:
         raise PredictionError(
             f"{report.path} has no allocator traces; predict a pair from two traced one-phase "

@@ -39,9 +39,8 @@ that part is known without a replay (:meth:`Replayer.known_pool`). A bucket repl
 small state of the same content (pool, live blocks) is looked up instead of replayed
 (:meth:`Replayer._memo_step`): where each bucket frees what it allocates the pool comes back to the
 same few free segments after every bucket, whatever the list. :meth:`Replayer.pool_within` replays
-only until the pool passes a limit. :meth:`Replayer.replay_onto` replays a list into the
-pool another profile's replay left (:meth:`Replayer.end_state`): a second phase captured into
-the first's pool (:mod:`bcgprof.analysis.predict.pair`). ``Replayer.bucket_replays``,
+only until the pool passes a limit (a second phase replayed into the pool the first left is
+:mod:`bcgprof.analysis.predict.phase_replay`'s). ``Replayer.bucket_replays``,
 ``events_replayed`` and ``memo_hits`` count the work done. Torch-free.
 """
 
@@ -49,16 +48,16 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from random import Random
-from typing import Optional, Union, cast
+from typing import Optional, TypeVar, Union, cast
 
 from bcgprof.analysis.predict import kept_replays, trace_cache
 from bcgprof.analysis.predict.allocator import Pool
 from bcgprof.analysis.predict.bucket_ops import BucketOps
 from bcgprof.analysis.predict.fold import ALLOC, boundaries, rename, signature
 from bcgprof.analysis.predict.memo import Memo, Node, PrefixTree, State
+from bcgprof.analysis.predict.pool_replay import PoolReplay
 from bcgprof.analysis.predict.sources import MODE_BITS, BucketSources, ReplayError
 from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet
 from bcgprof.report.traces import Trace, trace_name
@@ -71,21 +70,6 @@ def _span(buckets: Sequence[int]) -> str:
     if not buckets:
         return "(none)"
     return f"{len(buckets)} bucket(s), {buckets[0]} first and {buckets[-1]} last"
-
-
-@dataclass
-class PoolReplay:
-    """The replayed pool of one mode's list: bytes after each bucket (capture order) and what it
-    rests on."""
-
-    mode: str
-    buckets: list[int]
-    pool_bytes: list[int]
-    exact: bool  # every graph-pool event of every bucket replayed (incomplete traces are refused)
-    sources: list[str]  # the trace each bucket's events came from
-    mismatches: int = 0  # with check: allocations placed elsewhere than recorded
-    # segments placed without a usable recorded address (0: the other placement is the same)
-    made_up: int = 0
 
 
 def _pool_replay(mode: str, plan: tuple, kept: list) -> PoolReplay:
@@ -110,6 +94,9 @@ def _pool_replay(mode: str, plan: tuple, kept: list) -> PoolReplay:
         mismatches=mismatches,
         made_up=made_up,
     )
+
+
+R = TypeVar("R", bound="Replayer")  # a replayer's own class, a subclass's too
 
 
 class Replayer:
@@ -153,11 +140,11 @@ class Replayer:
 
     @classmethod
     def load(
-        cls,
+        cls: type[R],
         report_dir: Path,
         modes: Sequence[str],
         expected: Optional[dict[str, list[tuple[int, int]]]] = None,
-    ) -> Optional[Replayer]:
+    ) -> Optional[R]:
         """The report's traces of ``modes`` (those present, read when first needed); None when it
         has none.
         ``expected``: as for the constructor."""
@@ -169,23 +156,23 @@ class Replayer:
                 found[mode] = path
         return cls(found, expected=expected) if found else None
 
-    def other_placement(self) -> Replayer:
+    def other_placement(self: R) -> R:
         """The same traces with segments that lack a recorded address put the other way (above or
         below every segment): where the two differ, the driver's address choice decides the pool."""
         if self._twin is None:
             twin = self._sibling(not self.below, None)
             twin._twin, self._twin = self, twin
-        return self._twin
+        return cast(R, self._twin)  # made by _sibling: of self's class
 
-    def laid_out(self, seed: int) -> Replayer:
+    def laid_out(self: R, seed: int) -> R:
         """The same traces with every segment at a random address (seeded): another process
         layout."""
         return self._sibling(self.below, seed)
 
-    def _sibling(self, below: bool, layout: Optional[int]) -> Replayer:
+    def _sibling(self: R, below: bool, layout: Optional[int]) -> R:
         """A replayer of the same profile (its traces as prepared, what they were checked against
         and the replays known, shared) with its own placement and nothing replayed yet."""
-        twin = Replayer.__new__(Replayer)
+        twin = type(self).__new__(type(self))  # a subclass's sibling is one of its kind
         twin.bucket_sources = self.bucket_sources
         twin.below, twin.layout, twin._twin = below, layout, None
         twin.tree, twin.memo = PrefixTree(), Memo()
@@ -505,74 +492,11 @@ class Replayer:
         self.events_replayed += len(ops) - at
         self._run(state, ops, at, len(ops), check, placed)
 
-    # ------------------------------------------------------------ a later phase, into this pool
-
-    def end_state(self, mode: str, buckets: Sequence[int]) -> State:
-        """A copy of the state (pool, live blocks) after ``mode``'s list: what a phase captured
-        after this one into the same pool starts from (:meth:`replay_onto`)."""
-        state = self._advance(mode, self.bucket_sources.sources(mode, buckets), False, None)
-        assert state is not None  # no limit: replayed to the end
-        return state.clone()
-
-    def streams(self, mode: str, buckets: Sequence[int]) -> list[int]:
-        """The streams the graph-pool requests of ``mode``'s list name, in the order first named."""
-        seen: dict[int, None] = {}
-        for bucket, source in self.bucket_sources.sources(mode, buckets):
-            for op in self.bucket_sources.ops[source][bucket].ops:
-                if op[0] == ALLOC:
-                    seen.setdefault(op[2], None)
-        return list(seen)
-
-    def replay_onto(
-        self, before: State, mode: str, buckets: Sequence[int], streams: Mapping[int, int]
-    ) -> PoolReplay:
-        """``mode``'s list replayed into the pool ``before`` holds (another profile's
-        :meth:`end_state`), as one process captures this phase after that one into one pool: every
-        block ``before`` holds stays allocated (no event of this list frees it), and the blocks it
-        freed serve this list's requests as the allocator's rules allow. ``streams``: this
-        trace's stream -> the stream ``before``'s requests named (one process captures every phase
-        on one stream). The pool after each bucket of this list; ``exact`` as :meth:`replay`."""
-        plan = self.bucket_sources.sources(mode, buckets)
-        if self.bucket_sources.settings[plan[0][1]] != before.pool.settings:
-            raise ReplayError(
-                "the two profiles' traces were recorded under different allocator settings; "
-                "capture both phases with one torch and PYTORCH_CUDA_ALLOC_CONF"
-            )
-        pool = cast(Pool, _Restreamed(before.pool.clone(), dict(streams)))
-        state = State(pool, {}, {}, [])
-        for bucket, source in plan:
-            self._step(state, bucket, source, False)
-        return PoolReplay(
-            mode=mode,
-            buckets=[b for b, _ in plan],
-            pool_bytes=list(state.reserved),
-            exact=not any(self.bucket_sources.ops[s][b].unknown for b, s in plan),
-            sources=[s for _, s in plan],
-            made_up=state.pool.made_up,
-        )
-
     def check(self, mode: str) -> PoolReplay:
         """The profile's own list of ``mode``, placements checked against the recorded addresses."""
         if not self.bucket_sources.has(mode):
             raise ReplayError(f"the report has no {mode} trace")
         return self.replay(mode, self.bucket_sources.order[mode], check=True)
-
-
-class _Restreamed:
-    """A pool whose requests name another process's streams, as the pool's own process named
-    them; everything else is the pool's."""
-
-    def __init__(self, pool: Pool, streams: dict[int, int]):
-        self._pool, self._streams = pool, streams
-
-    def malloc(self, requested: int, stream: int = 0, at: Optional[int] = None):
-        return self._pool.malloc(requested, self._streams.get(stream, stream), at)
-
-    def place(self, requested: int, stream: int = 0, at: Optional[int] = None):
-        return self._pool.place(requested, self._streams.get(stream, stream), at)
-
-    def __getattr__(self, name: str):
-        return getattr(self._pool, name)
 
 
 def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[PoolReplay]:

@@ -22,19 +22,17 @@ length) lookups; per pair of neighbours drawn from, O(their events) once. Torch-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from bcgprof.analysis.predict.allocator import AllocatorError, Settings, check_settings, round_size
 from bcgprof.analysis.predict.bucket_ops import BucketOps
 from bcgprof.analysis.predict.fold import ALLOC, FREE
 from bcgprof.analysis.predict.interpolate import Pattern, interpolated_ops, neighbours, pair_pattern
 from bcgprof.analysis.predict.needs_free import WarmupGrowth
+from bcgprof.analysis.predict.pool_replay import PoolReplay
 from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet, TraceSetError
 from bcgprof.report.traces import TraceError
 from bcgprof.vocab import Mode
-
-if TYPE_CHECKING:
-    from bcgprof.analysis.predict.replay import PoolReplay
 
 MODE_BITS = 40  # an event key is (trace number << MODE_BITS) | allocation number
 FIRST_INTERPOLATED = 1 << 12  # trace numbers from here on name interpolated buckets' events
