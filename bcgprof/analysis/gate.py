@@ -26,43 +26,45 @@ rows paired by (mode, rank), bucket rows by (mode, rank, bucket).
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Optional, cast
 
-from bcgprof.analysis.compare import BOTH, OLD_ONLY, BucketComparison, Change, Comparison, compare_reports
+from bcgprof.analysis.compare import (
+    BOTH,
+    OLD_ONLY,
+    BucketComparison,
+    Change,
+    Comparison,
+    compare_reports,
+)
+from bcgprof.analysis.tolerance import (
+    BUCKET_METRICS,
+    IMPROVEMENT,
+    PASS,
+    REGRESSION,
+    TOTAL_METRICS,
+    Tolerance,
+    verdict_of_growth,
+)
 from bcgprof.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import Report
 from bcgprof.report.consistency import capture_sequence
 from bcgprof.report_format import (
-    MIB,
     fmt_bytes,
     fmt_pct,
-    parse_bytes,
     pct_change,
-    plain_number_text,
 )
 from bcgprof.vocab import Source
 
-TOTAL_METRICS = ("pool_bytes", "device_used_bytes")
-BUCKET_METRICS = ("pool_delta_bytes", "device_used_delta_bytes")
-METRICS = TOTAL_METRICS + BUCKET_METRICS
 # What a bucket's delta sums up to in the mode's total (used when totals come from common buckets).
-_TOTAL_FROM_BUCKETS = {"pool_bytes": "pool_delta_bytes", "device_used_bytes": "device_used_delta_bytes"}
+_TOTAL_FROM_BUCKETS = {
+    "pool_bytes": "pool_delta_bytes",
+    "device_used_bytes": "device_used_delta_bytes",
+}
 
-DEFAULT_REL_TOL = 0.01
-DEFAULT_ABS_TOL_BYTES = 16 * MIB
-MAX_REL_TOL = 1e6  # a fraction: 100,000,000 %
-MAX_ABS_TOL_BYTES = 2 ** 50  # 1 PiB
-
-PASS, REGRESSION, IMPROVEMENT = "pass", "regression", "improvement"
 EXIT_PASS, EXIT_REGRESSION = EXIT_OK, EXIT_FAILED
 
 
@@ -79,29 +81,6 @@ class GateInputError(BcgprofError):
     exit_code = EXIT_USAGE
 
 
-@dataclass(frozen=True)
-class Tolerance:
-    rel: float = DEFAULT_REL_TOL  # fraction of the baseline value
-    abs_bytes: int = DEFAULT_ABS_TOL_BYTES
-
-    def __post_init__(self):
-        rel, abs_bytes = self.rel, self.abs_bytes
-        if isinstance(rel, bool) or not isinstance(rel, (int, float)) or not math.isfinite(rel) \
-                or not 0 <= rel <= MAX_REL_TOL:
-            raise BcgprofError(f"relative tolerance {rel!r} must be a finite number from 0 to {MAX_REL_TOL:g}")
-        if isinstance(abs_bytes, bool) or not isinstance(abs_bytes, int) or not 0 <= abs_bytes <= MAX_ABS_TOL_BYTES:
-            raise BcgprofError(f"absolute tolerance {abs_bytes!r} must be a byte count from 0 to {MAX_ABS_TOL_BYTES}")
-
-    def limit(self, baseline: int) -> int:
-        """The largest growth in bytes that still passes: both tolerances must be exceeded to fail.
-        The relative part is exact (``35%`` of a baseline is 7/20 of it, not 0.35's binary
-        approximation), so growth exactly at the tolerance passes."""
-        return max(self.abs_bytes, math.floor(Fraction(repr(float(self.rel))) * abs(baseline)))
-
-    def describe(self) -> str:
-        return f"{self.rel * 100:g}% and {fmt_bytes(self.abs_bytes)}"
-
-
 @dataclass
 class GateOptions:
     default: Tolerance = field(default_factory=Tolerance)
@@ -115,8 +94,8 @@ class GateOptions:
 
 @dataclass
 class GateCheck:
-    """One decision. ``bucket`` is None for a mode total; ``metric`` is ``status`` for a failed bucket
-    (then ``baseline_status``/``current_status`` say what each report holds)."""
+    """One decision. ``bucket`` is None for a mode total; ``metric`` is ``status`` for a failed
+    bucket (then ``baseline_status``/``current_status`` say what each report holds)."""
 
     mode: str
     rank: str
@@ -144,7 +123,9 @@ class GateCheck:
     @property
     def where(self) -> str:
         rank = f" rank {self.rank}" if self.rank != "0" or self.tensor_parallel else ""
-        return f"{self.mode}{rank}" + (f" bucket {self.bucket}" if self.bucket is not None else " total")
+        return f"{self.mode}{rank}" + (
+            f" bucket {self.bucket}" if self.bucket is not None else " total"
+        )
 
 
 @dataclass
@@ -176,13 +157,19 @@ class GateResult:
         return any(c.rank != "0" for c in self.checks)
 
     def to_json(self) -> dict:
-        """The ``gate -f json`` contract: verdict, tolerances, both reports, every check (bytes as integers)."""
+        """The ``gate -f json`` contract: verdict, tolerances, both reports, every check (bytes as
+        integers)."""
 
         def tolerance(t: Tolerance) -> dict:
             return {"rel": t.rel, "abs_bytes": t.abs_bytes, "described": t.describe()}
 
         def report(r: Report) -> dict:
-            return {"path": str(r.path), "model": r.run.model, "status": r.run.status, "config_hash": r.run.config_hash}
+            return {
+                "path": str(r.path),
+                "model": r.run.model,
+                "status": r.run.status,
+                "config_hash": r.run.config_hash,
+            }
 
         return {
             "verdict": "pass" if self.passed else "fail",
@@ -193,15 +180,27 @@ class GateResult:
                 "default": tolerance(self.options.default),
                 "per_metric": {m: tolerance(t) for m, t in sorted(self.options.per_metric.items())},
                 "each_bucket": self.options.each_bucket,
-                "per_bucket": self.options.each_bucket,  # the old name of each_bucket, for one release
+                # the old name of each_bucket, for one release
+                "per_bucket": self.options.each_bucket,
                 "allow_mismatch": self.options.allow_mismatch,
             },
-            "checks": [{
-                "mode": c.mode, "rank": c.rank, "bucket": c.bucket, "metric": c.metric, "verdict": c.verdict,
-                "baseline": c.baseline, "current": c.current, "delta": c.delta,
-                "limit_bytes": None if c.limit is None else int(c.limit), "detail": c.detail,
-                "baseline_status": c.baseline_status, "current_status": c.current_status,
-            } for c in self.checks],
+            "checks": [
+                {
+                    "mode": c.mode,
+                    "rank": c.rank,
+                    "bucket": c.bucket,
+                    "metric": c.metric,
+                    "verdict": c.verdict,
+                    "baseline": c.baseline,
+                    "current": c.current,
+                    "delta": c.delta,
+                    "limit_bytes": None if c.limit is None else int(c.limit),
+                    "detail": c.detail,
+                    "baseline_status": c.baseline_status,
+                    "current_status": c.current_status,
+                }
+                for c in self.checks
+            ],
             "regressions": len(self.regressions),
             "improvements": len(self.improvements),
             "notes": list(self.notes),
@@ -220,91 +219,8 @@ class GateResult:
         return self.regressions[0] if self.regressions else None
 
 
-# ---------------------------------------------------------------- tolerances
-
-def parse_rel(text: str, *, what: str = "relative tolerance") -> float:
-    """``1%`` or ``0.01`` -> 0.01; a finite number from 0 up."""
-    raw = str(text).strip()
-    shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:36] + "...")
-    if not plain_number_text(raw):
-        raise BcgprofError(f"{what} {shown} is not a number in ASCII digits (no underscores); "
-                           "write e.g. 0.01 or 1%")
-    try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise BcgprofError(f"{what} {shown} is not a number; write e.g. 0.01 or 1%") from None
-    if not math.isfinite(value):
-        raise BcgprofError(f"{what} {shown} is not a finite number; write e.g. 0.01 or 1%")
-    if value < 0:
-        raise BcgprofError(f"{what} {shown} is negative; tolerances are >= 0")
-    if value > MAX_REL_TOL:
-        raise BcgprofError(f"{what} {shown} is over {MAX_REL_TOL:g}; write e.g. 0.01 or 1%")
-    if raw.endswith("%"):  # the nearest float to the decimal written (33.333% -> 0.33333, not 0.33332999...)
-        with contextlib.suppress(ValueError):  # a spelling float() reads and Fraction() does not: float's value
-            value = float(Fraction(raw[:-1].strip()) / 100)
-    return value
-
-
-def parse_abs_mib(value: float, *, what: str = "--abs-tol-mib") -> int:
-    """An absolute tolerance in MiB (finite, >= 0) -> bytes."""
-    if not math.isfinite(value):
-        raise BcgprofError(f"{what} {value} is not a finite number; write e.g. 16")
-    if value < 0:
-        raise BcgprofError(f"{what} {value:g} is negative; tolerances are >= 0")
-    if value * MIB > MAX_ABS_TOL_BYTES:
-        raise BcgprofError(f"{what} {value:g} is over {MAX_ABS_TOL_BYTES // MIB} MiB (1 PiB); write e.g. 16")
-    return round(value * MIB)
-
-
-def parse_tolerance(text: str, default: Tolerance) -> tuple[str, Tolerance]:
-    """``METRIC=REL:ABS`` (``pool_bytes=0.5%:8MiB``; either side may be left empty) -> (metric, tolerance)."""
-    m = re.fullmatch(r"\s*([a-z_]+)\s*=\s*([^:]*?)\s*(?::\s*(.*?)\s*)?", text or "")
-    if not m:
-        raise BcgprofError(f"--tol {text!r}: write METRIC=REL:ABS, e.g. pool_bytes=0.5%:8MiB")
-    metric, rel, abs_text = m.group(1), m.group(2), m.group(3)
-    if metric not in METRICS:
-        raise BcgprofError(f"--tol {text!r}: unknown metric {metric!r}; use one of {', '.join(METRICS)}")
-    if not rel and not abs_text:
-        raise BcgprofError(f"--tol {text!r} sets nothing; write METRIC=REL:ABS, e.g. {metric}=0.5%:8MiB")
-    abs_bytes = default.abs_bytes
-    if abs_text:
-        abs_bytes = parse_bytes(abs_text, what=f"--tol {text!r}: absolute tolerance")
-        if abs_bytes > MAX_ABS_TOL_BYTES:
-            raise BcgprofError(f"--tol {text!r}: absolute tolerance is over 1 PiB; write e.g. 8MiB")
-    return metric, Tolerance(
-        rel=parse_rel(rel, what=f"--tol {text!r}: relative tolerance") if rel else default.rel,
-        abs_bytes=abs_bytes,
-    )
-
-
-def parse_tolerances(texts: Sequence[str], default: Tolerance) -> dict[str, Tolerance]:
-    """Every ``--tol`` (:func:`parse_tolerance`), by metric; a metric given twice is refused (which one
-    was meant cannot be known), never settled by keeping the last."""
-    out: dict[str, Tolerance] = {}
-    given: dict[str, str] = {}
-    for text in texts:
-        metric, tolerance = parse_tolerance(text, default)
-        if metric in given:
-            raise BcgprofError(f"--tol sets {metric} twice ({given[metric]!r} and {text!r}); give each metric "
-                               "one --tol")
-        out[metric], given[metric] = tolerance, text
-    return out
-
-
-def judge(baseline: int, current: int, tol: Tolerance) -> str:
-    """pass | regression | improvement for one figure."""
-    return _verdict(current - baseline, tol.limit(baseline))
-
-
-def _verdict(delta: int, limit: int) -> str:
-    if delta > limit:
-        return REGRESSION
-    if -delta > limit:
-        return IMPROVEMENT
-    return PASS
-
-
 # ---------------------------------------------------------------- inputs
+
 
 def same_report(a: str | Path, b: str | Path) -> bool:
     """Whether two paths name the same directory (after resolving links)."""
@@ -313,67 +229,96 @@ def same_report(a: str | Path, b: str | Path) -> bool:
     except OSError:
         try:
             return Path(a).resolve() == Path(b).resolve()
-        except (OSError, RuntimeError):  # a link loop: it is no report, which reading it says in one line
+        except (
+            OSError,
+            RuntimeError,
+        ):  # a link loop: it is no report, which reading it says in one line
             return False
 
 
 def _missing_rows(report: Report) -> list[str]:
-    """Rows a report's run.json promises (every mode, rank and bucket; floor: the largest) but buckets.csv lacks."""
+    """Rows a report's run.json promises (every mode, rank and bucket; floor: the largest) but
+    buckets.csv lacks."""
     run = report.run
     have = {(r.mode, r.rank, r.bucket) for r in report.buckets}
     missing = []
     for mode in run.modes:
         expected = capture_sequence(run, mode)
-        # a recording's process captures the groups it captures: only ranks with rows of a group promise it
-        ranks = sorted({r for m, r, _ in have if m == mode}) if run.source == Source.RECORD else range(run.tp)
+        # a recording's process captures the groups it captures: only ranks with rows of a group
+        # promise it
+        ranks = (
+            sorted({r for m, r, _ in have if m == mode})
+            if run.source == Source.RECORD
+            else range(run.tp)
+        )
         for rank in ranks:
             for bucket in expected:
                 if (mode, rank, bucket) not in have:
-                    missing.append(f"{mode}" + (f" rank {rank}" if run.tp > 1 else "") + f" bucket {bucket}")
+                    missing.append(
+                        f"{mode}" + (f" rank {rank}" if run.tp > 1 else "") + f" bucket {bucket}"
+                    )
     return missing
 
 
 def check_gate_inputs(baseline: Report, current: Report) -> None:
-    """Refuse (exit 2) what the gate cannot judge: one report given twice, a baseline that is not complete."""
+    """Refuse (exit 2) what the gate cannot judge: one report given twice, a baseline that is not
+    complete."""
     if same_report(baseline.path, current.path):
         raise GateInputError(
-            f"--baseline and --current are the same report ({baseline.path}); a gate compares a new capture "
-            "against a baseline: pass the new report as --current")
+            f"--baseline and --current are the same report ({baseline.path}); a gate compares a "
+            "new capture against a baseline: pass the new report as --current"
+        )
     run = baseline.run
     if run.status != "complete":
         message = f" ({run.message})" if run.message else ""
         raise GateInputError(
-            f"baseline {baseline.path} is {run.status}{message}, not complete: a gate needs a complete baseline; "
-            "re-capture the baseline with the same options, or look at the two with `bcgprof compare`")
+            f"baseline {baseline.path} is {run.status}{message}, not complete: a gate needs a "
+            "complete baseline; re-capture the baseline with the same options, or look at the two "
+            "with `bcgprof compare`"
+        )
     missing = _missing_rows(baseline)
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise GateInputError(
-            f"baseline {baseline.path} says it is complete but has no row for {missing[0]}{more}: a gate needs "
-            "every figure of the baseline; restore the report or re-capture it")
+            f"baseline {baseline.path} says it is complete but has no row for {missing[0]}{more}: "
+            "a gate needs every figure of the baseline; restore the report or re-capture it"
+        )
 
 
 # ---------------------------------------------------------------- the gate
 
-def _metric_check(mode, rank, bucket, metric, base: int, cur: int, options: GateOptions,
-                  tol: Optional[Tolerance] = None) -> GateCheck:
-    """One figure's decision; ``tol`` when the caller looked it up already (a gate of each bucket makes
-    200,000 of these, most of them passes, whose detail is never built)."""
+
+def _metric_check(
+    mode,
+    rank,
+    bucket,
+    metric,
+    base: int,
+    cur: int,
+    options: GateOptions,
+    tol: Optional[Tolerance] = None,
+) -> GateCheck:
+    """One figure's decision; ``tol`` when the caller looked it up already (a gate of each bucket
+    makes 200,000 of these, most of them passes, whose detail is never built)."""
     tol = tol or options.tolerance(metric)
     limit = tol.limit(base)
-    verdict = _verdict(cur - base, limit)
+    verdict = verdict_of_growth(cur - base, limit)
     if verdict == PASS:
         return GateCheck(mode, rank, bucket, metric, base, cur, PASS, limit)
     word = "grew" if cur > base else "shrank"
     pct = pct_change(base, cur)
-    detail = (f"{word} {fmt_bytes(abs(cur - base))}" + (f" ({fmt_pct(pct, signed=True)})" if pct is not None else "")
-              + f", beyond {tol.describe()}")
+    detail = (
+        f"{word} {fmt_bytes(abs(cur - base))}"
+        + (f" ({fmt_pct(pct, signed=True)})" if pct is not None else "")
+        + f", beyond {tol.describe()}"
+    )
     return GateCheck(mode, rank, bucket, metric, base, cur, verdict, limit, detail)
 
 
 def causes_grown(total) -> str:
-    """The causes (explain's ledger) that grew between the two reports' totals of one mode, largest first,
-    with the graph and node counts beside graph executables: '' when the reports lack the ledger."""
+    """The causes (explain's ledger) that grew between the two reports' totals of one mode,
+    largest first, with the graph and node counts beside graph executables: '' when the reports
+    lack the ledger."""
     from bcgprof.analysis.causes import CAUSES
 
     parts = []
@@ -382,8 +327,11 @@ def causes_grown(total) -> str:
             continue
         text = f"{CAUSES[name][0]} {fmt_bytes(int(change.delta), signed=True)}"
         if name == "graph_executables":
-            counts = [f"{label} {int(c.delta):+,}" for key, label in (("segments", "graphs"), ("graph_nodes", "nodes"))
-                      if (c := total.graphs.get(key)) is not None and c.delta]
+            counts = [
+                f"{label} {int(c.delta):+,}"
+                for key, label in (("segments", "graphs"), ("graph_nodes", "nodes"))
+                if (c := total.graphs.get(key)) is not None and c.delta
+            ]
             if counts:
                 text += f" ({', '.join(counts)})"
         parts.append(text)
@@ -391,8 +339,8 @@ def causes_grown(total) -> str:
 
 
 def _byte_pair(change: Change) -> tuple[int, int]:
-    """Both sides of a checked figure of rows in both reports: byte counts, so whole and never missing
-    (``Change`` types every figure as an optional float)."""
+    """Both sides of a checked figure of rows in both reports: byte counts, so whole and never
+    missing (``Change`` types every figure as an optional float)."""
     assert change.old is not None and change.new is not None, change.metric
     return cast(int, change.old), cast(int, change.new)
 
@@ -405,11 +353,23 @@ def _bucket_pair(pair: BucketComparison, metric: str) -> tuple[int, int]:
 
 
 def _status_check(mode, rank, bucket, verdict, detail, base_status, cur_status) -> GateCheck:
-    return GateCheck(mode, rank, bucket, "status", None, None, verdict, detail=detail,
-                     baseline_status=base_status, current_status=cur_status)
+    return GateCheck(
+        mode,
+        rank,
+        bucket,
+        "status",
+        None,
+        None,
+        verdict,
+        detail=detail,
+        baseline_status=base_status,
+        current_status=cur_status,
+    )
 
 
-def gate_reports(baseline: Report, current: Report, options: GateOptions | None = None) -> GateResult:
+def gate_reports(
+    baseline: Report, current: Report, options: GateOptions | None = None
+) -> GateResult:
     """Decide pass/regression for every checked figure.
 
     Raises :class:`GateInputError` for the same report twice or a baseline that is not complete,
@@ -427,13 +387,16 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
     differences = cmp.differences
     if differences and not options.allow_mismatch:
         raise GateMismatchError(
-            f"baseline {baseline.path} and current {current.path} are not comparable: {'; '.join(differences)}; "
-            "capture both with the same settings, or pass --allow-mismatch to compare the common buckets"
+            f"baseline {baseline.path} and current {current.path} are not comparable: "
+            f"{'; '.join(differences)}; capture both with the same settings, or pass "
+            "--allow-mismatch to compare the common buckets"
         )
     notes.extend(f"allowed mismatch: {d}" for d in differences)
     if current.run.status != "complete":
-        notes.append(f"current report status is {current.run.status!r}"
-                     + (f" ({current.run.message})" if current.run.message else ""))
+        notes.append(
+            f"current report status is {current.run.status!r}"
+            + (f" ({current.run.message})" if current.run.message else "")
+        )
 
     groups: dict[tuple[str, int], list[BucketComparison]] = {}
     for pair in cmp.buckets:
@@ -453,9 +416,17 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
             side = "baseline" if base_rows else "current"
             if side == "baseline" and mode in current.run.modes and not differences:
                 # The current run meant to capture this mode but produced nothing for it.
-                checks.append(_status_check(mode, rank_label, None, REGRESSION,
-                                            f"no rows in the current report (baseline had {len(base_rows)})",
-                                            None, None))
+                checks.append(
+                    _status_check(
+                        mode,
+                        rank_label,
+                        None,
+                        REGRESSION,
+                        f"no rows in the current report (baseline had {len(base_rows)})",
+                        None,
+                        None,
+                    )
+                )
             else:
                 notes.append(f"{where} is only in the {side} report; not compared")
             continue
@@ -464,24 +435,36 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
             if p.presence == OLD_ONLY:
                 assert p.old is not None  # old-only: the baseline's row
                 if p.bucket in intended and p.old.status == "ok":
-                    checks.append(_status_check(mode, rank_label, p.bucket, REGRESSION,
-                                                "no row in the current report although its run lists this bucket",
-                                                p.old.status, None))
+                    checks.append(
+                        _status_check(
+                            mode,
+                            rank_label,
+                            p.bucket,
+                            REGRESSION,
+                            "no row in the current report although its run lists this bucket",
+                            p.old.status,
+                            None,
+                        )
+                    )
                 else:
                     notes.append(f"{where} bucket {p.bucket} is only in the baseline; not compared")
         for p in pairs:
             if p.presence != BOTH and p.presence != OLD_ONLY:
-                notes.append(f"{where} bucket {p.bucket} is only in the current report; not compared")
+                notes.append(
+                    f"{where} bucket {p.bucket} is only in the current report; not compared"
+                )
         if not common:
             notes.append(f"{where} has no bucket in both reports; its totals are not compared")
             continue
 
-        # Mode totals: the paired summary rows when both reports hold the same buckets, else sums over the
-        # common ones.
+        # Mode totals: the paired summary rows when both reports hold the same buckets, else sums
+        # over the common ones.
         complete = len(common) == len(pairs)
         total = totals.get((mode, rank_label))
         if not complete or total is None or total.presence != BOTH:
-            notes.append(f"{where} totals are sums of bucket deltas over the {len(common)} common buckets")
+            notes.append(
+                f"{where} totals are sums of bucket deltas over the {len(common)} common buckets"
+            )
         for metric in TOTAL_METRICS:
             if complete and total is not None and total.presence == BOTH:
                 base, cur = _byte_pair(total.changes[metric])
@@ -501,24 +484,50 @@ def gate_comparison(cmp: Comparison, options: GateOptions | None = None) -> Gate
             b, c = p.old, p.new
             assert b is not None and c is not None  # common: rows in both reports
             if b.status == "ok" and c.status != "ok":
-                checks.append(_status_check(mode, rank_label, p.bucket, REGRESSION,
-                                            f"{c.status} in the current report (baseline ok)"
-                                            + (f": {c.detail}" if c.detail else ""), b.status, c.status))
+                checks.append(
+                    _status_check(
+                        mode,
+                        rank_label,
+                        p.bucket,
+                        REGRESSION,
+                        f"{c.status} in the current report (baseline ok)"
+                        + (f": {c.detail}" if c.detail else ""),
+                        b.status,
+                        c.status,
+                    )
+                )
                 continue
             if b.status != "ok" and c.status == "ok":
-                checks.append(_status_check(mode, rank_label, p.bucket, IMPROVEMENT,
-                                            f"ok in the current report (baseline {b.status})", b.status, c.status))
+                checks.append(
+                    _status_check(
+                        mode,
+                        rank_label,
+                        p.bucket,
+                        IMPROVEMENT,
+                        f"ok in the current report (baseline {b.status})",
+                        b.status,
+                        c.status,
+                    )
+                )
             elif b.status != "ok":
-                notes.append(f"{where} bucket {p.bucket} failed in both reports ({b.status}, {c.status})")
+                notes.append(
+                    f"{where} bucket {p.bucket} failed in both reports ({b.status}, {c.status})"
+                )
             if options.each_bucket and b.status == "ok" and c.status == "ok":
                 for metric, tol in bucket_tolerances:
                     base, cur = _bucket_pair(p, metric)
-                    checks.append(_metric_check(mode, rank_label, p.bucket, metric, base, cur, options, tol))
-    if not any(c.metric != "status" for c in checks) and not any(c.verdict == REGRESSION for c in checks):
+                    checks.append(
+                        _metric_check(mode, rank_label, p.bucket, metric, base, cur, options, tol)
+                    )
+    if not any(c.metric != "status" for c in checks) and not any(
+        c.verdict == REGRESSION for c in checks
+    ):
         raise GateInputError(
-            f"baseline {baseline.path} and current {current.path} have no figures in common to compare "
-            f"({'no bucket rows' if not cmp.buckets else 'no bucket in both reports'}): the gate cannot pass "
-            "what it did not see; capture both with the same options")
+            f"baseline {baseline.path} and current {current.path} have no figures in common to "
+            f"compare ({'no bucket rows' if not cmp.buckets else 'no bucket in both reports'}): "
+            "the gate cannot pass "
+            "what it did not see; capture both with the same options"
+        )
     if any(rank != 0 for _, rank in groups):
         for check in checks:  # tensor-parallel: every check names its rank, rank 0 included
             check.tensor_parallel = True

@@ -93,16 +93,8 @@ def gate(
     files, wrong schema version, a baseline that is not complete, the same report twice, reports of
     different models, GPUs or bucket lists, nothing in common to compare, an unusable --summary-md).
     """
-    from bcgprof.analysis.gate import (
-        GateInputError,
-        GateOptions,
-        Tolerance,
-        gate_reports,
-        parse_abs_mib,
-        parse_rel,
-        parse_tolerances,
-        same_report,
-    )
+    from bcgprof.analysis.gate import GateInputError, GateOptions, gate_reports, same_report
+    from bcgprof.analysis.tolerance import Tolerance, parse_abs_mib, parse_rel, parse_tolerances
     from bcgprof.render import gate_error_markdown, gate_markdown, gate_view, render
     from bcgprof.report import cyclic_gc_paused, read_report
 

@@ -422,7 +422,7 @@ def _check_value(check: GateCheck, attr: str) -> str:
 
 
 def gate_sheets(result: GateResult, *, all_rows: bool = True) -> list[Sheet]:
-    from bcgprof.analysis.gate import IMPROVEMENT, PASS, REGRESSION
+    from bcgprof.analysis.tolerance import IMPROVEMENT, PASS, REGRESSION
 
     columns = [
         Column("where", "mode / bucket", numeric=False, key_column=True),
@@ -491,7 +491,7 @@ def tolerance_line(result: GateResult) -> str:
 def bucket_checks_line(result: GateResult) -> str:
     """With --each-bucket: how many bucket figures the gate judged and how many passed (''
     without)."""
-    from bcgprof.analysis.gate import BUCKET_METRICS, REGRESSION
+    from bcgprof.analysis.tolerance import BUCKET_METRICS, REGRESSION
 
     if not result.options.each_bucket:
         return ""

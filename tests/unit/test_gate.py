@@ -4,15 +4,13 @@ from fractions import Fraction
 
 import pytest
 
-from bcgprof.analysis.gate import (
+from bcgprof.analysis.gate import GateMismatchError, GateOptions, gate_reports
+from bcgprof.analysis.tolerance import (
     DEFAULT_ABS_TOL_BYTES,
     IMPROVEMENT,
     PASS,
     REGRESSION,
-    GateMismatchError,
-    GateOptions,
     Tolerance,
-    gate_reports,
     judge,
     parse_rel,
     parse_tolerance,
