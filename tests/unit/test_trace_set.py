@@ -53,9 +53,9 @@ def work(monkeypatch) -> dict:
         counted["parsed"] += 1
         return parse(*args, **kwargs)
 
-    def checking(self, mode, buckets, check=False):
+    def checking(self, mode, buckets, check=False, **kwargs):
         counted["checked"] += bool(check)
-        return check_replay(self, mode, buckets, check)
+        return check_replay(self, mode, buckets, check, **kwargs)
 
     check_replay = check
     monkeypatch.setattr(trace_set, "parse", parsing)

@@ -58,7 +58,7 @@ falls. Pure Python, no torch.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 from typing import Optional
@@ -73,6 +73,9 @@ UNLIMITED = 2**64 - 1  # max_split_size when unset (SIZE_MAX)
 SEGMENT_GAP = 1 << 36  # spacing of made-up segment addresses (64 GiB: larger than any segment)
 # below=True: the first made-up address lies below this (above any real address)
 MADE_UP_START = 1 << 60
+# a replay's events (:meth:`Pool.run`): (ALLOC, requested, stream, key, segment hint, recorded
+# address) or (FREE, key)
+ALLOC, FREE = 0, 1
 
 
 class AllocatorError(ValueError):
@@ -260,6 +263,108 @@ class Pool:
         ``addr`` (O(log segments))."""
         i = bisect_left(self._bases, addr + size)
         return i > 0 and self._bases[i - 1] + self.segments[self._bases[i - 1]] > addr
+
+    # ------------------------------------------------------------------ events
+
+    def run(
+        self,
+        ops: Sequence,
+        live: dict,
+        check: bool = False,
+        placed: Optional[list] = None,
+        begin: int = 0,
+        streams: Optional[Mapping[int, int]] = None,
+    ) -> int:
+        """Replay ``ops`` (events :data:`ALLOC` ``(ALLOC, requested, stream, key, segment hint,
+        recorded address)`` or ``(FREE, key)``): each allocation is :meth:`place`'s and goes into
+        ``live`` (key -> address); each free of a key in ``live`` is :meth:`free_at`'s (a key not
+        there belongs to a bucket left out of the list, and is passed over). The same steps as those
+        methods, in one loop (a replay's inner loop: no call per event). ``placed``: where each
+        allocation went, by its index (``begin`` + its place in ``ops``); ``streams``: a request's
+        stream as this pool names it. Returns, with ``check``, how many allocations went elsewhere
+        than recorded (else 0)."""
+        blocks, lists, new_segment = self._blocks, self._free, self._new_segment
+        settings = self.settings
+        limit, rounding = settings.max_split_size, settings.max_non_split_rounding
+        pop = live.pop
+        mismatches = 0
+        index = begin - 1
+        for op in ops:
+            index += 1
+            if op[0] == ALLOC:
+                _, requested, stream, key, hint, recorded = op
+                if streams:
+                    stream = streams.get(stream, stream)
+                size = (
+                    K_MIN_BLOCK_SIZE
+                    if requested < K_MIN_BLOCK_SIZE
+                    else -(-requested // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+                )
+                small = size <= K_SMALL_SIZE
+                block = None
+                free = lists.get((small, stream))
+                if free:
+                    i = bisect_left(free, (size, -1))
+                    if i < len(free):
+                        found, addr = free[i]
+                        if not (size < limit <= found) and not (
+                            size >= limit and found >= size + rounding
+                        ):
+                            del free[i]
+                            block = blocks[addr]
+                if block is None:
+                    block = new_segment(allocation_size(size, settings), small, stream, hint)
+                remaining = block.size - size
+                if (
+                    (remaining >= K_MIN_BLOCK_SIZE)
+                    if small
+                    else (size < limit and remaining > K_SMALL_SIZE)
+                ):
+                    rest = Block(block.addr + size, remaining, block.segment, block.stream, small)
+                    after = block.next
+                    rest.prev, rest.next = block, after
+                    if after is not None:
+                        after.prev = rest
+                    block.next = rest
+                    block.size = size
+                    blocks[rest.addr] = rest
+                    insort(lists.setdefault((small, rest.stream), []), (remaining, rest.addr))
+                block.allocated = True
+                addr = live[key] = block.addr
+                if check and addr != recorded:
+                    mismatches += 1
+                if placed is not None:
+                    placed[index] = addr
+                continue
+            addr = pop(op[1], None)
+            if addr is None:
+                continue
+            block = blocks.get(addr)
+            if block is None:
+                raise AllocatorError(f"no block starts at {addr:#x}")
+            if not block.allocated:
+                raise AllocatorError(f"block at {block.addr:#x} freed twice")
+            block.allocated = False
+            del blocks[addr]
+            before, after = block.prev, block.next
+            if before is not None and not before.allocated:
+                self._unlist_free(before)
+                del blocks[before.addr]
+                block.addr = before.addr
+                block.prev = before.prev
+                if block.prev is not None:
+                    block.prev.next = block
+                block.size += before.size
+            if after is not None and not after.allocated:
+                self._unlist_free(after)
+                del blocks[after.addr]
+                block.next = after.next
+                if block.next is not None:
+                    block.next.prev = block
+                block.size += after.size
+            blocks[block.addr] = block
+            insort(lists.setdefault((block.small, block.stream), []), (block.size, block.addr))
+        return mismatches
 
     # ------------------------------------------------------------------ free
 

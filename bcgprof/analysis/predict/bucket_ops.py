@@ -150,6 +150,17 @@ class BucketOps:
         """Whether the events are read from a trace's columns (with their recorded addresses)."""
         return self._columns is not None
 
+    def streams(self) -> list[int]:
+        """The streams its allocations name, in the order first named (from the columns where the
+        events are read from them, without making the tuples)."""
+        if self._ops is None and self._columns is not None:
+            trace, bucket, _ = self._columns
+            c = trace.columns(bucket)
+            named = c[c[:, KIND] == ALLOC, STREAM_]
+            values, first = np.unique(named, return_index=True)
+            return values[np.argsort(first)].tolist()
+        return list(dict.fromkeys(op[2] for op in self.ops if op[0] == ALLOC))
+
     def mismatches(self, period: list, begin: int, end: int) -> int:
         """How many allocations among events ``[begin, end)`` were recorded elsewhere than where
         ``period`` (the addresses the events just before ``begin`` got, -1 for a free) repeating

@@ -26,7 +26,8 @@ from typing import Optional
 
 import numpy as np
 
-ALLOC, FREE = 0, 1
+from bcgprof.analysis.predict.allocator import ALLOC, FREE
+
 CANDIDATES = 12  # periods tried: the most common distances between repeats of one code
 MIN_PERIODS = 3  # a region must repeat at least this often to be worth folding
 

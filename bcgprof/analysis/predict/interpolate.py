@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from bcgprof.analysis.predict.fold import ALLOC, FREE
+from bcgprof.analysis.predict.allocator import ALLOC, FREE
 
 
 def neighbours(profiled: Sequence[int], bucket: int) -> Optional[tuple[int, int]]:
