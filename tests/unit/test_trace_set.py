@@ -105,7 +105,7 @@ def test_a_cache_hit_gives_the_cold_answer_without_reading_or_checking_again(pro
     assert work == {"parsed": len(MODES), "checked": len(MODES)}
     assert (
         sorted(p.parent.name for p in cache.rglob("*") if p.is_file())
-        == ["entries"] * 4 + ["facts"] * 4
+        == ["entries"] * 4 + ["facts"] * 4 + ["replays"] * 3  # the lists it replayed, a mode
     )
     warm = prediction_json(predict_buckets(profile, LIST))
     assert warm == cold

@@ -53,6 +53,7 @@ class BucketOps:
         "_columns",
         "_fold",
         "_frees",
+        "_lazy",
         "_make",
         "_ops",
         "between",
@@ -85,6 +86,7 @@ class BucketOps:
         self.count = count if ops is None else len(ops)
         self._frees: Optional[dict] = None
         self._fold: object = _UNSET
+        self._lazy = 0  # times read range by range
 
     @property
     def size(self) -> int:
@@ -118,8 +120,10 @@ class BucketOps:
 
     def lazy(self) -> Sequence:
         """The events as a sequence whose slices and items are made into tuples when read (the list
-        itself when it is held)."""
-        if self._ops is None and self._columns is not None:
+        itself when it is held). A bucket read so a second time is made whole instead (and held, as
+        :attr:`ops`): a bucket replayed in many lists then makes its tuples once."""
+        if self._ops is None and self._columns is not None and not self._lazy:
+            self._lazy += 1
             return _Slices(*self._columns, self.size)
         return self.ops
 

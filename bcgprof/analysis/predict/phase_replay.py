@@ -76,12 +76,6 @@ class _Restreamed:
     def __init__(self, pool: Pool, streams: dict[int, int]):
         self._pool, self._streams = pool, streams
 
-    def malloc(self, requested: int, stream: int = 0, at: Optional[int] = None):
-        return self._pool.malloc(requested, self._streams.get(stream, stream), at)
-
-    def place(self, requested: int, stream: int = 0, at: Optional[int] = None):
-        return self._pool.place(requested, self._streams.get(stream, stream), at)
-
     def run(
         self,
         ops: Sequence,
