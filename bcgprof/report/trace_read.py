@@ -224,7 +224,8 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     buffer += b"".join(chunks)
     if buffer and not buffer.endswith(b"\n"):
         buffer += b"\n"
-    if buffer.count(b"\n") > fmt.MAX_ROWS:
+    rows = buffer.count(b"\n")  # one a line, each ending with its newline
+    if rows > fmt.MAX_ROWS:
         raise bad(path, f"more than {fmt.MAX_ROWS} rows ({caps()})")
     # the text once, with "0"s on both sides: a cell's bytes before or after it can be read (and
     # masked) anywhere, so that each piece is read in place
@@ -236,14 +237,14 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     # every eight bytes from each offset, as one little-endian number
     eights = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
     text = padded[_PAD : _PAD + size]
-    tables: list[np.ndarray] = []
+    # column by column (each column's cells side by side): what reads the table reads columns
+    table = np.empty((rows, len(COLUMNS)), dtype=np.int64, order="F")
     count = at = 0
     while at < size:
         # whole lines, one at least
         cut = _line_end(text, min(at + PIECE, size), at) or _line_end(text, size, at)
-        tables.append(_piece(path, text, eights, at, cut, 3 + count, known))
-        count, at = count + len(tables[-1]), cut
-    table = np.concatenate(tables) if tables else np.empty((0, len(COLUMNS)), dtype=np.int64)
+        count += _piece(path, text, eights, at, cut, count, table, known)
+        at = cut
     check_table(path, table)
     device = head.get("device", 0)
     if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device <= MAX_VALUE:
@@ -302,16 +303,19 @@ def _piece(
     eights: np.ndarray,
     begin: int,
     end: int,
-    first: int,
+    row: int,
+    out: np.ndarray,
     known: np.ndarray,
-) -> np.ndarray:
-    """The rows of ``text[begin:end]`` (whole lines; ``first``: the number of its first line) as a
-    table; ``eights``: the text (with :data:`_PAD` "0"s on both sides) read from every offset. A
+) -> int:
+    """The rows of ``text[begin:end]`` (whole lines, the first the table's ``row``) into ``out``
+    from that row on; how many. ``eights``: the text (with :data:`_PAD` "0"s on both sides) read
+    from every offset. A
     line is accepted as the writer writes it: ten cells, each numeric one at most :data:`DIGITS`
     ASCII digits (some never empty), each word one of its column's words; any other is refused by
     :func:`_refuse_line`. A word cell is compared whole with each of its column's words (its bytes
     as two 64-bit numbers), a numeric cell's bytes are checked to be digits eight at a time
     (:func:`_integers`): with its ten separators, every byte of a row is checked."""
+    first = row + 3  # its line in the file (after the header and the column line)
     u = text[begin:end]
     delims = np.flatnonzero((u == ord(",")) | (u == ord("\n")))
     # every line ends with one (the caller makes sure)
@@ -328,7 +332,7 @@ def _piece(
     flat[0], flat[1:] = 0, delims[:-1] + 1
     lengths = ends - starts
     wrong = np.zeros(len(ends), dtype=bool)
-    table = np.empty(ends.shape, dtype=np.int64)
+    table = out[row : row + len(ends)]
     offset = begin + _PAD  # of the piece in the padded text
     for c, (keys, sizes) in WORDS.items():
         length = lengths[:, c]
@@ -354,9 +358,9 @@ def _piece(
         table[:, c] = column
     wrong |= high | (table[:, BUCKET] < 1) | ~np.isin(table[:, BUCKET], known)
     if wrong.any():
-        row = int(np.argmax(wrong))
-        _refuse_line(path, u.tobytes(), int(starts[row, 0]), first, known)
-    return table
+        line = int(np.argmax(wrong))
+        _refuse_line(path, u.tobytes(), int(starts[line, 0]), first, known)
+    return len(table)
 
 
 def _word(eights: np.ndarray, at: np.ndarray) -> np.ndarray:
