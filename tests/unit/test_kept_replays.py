@@ -95,6 +95,7 @@ def test_the_checks_replay_answers_for_the_profiles_own_list(profile, cache):
     assert p.replayer.bucket_replays == 0  # the check's replay, not another
     assert p.replayer.bucket_sources.traces.verified == {MODE}
     fresh = bucket_profile(profile)
+    fresh.replayer.bucket_sources.has(MODE)  # its check's verdict, and replay, from the cache
     fresh.replayer.bucket_sources.known.clear()
     replayed = fresh.replayer.replay(MODE, own)
     assert fresh.replayer.bucket_replays > 0

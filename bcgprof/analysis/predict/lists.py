@@ -47,6 +47,7 @@ from bcgprof.analysis.predict.prediction import (
     too_wide_notes,
 )
 from bcgprof.analysis.predict.recorded import as_profile, untraced
+from bcgprof.analysis.predict.side_by_side import check_traces
 from bcgprof.errors import PredictionError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
@@ -175,6 +176,11 @@ def predict_buckets(
         )
     out, drawn = [], {}
     chosen = [m for m in (modes or report.modes()) if m in p.rows and p.largest in p.rows[m]]
+    # each mode's trace read and checked side by side (a list's largest bucket may come from
+    # per-bucket's): the loop below finds them done
+    sources = p.replayer.bucket_sources
+    needed = dict.fromkeys([*chosen, Mode.PER_BUCKET])
+    check_traces([(sources, m) for m in needed if m in sources.traces])
     for mode in chosen:
         rows = p.rows[mode]
         first = rows[p.largest]

@@ -35,6 +35,7 @@ from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.phase_replay import PhaseReplayer
 from bcgprof.analysis.predict.prediction import check_usable, report_rows
 from bcgprof.analysis.predict.replay import ReplayError
+from bcgprof.analysis.predict.side_by_side import check_traces
 from bcgprof.errors import PredictionError
 from bcgprof.report import Report
 
@@ -152,6 +153,8 @@ def predict_pair(first: Report, second: Report) -> PairPrediction:
             f"{first.path} and {second.path} share no mode with traces; capture both with the "
             "same --modes"
         )
+    # the four traces read and checked side by side: the loop below finds them done
+    check_traces([(r.bucket_sources, m) for m in shared for r in (before, after)])
     for mode in shared:
         a, b = first_lists[mode], second_lists[mode]
         try:

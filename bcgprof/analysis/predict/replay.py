@@ -511,15 +511,16 @@ class Replayer:
         return self.replay(mode, self.bucket_sources.order[mode], check=True)
 
 
-def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[PoolReplay]:
+def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> PoolReplay:
     """Refuse ``trace`` unless replaying its own list gives the report's measured pool after
     every bucket (on every committed trace it does, to the byte), every block where it was
     recorded. The replay is a fresh one (placements as recorded), so the verdict depends on the
     trace and the figures alone; a trace read from a file keeps it in the cache
     (:mod:`bcgprof.analysis.predict.trace_cache`), keyed by the file's content and the figures,
-    and the next command reads it there instead of replaying. Returns that replay (None where
-    the verdict came from the cache): it is the own list's replay with placements as recorded,
-    which a replayer then need not repeat."""
+    and the next command reads it there instead of replaying. Returns that replay: the own list's
+    with placements as recorded, which a replayer then need not repeat (where the verdict came
+    from the cache, the same replay read from the figures it matched, without the state after each
+    bucket)."""
     mode, where = trace.mode, trace.path or trace_name(trace.mode)
     order = list(trace.order)
     if [b for b, _ in measured] != order:
@@ -535,8 +536,16 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[
             "damaged: re-capture the report"
         )
     parts = [trace.digest, mode, measured]
-    if trace.digest and trace_cache.recall("verified", parts, trace.path) is True:
-        return None
+    kept = trace_cache.recall("verified", parts, trace.path) if trace.digest else None
+    if isinstance(kept, dict) and type(kept.get("made_up")) is int and kept["made_up"] >= 0:
+        return PoolReplay(
+            mode=mode,
+            buckets=order,
+            pool_bytes=[pool for _, pool in measured],
+            exact=not any(trace.unknown.get(b) for b in order),
+            sources=[mode] * len(order),
+            made_up=kept["made_up"],
+        )
     try:
         replayed = Replayer(TraceSet({mode: trace})).replay(mode, order, check=True, states=True)
     except ReplayError as e:
@@ -550,5 +559,5 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[
                 "report"
             )
     if trace.digest:
-        trace_cache.remember("verified", parts, True, trace.path)
+        trace_cache.remember("verified", parts, {"made_up": replayed.made_up}, trace.path)
     return replayed

@@ -66,7 +66,7 @@ class BucketSources:
     def __init__(
         self,
         traces: TraceSet,
-        verify: Callable[[ModeTrace, list[tuple[int, int]]], Optional[PoolReplay]],
+        verify: Callable[[ModeTrace, list[tuple[int, int]]], PoolReplay],
     ):
         """``verify``: refuses a trace (a :class:`ReplayError`) unless its own list replays to the
         report's measured pools; called once per trace, before it is first used. The replay it

@@ -86,6 +86,18 @@ def cache_root() -> Optional[Path]:
     return root / "bcgprof"
 
 
+def writable() -> bool:
+    """Whether the cache directory is there, or can be made, and can be written."""
+    root = cache_root()
+    if root is None:
+        return False
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(root, os.W_OK | os.X_OK)
+
+
 @lru_cache(maxsize=1)
 def code_digest() -> str:
     """A digest of the sources of :data:`DERIVED_BY` (the package's version where a source cannot be

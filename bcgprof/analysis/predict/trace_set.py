@@ -293,6 +293,7 @@ class TraceSet:
         self.refused: dict[
             str, str
         ] = {}  # mode -> why its trace was refused (asked again: refused again)
+        self.unread: dict[str, TraceError] = {}  # mode -> why its file could not be read
 
     def __contains__(self, mode: str) -> bool:
         return mode in self.sources
@@ -311,8 +312,14 @@ class TraceSet:
             return source
         if isinstance(source, Trace):
             loaded = mode_trace_of(source)
+        elif mode in self.unread:  # asked again: the same refusal, without reading it again
+            raise self.unread[mode]
         else:
-            loaded = load(Path(source))
+            try:
+                loaded = load(Path(source))
+            except TraceError as e:
+                self.unread[mode] = e
+                raise
             if loaded.mode != mode:
                 raise TraceSetError(
                     f"{source} holds the trace of mode {loaded.mode}; restore the report's own file"
