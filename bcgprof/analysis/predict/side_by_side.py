@@ -119,7 +119,9 @@ def _run_child(part: Callable[[], object]) -> None:
         quiet = os.open(os.devnull, os.O_RDWR)
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)
-        part()
+        with open(quiet, "w", closefd=False) as sink:
+            sys.stdout = sys.stderr = sink  # whatever they were
+            part()
         code = 0
     except BaseException:
         pass  # the command works the part out again, and says what went wrong
