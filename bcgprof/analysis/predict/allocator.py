@@ -264,31 +264,32 @@ class Pool:
         blocks, lists, new_segment = self._blocks, self._free, self._new_segment
         settings = self.settings
         limit, rounding = settings.max_split_size, settings.max_non_split_rounding
+        unlimited = limit == UNLIMITED  # the default: every found block is taken, and may split
+        # the loop's names, local
+        alloc, unit, small_most = ALLOC, K_MIN_BLOCK_SIZE, K_SMALL_SIZE
+        bisect, put, new_block = bisect_left, insort, Block
         pop = live.pop
         spare: list[Block] = []  # blocks merged away, taken again by splits
         mismatches = 0
         index = begin - 1
         for op in ops:
             index += 1
-            if op[0] == ALLOC:
+            if op[0] == alloc:
                 _, requested, stream, key, hint, recorded = op
                 if streams:
                     stream = streams.get(stream, stream)
-                size = (
-                    K_MIN_BLOCK_SIZE
-                    if requested < K_MIN_BLOCK_SIZE
-                    else -(-requested // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
-                )
-                small = size <= K_SMALL_SIZE
+                size = unit if requested < unit else -(-requested // unit) * unit
+                small = size <= small_most
                 block = None
                 free = lists.get(2 * stream + small)
                 if free:
-                    i = bisect_left(free, (size, -1))
+                    i = bisect(free, (size, -1))
                     if i < len(free):
                         found, addr = free[i]
                         # an oversize block is kept for oversize requests
-                        if not (size < limit <= found) and not (
-                            size >= limit and found >= size + rounding
+                        if unlimited or (
+                            not (size < limit <= found)
+                            and not (size >= limit and found >= size + rounding)
                         ):
                             del free[i]
                             block = blocks[addr]
@@ -296,9 +297,9 @@ class Pool:
                     block = new_segment(allocation_size(size, settings), small, stream, hint)
                 remaining = block.size - size
                 if (
-                    (remaining >= K_MIN_BLOCK_SIZE)
+                    (remaining >= unit)
                     if small
-                    else (size < limit and remaining > K_SMALL_SIZE)
+                    else (remaining > small_most and (unlimited or size < limit))
                 ):  # alloc_found_block: the request takes the low addresses
                     addr = block.addr + size
                     if spare:
@@ -307,7 +308,7 @@ class Pool:
                         rest.stream, rest.small = block.stream, small
                         rest.free_list = block.free_list
                     else:
-                        rest = Block(
+                        rest = new_block(
                             addr, remaining, block.segment, block.stream, small, block.free_list
                         )
                     after = block.next
@@ -317,7 +318,7 @@ class Pool:
                     block.next = rest
                     block.size = size
                     blocks[addr] = rest
-                    insort(block.free_list, (remaining, addr))
+                    put(block.free_list, (remaining, addr))
                 block.allocated = True
                 addr = live[key] = block.addr
                 if check and addr != recorded:
@@ -338,7 +339,7 @@ class Pool:
             before, after = block.prev, block.next
             if before is not None and not before.allocated:  # [before block]
                 free, entry = before.free_list, (before.size, before.addr)
-                i = bisect_left(free, entry)
+                i = bisect(free, entry)
                 if i == len(free) or free[i] != entry:
                     raise AllocatorError(f"free block at {before.addr:#x} is not in its free list")
                 del free[i]
@@ -351,7 +352,7 @@ class Pool:
                 spare.append(before)
             if after is not None and not after.allocated:  # [block after]
                 free, entry = after.free_list, (after.size, after.addr)
-                i = bisect_left(free, entry)
+                i = bisect(free, entry)
                 if i == len(free) or free[i] != entry:
                     raise AllocatorError(f"free block at {after.addr:#x} is not in its free list")
                 del free[i]
@@ -362,7 +363,7 @@ class Pool:
                 block.size += after.size
                 spare.append(after)
             blocks[block.addr] = block
-            insort(block.free_list, (block.size, block.addr))
+            put(block.free_list, (block.size, block.addr))
         for unused in spare:  # no longer linked to anything
             unused.prev = unused.next = None
         return mismatches
