@@ -11,9 +11,9 @@ turns it off (nothing read, nothing written). Two kinds:
   parsing);
 * ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
   verdict that a trace replays to its report's measured pools; the pools of a layout spread;
-  advise's replays that do not depend on the budget), the key repeated inside; the larger ones
-  (advise's programmes' lists, and the replays of the lists its searches checked) in
-  ``programmes/`` and ``replays/`` alike.
+  advise's replays that do not depend on the budget; a phase pair's figures; an advice), the key
+  repeated inside; the larger ones (advise's programmes' lists, and the replays of the lists a
+  command replayed) in ``programmes/`` and ``replays/`` alike.
 
 Invariant: an entry is written to a temporary file and renamed, so a reader sees a whole entry or
 none; one that does not read back whole and consistent (damaged, cut short, another format) is
