@@ -23,6 +23,7 @@ from typing import Optional, Protocol
 import numpy as np
 
 from bcgprof.analysis.predict.fold import ALLOC, FREE, find_period, find_period_arrays, free_index
+from bcgprof.analysis.predict.interpolate import Shape, shape_of
 
 OPS = ("kind", "size", "stream", "ident", "hint", "recorded")  # a trace's event columns, in order
 KIND, SIZE_, STREAM_, IDENT, HINT, RECORDED = range(len(OPS))
@@ -153,6 +154,32 @@ class BucketOps:
     def from_trace(self) -> bool:
         """Whether the events are read from a trace's columns (with their recorded addresses)."""
         return self._columns is not None
+
+    def shape(self) -> Shape:
+        """The events as interpolation compares them (:func:`~bcgprof.analysis.predict.interpolate.
+        shape_of`), read from the columns (whole columns at once, no tuples made) where the events
+        are read from them."""
+        if self._ops is not None or self._columns is None:
+            return shape_of(self.ops)
+        trace, bucket, _ = self._columns
+        c = trace.columns(bucket)
+        kind = c[:, KIND]
+        allocs = np.flatnonzero(kind == ALLOC)
+        frees = np.flatnonzero(kind != ALLOC)
+        value = np.empty(len(c), dtype=np.int64)
+        value[allocs] = c[allocs, STREAM_]
+        # a free: the number in the bucket of the allocation it frees, made before it (-1: none)
+        keys = c[allocs, IDENT]
+        order = np.argsort(keys, kind="stable")
+        at = np.searchsorted(keys[order], c[frees, IDENT])
+        target = np.full(len(frees), -1, dtype=np.int64)
+        if len(keys):
+            at = np.minimum(at, len(keys) - 1)
+            number = order[at]
+            hit = (keys[number] == c[frees, IDENT]) & (allocs[number] < frees)
+            target[hit] = number[hit]
+        value[frees] = target
+        return kind.copy(), value, c[allocs, SIZE_], c[allocs, HINT]
 
     def streams(self) -> list[int]:
         """The streams its allocations name, in the order first named (from the columns where the

@@ -272,7 +272,7 @@ class BucketSources:
         key = (source, lower, upper)
         if key not in self._pairs:
             ops = self.ops[source]
-            found, why = pair_pattern(lower, ops[lower].ops, upper, ops[upper].ops)
+            found, why = pair_pattern(lower, ops[lower].shape(), upper, ops[upper].shape())
             if (
                 why
                 and source == Mode.SHARED_LARGEST
@@ -283,7 +283,7 @@ class BucketSources:
                 # what shared's capture of that bucket does (copy the output out, free it)
                 alike = self.ops[Mode.SHARED].get(upper)
                 if alike is not None and alike.complete and not alike.cross and not alike.unknown:
-                    found, why = pair_pattern(lower, ops[lower].ops, upper, alike.ops)
+                    found, why = pair_pattern(lower, ops[lower].shape(), upper, alike.shape())
             self._pairs[key] = (found, why)
         return self._pairs[key]
 
