@@ -176,10 +176,13 @@ def predict_buckets(
         )
     out, drawn = [], {}
     chosen = [m for m in (modes or report.modes()) if m in p.rows and p.largest in p.rows[m]]
-    # each mode's trace read and checked side by side (a list's largest bucket may come from
-    # per-bucket's): the loop below finds them done
+    # each mode's trace read and checked side by side (the list's largest bucket comes from
+    # per-bucket's in shared-largest and floor modes, unless it is the profile's): the loop below
+    # finds them done
     sources = p.replayer.bucket_sources
-    needed = dict.fromkeys([*chosen, Mode.PER_BUCKET])
+    needed = dict.fromkeys(chosen)
+    if top != p.largest and {Mode.SHARED_LARGEST, Mode.FLOOR} & set(chosen):
+        needed[Mode.PER_BUCKET] = None
     check_traces([(sources, m) for m in needed if m in sources.traces])
     for mode in chosen:
         rows = p.rows[mode]
