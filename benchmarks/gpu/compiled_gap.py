@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "record"))
-import loops  # noqa: E402
+import loops
 
 MIB = 1 << 20
 ROWS: list[tuple[str, int, int, int]] = []
@@ -81,16 +81,20 @@ def main() -> None:
     print(f"{'phase':<36} {'used':>9} {'reserved':>9} {'allocated':>9} {'rest':>9}   (MiB)")
     inside = [0, 0]
     for name, used, reserved, allocated in ROWS:
-        print(f"{name:<36} {used / MIB:>+9.1f} {reserved / MIB:>+9.1f} {allocated / MIB:>+9.1f} "
-              f"{(used - reserved) / MIB:>+9.1f}")
+        print(
+            f"{name:<36} {used / MIB:>+9.1f} {reserved / MIB:>+9.1f} {allocated / MIB:>+9.1f} "
+            f"{(used - reserved) / MIB:>+9.1f}"
+        )
         if name.startswith("  inside"):
             inside[0] += used
             inside[1] += used - reserved
-    used = last[0] - first[0]
-    print(f"the loop: device used {used / MIB:+.1f} MiB, reserved {(last[1] - first[1]) / MIB:+.1f} MiB,"
-          f" rest {(used - last[1] + first[1]) / MIB:+.1f} MiB; inside the trees' windows "
-          f"{inside[0] / MIB:+.1f} MiB (rest {inside[1] / MIB:+.1f}); outside them "
-          f"{(used - inside[0]) / MIB:+.1f} MiB")
+    used, reserved = last[0] - first[0], last[1] - first[1]
+    print(
+        f"the loop: device used {used / MIB:+.1f} MiB, reserved {reserved / MIB:+.1f} MiB,"
+        f" rest {(used - reserved) / MIB:+.1f} MiB; inside the trees' windows "
+        f"{inside[0] / MIB:+.1f} MiB (rest {inside[1] / MIB:+.1f}); outside them "
+        f"{(used - inside[0]) / MIB:+.1f} MiB"
+    )
 
 
 if __name__ == "__main__":
