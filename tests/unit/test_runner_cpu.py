@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
-from bcgprof.measure.runner import ModeLauncher, _finish
+from bcgprof.measure.launch import ModeLauncher
+from bcgprof.measure.runner import _finish
 from bcgprof.options import CaptureOptions
 from bcgprof.report import ReportWriter, RunInfo, read_report
 from bcgprof.vocab import Mode, RunStatus
@@ -76,7 +77,7 @@ def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(write_report)
 
 def test_the_next_mode_starts_only_after_the_previous_one_exited(tmp_path, monkeypatch):
     """Every mode runs; a pre-started process is released only once the one before it is gone."""
-    import bcgprof.measure.runner as runner
+    import bcgprof.measure.launch as launch
 
     out = tmp_path / "report"
     ReportWriter(out, RunInfo(model="gpt-oss-20b"))
@@ -98,7 +99,7 @@ def test_the_next_mode_starts_only_after_the_previous_one_exited(tmp_path, monke
         def cancel(self):
             order.append(("cancel", self.mode))
 
-    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(launch, "ModeProcesses", FakeProcesses)
     launcher = ModeLauncher(CaptureOptions(modes=["per-bucket", "shared", "floor"]), out)
     events = []
     codes, interrupted = launcher.run_all(events.append)
@@ -161,6 +162,7 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
     and leaves no directory behind."""
     import pytest
 
+    import bcgprof.measure.launch as launch
     import bcgprof.measure.runner as runner
     from bcgprof.errors import NoGPUError
 
@@ -177,7 +179,7 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
     def no_gpu(device):
         raise NoGPUError("the GPU check failed (injected)")
 
-    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(launch, "ModeProcesses", FakeProcesses)
     monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
     monkeypatch.setattr(runner, "check_gpu", no_gpu)
     out = tmp_path / "report"
@@ -191,6 +193,7 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
 def _fake_capture_machine(monkeypatch, interrupt=None):
     """The runner on a fake GPU with fake mode processes: every process and its go, exit or cancel,
     in order. ``interrupt``: (layers, mode) whose process exits as interrupted."""
+    import bcgprof.measure.launch as launch
     import bcgprof.measure.runner as runner
 
     log = []
@@ -225,7 +228,7 @@ def _fake_capture_machine(monkeypatch, interrupt=None):
             ),
         )
 
-    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(launch, "ModeProcesses", FakeProcesses)
     monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
     monkeypatch.setattr(runner, "check_gpu", lambda device: device)
     monkeypatch.setattr(runner, "_new_report", new_report)
@@ -240,8 +243,10 @@ def test_the_next_depth_starts_while_the_last_modes_of_this_one_work(tmp_path, m
     modes."""
     import dataclasses
 
+    from bcgprof.measure.launch import LOOKAHEAD
+
     runner, log = _fake_capture_machine(monkeypatch)
-    assert runner.LOOKAHEAD == 2
+    assert LOOKAHEAD == 2
     two = CaptureOptions(
         buckets="4,8",
         modes=["shared", "shared-largest", "floor"],
