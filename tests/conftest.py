@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,30 @@ def trace_cache_of_the_session(tmp_path_factory, request):
         patch.delenv("COLUMNS", raising=False)
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def interpreter_without_dead_overflow_checks():
+    """Triton's interpreter builds an integer-overflow check around every integer add, sub and
+    mul of a kernel (``sanitize_overflow``) and hands it to ``device_assert``, which drops it
+    unless the options ask for ``debug``; a compiled kernel drops the same check as dead code.
+    Built in Python for every element block of every program instance, the discarded checks are
+    about a third of an interpreted kernel's time. The session turns them off while ``debug``
+    is off, so no check that could fire is lost; a Triton whose interpreter lacks these options
+    is left as it is."""
+    interpreter = sys.modules.get("triton.runtime.interpreter")  # imported by collected tests
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if (
+        not dataclasses.is_dataclass(options)
+        or getattr(options, "debug", True)
+        or not getattr(options, "sanitize_overflow", False)
+    ):
+        yield
+        return
+    builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    yield
+    builder.options = options
 
 
 @pytest.fixture(scope="session", autouse=True)
