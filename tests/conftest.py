@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from children import Prestarted
 from committed import CommittedProfiles
 from helpers import DATA, load_data_module
 from hopper import HopperCompiles
@@ -177,6 +178,45 @@ def one_command_tree_per_app():
     patch.setattr(typer.testing, "_get_command", command_of)
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_ahead_of_their_tests(request, tmp_path_factory, trace_cache_of_the_session):
+    """The children the selected tests read through ``prestarted`` (tests/children.py), run from
+    the first test on, in the tests' order; a worker of pytest-xdist starts none ahead."""
+    children = Prestarted(lambda key: tmp_path_factory.mktemp(key))
+    if not hasattr(request.config, "workerinput"):
+        ahead: dict[str, object] = {}
+        for item in request.session.items:
+            if "prestarted" in item.fixturenames:
+                for name in _prestart_names(item):
+                    ahead.setdefault(_child_key(item.module, name), item.module.CHILDREN[name])
+        children.start(list(ahead.items()))
+    yield children
+    children.stop()
+
+
+def _prestart_names(item) -> list[str]:
+    return [name for mark in item.iter_markers("prestart") for name in mark.args]
+
+
+def _child_key(module, name: str) -> str:
+    return f"{module.__name__}.{name}"
+
+
+@pytest.fixture
+def prestarted(request, children_ahead_of_their_tests):
+    """prestarted(name) -> (the completed process, its folder) of the module's child ``name``
+    (its ``CHILDREN``), which the test's ``prestart`` mark names."""
+    names = _prestart_names(request.node)
+
+    def outcome(name: str):
+        assert name in names, f"{name!r} is not in the test's prestart mark {names}"
+        return children_ahead_of_their_tests.outcome(
+            _child_key(request.module, name), request.module.CHILDREN[name]
+        )
+
+    return outcome
 
 
 @pytest.fixture(scope="session")
