@@ -8,11 +8,13 @@ is given a fresh folder of the child's own, writes there what the child needs an
 ``prestarted(name)`` -> (the completed process, its folder).
 
 Mechanism: when the session's first test starts, a thread starts running the children that the
-selected tests name, one at a time, in the tests' order. The tests run on one thread (torch too:
-tests/conftest.py), and these children spend most of their time loading torch or the CLI; run
-ahead, they use the machine's other CPU while the tests before theirs run, instead of keeping a
-test waiting. A test that asks for a child the thread has not started runs it itself at once,
-beside the thread's; so does a worker of pytest-xdist, which starts nothing ahead.
+selected tests name, one at a time, in the tests' order (and other work that tests wait for, such
+as tests/hopper.py's compiles, in its place in that order). The tests run on one thread (torch
+too: tests/conftest.py), and these children spend most of their time loading torch or the CLI;
+run ahead, they use the machine's other CPU while the tests before theirs run, instead of keeping
+a test waiting, and one at a time they never take a CPU from the tests. A test that asks for a
+child the thread has not started runs it itself at once, beside the thread's; so does a worker of
+pytest-xdist, which starts nothing ahead.
 
 Invariant: a child's outcome is the one the test would get running it itself: a fresh process of
 the same command, environment (the session's, as it stood when the first test started, with the
@@ -37,13 +39,13 @@ Outcome = tuple[subprocess.CompletedProcess, Path]
 @dataclass(frozen=True)
 class Command:
     """A child: its argument vector, changes to the session's environment, its working directory
-    (None: the session's), its time limit in seconds, and what its stdin reads (None: the
-    session's stdin, as ``subprocess.run`` leaves it)."""
+    (None: the session's), its time limit in seconds (None: none), and what its stdin reads
+    (None: the session's stdin, as ``subprocess.run`` leaves it)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
-    timeout: float = 120
+    timeout: float | None = 120
     input: str | None = None
 
 
@@ -59,17 +61,28 @@ class Prestarted:
         self._cwd = os.getcwd()
         self._lock = threading.Lock()
         self._outcomes: dict[str, Future] = {}
-        self._queue: list[tuple[str, Make]] = []
+        self._queue: list[Callable[[], None]] = []
         self._running: set[subprocess.Popen] = set()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def start(self, children: list[tuple[str, Make]]) -> None:
-        """Run these children (a unique key each) one after another on a thread."""
-        self._queue = list(children)
+    def start(self, jobs: list[Callable[[], None]]) -> None:
+        """Run these jobs (:meth:`child`, or other work to do ahead) one after another on a
+        thread."""
+        self._queue = list(jobs)
         if self._queue:
             self._thread = threading.Thread(target=self._work, name="prestarted", daemon=True)
             self._thread.start()
+
+    def child(self, key: str, make: Make) -> Callable[[], None]:
+        """A job of :meth:`start`: child ``key`` (a unique key), unless a test has run it."""
+
+        def job() -> None:
+            future, mine = self._claim(key)
+            if mine:
+                self._run(key, make, future)
+
+        return job
 
     def outcome(self, key: str, make: Make) -> Outcome:
         """The outcome of child ``key``: waited for when it was started ahead, else run now. The
@@ -80,12 +93,16 @@ class Prestarted:
         return future.result()
 
     def stop(self) -> None:
-        """Start no more children and end those running."""
+        """Start no more jobs and end the children running (other work the thread waits for is
+        ended by its owner; then :meth:`join`)."""
         with self._lock:
             self._stopping = True
             running = list(self._running)
         for proc in running:
             proc.kill()
+
+    def join(self) -> None:
+        """Wait for the thread to end, after :meth:`stop`."""
         if self._thread is not None:
             self._thread.join(timeout=30)
 
@@ -99,13 +116,11 @@ class Prestarted:
             return future, True
 
     def _work(self) -> None:
-        for key, make in self._queue:
+        for job in self._queue:
             with self._lock:
                 if self._stopping:
                     return
-            future, mine = self._claim(key)
-            if mine:
-                self._run(key, make, future)
+            job()
 
     def _run(self, key: str, make: Make, future: Future) -> None:
         try:

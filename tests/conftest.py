@@ -32,16 +32,6 @@ maker = load_data_module("make_reports")
 hopper_compiles = HopperCompiles()
 
 
-def pytest_collection_finish(session):
-    """The kernels compiled for sm_90 (tests/hopper.py) start compiling in their child now, while
-    the tests before theirs run; a worker of pytest-xdist starts them only when its test asks."""
-    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
-        return
-    hopper_compiles.start(
-        [item.module for item in session.items if "hopper_compile" in item.fixturenames]
-    )
-
-
 def pytest_sessionfinish(session):
     hopper_compiles.stop()
 
@@ -182,18 +172,32 @@ def one_command_tree_per_app():
 
 @pytest.fixture(scope="session", autouse=True)
 def children_ahead_of_their_tests(request, tmp_path_factory, trace_cache_of_the_session):
-    """The children the selected tests read through ``prestarted`` (tests/children.py), run from
-    the first test on, in the tests' order; a worker of pytest-xdist starts none ahead."""
+    """The children the selected tests read through ``prestarted`` (tests/children.py), and the
+    kernels compiled for sm_90 (tests/hopper.py: one child for every selected module's script, in
+    the place of the first test that asks), run from the first test on, one at a time in the
+    tests' order; a worker of pytest-xdist starts none ahead."""
     children = Prestarted(lambda key: tmp_path_factory.mktemp(key))
     if not hasattr(request.config, "workerinput"):
-        ahead: dict[str, object] = {}
-        for item in request.session.items:
+        items = request.session.items
+        compiled = list(
+            dict.fromkeys(i.module for i in items if "hopper_compile" in i.fixturenames)
+        )
+        jobs, queued = [], set()
+        for item in items:
+            if "hopper_compile" in item.fixturenames and "hopper" not in queued:
+                queued.add("hopper")
+                jobs.append(lambda: hopper_compiles.run(compiled))
             if "prestarted" in item.fixturenames:
                 for name in _prestart_names(item):
-                    ahead.setdefault(_child_key(item.module, name), item.module.CHILDREN[name])
-        children.start(list(ahead.items()))
+                    key = _child_key(item.module, name)
+                    if key not in queued:
+                        queued.add(key)
+                        jobs.append(children.child(key, item.module.CHILDREN[name]))
+        children.start(jobs)
     yield children
     children.stop()
+    hopper_compiles.stop()
+    children.join()
 
 
 def _prestart_names(item) -> list[str]:
