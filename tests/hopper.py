@@ -22,7 +22,6 @@ child for one script when its test asks, so no two workers compile the same kern
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -122,11 +121,12 @@ class HopperCompiles:
             self.children.append(_Child(scripts))
 
     def run(self, modules: list[ModuleType]) -> None:
-        """:meth:`start`, then wait until every child has ended (or :meth:`stop` ended it)."""
+        """:meth:`start`, then wait until every child has ended (or :meth:`stop` ended it). The
+        wait blocks in ``waitpid``: a wait with a time limit would poll, waking a thread of the
+        tests' process many times a second, which slows the tests running beside it."""
         self.start(modules)
         for child in list(self.children):
-            with contextlib.suppress(subprocess.TimeoutExpired):  # its tests say so
-                child.proc.wait(timeout=WAIT_S)
+            child.proc.wait()
 
     def outcome(self, module: ModuleType) -> tuple[str, str]:
         """(what the module's script printed, its failure: '' when it ended as ``python -c`` would
