@@ -32,6 +32,16 @@ maker = load_data_module("make_reports")
 hopper_compiles = HopperCompiles()
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that read the kernels compiled for sm_90 (tests/hopper.py) run last, in their
+    order: the compiles, run ahead among the children (tests/children.py) once the children of
+    the tests before them have run, then have the rest of the session to finish instead of
+    keeping a test waiting."""
+    items[:] = [i for i in items if "hopper_compile" not in i.fixturenames] + [
+        i for i in items if "hopper_compile" in i.fixturenames
+    ]
+
+
 def pytest_sessionfinish(session):
     hopper_compiles.stop()
 
