@@ -137,9 +137,9 @@ def interpreter_without_dead_overflow_checks():
     mul of a kernel (``sanitize_overflow``) and hands it to ``device_assert``, which drops it
     unless the options ask for ``debug``; a compiled kernel drops the same check as dead code.
     Built in Python for every element block of every program instance, the discarded checks are
-    about a third of an interpreted kernel's time. The session turns them off while ``debug``
-    is off, so no check that could fire is lost; a Triton whose interpreter lacks these options
-    is left as it is."""
+    a large share of an interpreted kernel's time. The session turns them off while ``debug`` is
+    off, so no check that could fire is lost; a Triton whose interpreter lacks these options is
+    left as it is."""
     interpreter = sys.modules.get("triton.runtime.interpreter")  # imported by collected tests
     builder = getattr(interpreter, "interpreter_builder", None)
     options = getattr(builder, "options", None)

@@ -122,8 +122,8 @@ class HopperCompiles:
 
     def run(self, modules: list[ModuleType]) -> None:
         """:meth:`start`, then wait until every child has ended (or :meth:`stop` ended it). The
-        wait blocks in ``waitpid``: a wait with a time limit would poll, waking a thread of the
-        tests' process many times a second, which slows the tests running beside it."""
+        wait blocks in ``waitpid``; a wait with a time limit would poll, waking a thread of the
+        tests' process many times a second."""
         self.start(modules)
         for child in list(self.children):
             child.proc.wait()

@@ -8,12 +8,11 @@ fixture).
 * :class:`Live` counts the bytes of the storages created inside it, until they are freed, and
   their peak.
 * :class:`MetaForwards` runs a preset's two-layer stack at 16384 tokens on the meta device once per
-  (preset, MoE) under both, and keeps what they saw. A meta forward at that size is some twelve
-  thousand ops through torch's Python meta kernels, a second or two each; the tests of what the
-  forward runs (tests/models/test_models_capture.py) and of its live peak
-  (tests/models/test_moe_ogs.py) read the same forward instead of running it again. What a test
-  reads is fixed when the forward ends (plain numbers and lists), so nothing a later test does
-  changes it.
+  (preset, MoE) under both, and keeps what they saw. A meta forward at that size is thousands of
+  ops through torch's Python meta kernels; the tests of what the forward runs
+  (tests/models/test_models_capture.py) and of its live peak (tests/models/test_moe_ogs.py) read
+  the same forward instead of running it again. What a test reads is fixed when the forward ends
+  (plain numbers and lists), so nothing a later test does changes it.
 """
 
 from __future__ import annotations
