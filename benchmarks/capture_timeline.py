@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     if args.slow_exit:
         os.environ["TIMELINE_SLOW_EXIT"] = "1"
 
-    from bcgprof.measure import runner
+    from bcgprof.measure import launch
 
     marks: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     order: list[tuple[str, str]] = []
@@ -64,9 +64,9 @@ def main(argv=None) -> int:
     proxy = types.ModuleType("subprocess")
     proxy.__dict__.update(subprocess.__dict__)
     proxy.Popen = popen  # type: ignore[attr-defined]
-    runner.subprocess = proxy  # type: ignore[attr-defined]
+    launch.subprocess = proxy  # type: ignore[attr-defined]
 
-    go, relay = runner._ModeProcesses.go, runner._ModeProcesses.relay
+    go, relay = launch.ModeProcesses.go, launch.ModeProcesses.relay
 
     def timed_go(self):
         if order:
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         mine["reaped"] = time.time()
         return code
 
-    runner._ModeProcesses.go, runner._ModeProcesses.relay = timed_go, timed_relay
+    launch.ModeProcesses.go, launch.ModeProcesses.relay = timed_go, timed_relay
     began = time.time()
     sys.argv = ["bcgprof", "capture", *args.capture_args]
     from bcgprof.cli import main as cli_main

@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from children import Prestarted
 from committed import CommittedProfiles
 from helpers import DATA, load_data_module
 from hopper import HopperCompiles
@@ -30,14 +32,14 @@ maker = load_data_module("make_reports")
 hopper_compiles = HopperCompiles()
 
 
-def pytest_collection_finish(session):
-    """The kernels compiled for sm_90 (tests/hopper.py) start compiling in their child now, while
-    the tests before theirs run; a worker of pytest-xdist starts them only when its test asks."""
-    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
-        return
-    hopper_compiles.start(
-        [item.module for item in session.items if "hopper_compile" in item.fixturenames]
-    )
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that read the kernels compiled for sm_90 (tests/hopper.py) run last, in their
+    order: the compiles, run ahead among the children (tests/children.py) once the children of
+    the tests before them have run, then have the rest of the session to finish instead of
+    keeping a test waiting."""
+    items[:] = [i for i in items if "hopper_compile" not in i.fixturenames] + [
+        i for i in items if "hopper_compile" in i.fixturenames
+    ]
 
 
 def pytest_sessionfinish(session):
@@ -132,6 +134,30 @@ def trace_cache_of_the_session(tmp_path_factory, request):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def interpreter_without_dead_overflow_checks():
+    """Triton's interpreter builds an integer-overflow check around every integer add, sub and
+    mul of a kernel (``sanitize_overflow``) and hands it to ``device_assert``, which drops it
+    unless the options ask for ``debug``; a compiled kernel drops the same check as dead code.
+    Built in Python for every element block of every program instance, the discarded checks are
+    a large share of an interpreted kernel's time. The session turns them off while ``debug`` is
+    off, so no check that could fire is lost; a Triton whose interpreter lacks these options is
+    left as it is."""
+    interpreter = sys.modules.get("triton.runtime.interpreter")  # imported by collected tests
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if (
+        not dataclasses.is_dataclass(options)
+        or getattr(options, "debug", True)
+        or not getattr(options, "sanitize_overflow", False)
+    ):
+        yield
+        return
+    builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    yield
+    builder.options = options
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_command_tree_per_app():
     """Typer's CliRunner builds the app's whole click command tree (each command's parameters
     from its signature and type hints) on every invoke, most of the time an in-process command
@@ -154,6 +180,59 @@ def one_command_tree_per_app():
     patch.setattr(typer.testing, "_get_command", command_of)
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_ahead_of_their_tests(request, tmp_path_factory, trace_cache_of_the_session):
+    """The children the selected tests read through ``prestarted`` (tests/children.py), and the
+    kernels compiled for sm_90 (tests/hopper.py: one child for every selected module's script, in
+    the place of the first test that asks), run from the first test on, one at a time in the
+    tests' order; a worker of pytest-xdist starts none ahead."""
+    children = Prestarted(lambda key: tmp_path_factory.mktemp(key))
+    if not hasattr(request.config, "workerinput"):
+        items = request.session.items
+        compiled = list(
+            dict.fromkeys(i.module for i in items if "hopper_compile" in i.fixturenames)
+        )
+        jobs, queued = [], set()
+        for item in items:
+            if "hopper_compile" in item.fixturenames and "hopper" not in queued:
+                queued.add("hopper")
+                jobs.append(lambda: hopper_compiles.run(compiled))
+            if "prestarted" in item.fixturenames:
+                for name in _prestart_names(item):
+                    key = _child_key(item.module, name)
+                    if key not in queued:
+                        queued.add(key)
+                        jobs.append(children.child(key, item.module.CHILDREN[name]))
+        children.start(jobs)
+    yield children
+    children.stop()
+    hopper_compiles.stop()
+    children.join()
+
+
+def _prestart_names(item) -> list[str]:
+    return [name for mark in item.iter_markers("prestart") for name in mark.args]
+
+
+def _child_key(module, name: str) -> str:
+    return f"{module.__name__}.{name}"
+
+
+@pytest.fixture
+def prestarted(request, children_ahead_of_their_tests):
+    """prestarted(name) -> (the completed process, its folder) of the module's child ``name``
+    (its ``CHILDREN``), which the test's ``prestart`` mark names."""
+    names = _prestart_names(request.node)
+
+    def outcome(name: str):
+        assert name in names, f"{name!r} is not in the test's prestart mark {names}"
+        return children_ahead_of_their_tests.outcome(
+            _child_key(request.module, name), request.module.CHILDREN[name]
+        )
+
+    return outcome
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,10 @@ interpreter, which is chosen before triton is first imported and cannot be left 
 Mechanism: one child for the session runs every selected module's script, one after another in a
 namespace of its own, with its stdout captured; what a script prints, and the traceback of what it
 raised (or the status it exited with), goes to a result file of its own as soon as it ends. The
-child starts when collection has picked a test that asks for a script (``start``), so the
-compiles, tens of seconds of one CPU, overlap the tests that run before them, and torch and triton
-are imported once, not once a script. A test waits for its own script's result (``outcome``).
+session runs the child among the children it runs ahead of their tests (tests/children.py), in the
+place of the first test that asks for a script (``run``), so the compiles, tens of seconds of one
+CPU, overlap the tests that run before them, and torch and triton are imported once, not once a
+script. A test waits for its own script's result (``outcome``).
 Invariant: a script's outcome is what running it alone as ``python -c SCRIPT`` would give (exit
 status 0 and its output, or the failure), with the Triton cache of the child's own (a
 temporary folder, removed at the end of the session). Under pytest-xdist a worker starts the
@@ -118,6 +119,14 @@ class HopperCompiles:
                 scripts.append((name, module.HOPPER_SCRIPT))
         if scripts:
             self.children.append(_Child(scripts))
+
+    def run(self, modules: list[ModuleType]) -> None:
+        """:meth:`start`, then wait until every child has ended (or :meth:`stop` ended it). The
+        wait blocks in ``waitpid``; a wait with a time limit would poll, waking a thread of the
+        tests' process many times a second."""
+        self.start(modules)
+        for child in list(self.children):
+            child.proc.wait()
 
     def outcome(self, module: ModuleType) -> tuple[str, str]:
         """(what the module's script printed, its failure: '' when it ended as ``python -c`` would

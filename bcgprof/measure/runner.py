@@ -7,11 +7,8 @@ whoever calls it passes ``on_event`` (the CLI draws a progress bar from the even
 reads the report afterwards.
 
 Fixed cost per mode is kept low by starting the next modes' processes while the current
-mode works (``LOOKAHEAD`` of them): they import everything, then wait. A mode's processes are
-released only after the previous mode's processes have exited, so no mode ever measures
-another's memory. A list of captures (``--num-layers 2,4``) hands on the same way: once one
-capture's last mode is among those started ahead, the next capture's first mode starts too
-(``then``, ``prestarted``).
+mode works, and a list of captures (``--num-layers 2,4``) hands its next capture's first mode on
+(``then``, ``prestarted``): :mod:`bcgprof.measure.launch` starts, releases and reaps them.
 
 Events (dicts with an ``event`` key): ``begin`` (the run: out, model, layers, dtype,
 buckets, modes, tp, total), ``memory_source``, ``start``, ``bucket``, ``verify``,
@@ -20,36 +17,28 @@ buckets, modes, tp, total), ``memory_source``, ``start``, ``bucket``, ``verify``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
-import json
 import re
-import subprocess
-import sys
-import threading
-import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, cast
 
-from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BcgprofError, CaptureError, NoGPUError
+from bcgprof.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    BcgprofError,
+    CaptureError,
+    NoGPUError,
+)
+from bcgprof.measure.launch import Emit, ModeLauncher, ModeProcesses
 from bcgprof.measure.phases import capture_total, decode_part, phased_run_info, prepare_phased
 from bcgprof.options import ADDRESS_LAYOUTS, CaptureOptions
 from bcgprof.vocab import Weights
 
 if TYPE_CHECKING:
     from bcgprof.models.layers.attention import Attention
-
-Emit = Callable[[dict], None]
-# Once one rank process has exited with an error, how long the others get to finish.
-PEER_GRACE_S = 60.0
-# Mode processes started ahead of their turn. A process's imports can take longer than a mode of a
-# 2-layer capture (benchmarks/capture_timeline.py times both), so with one started ahead the next
-# mode would wait for its imports.
-LOOKAHEAD = 2
 
 
 @dataclass
@@ -61,7 +50,7 @@ class CaptureOutcome:
     reporter: bool = True  # False on torchrun ranks other than 0 (rank 0 holds the report)
     # the next capture's first mode (run_capture's ``then``), started and waiting: pass it to that
     # capture's run_capture as ``prestarted``, or cancel() it
-    handoff: Optional[_ModeProcesses] = None
+    handoff: Optional[ModeProcesses] = None
 
 
 def _now() -> str:
@@ -79,12 +68,16 @@ def check_gpu(device: str):
 
     if not torch.cuda.is_available():
         raise NoGPUError(
-            "no CUDA device found: `bcgprof capture` needs a GPU; without one, use `bcgprof estimate` "
-            "for the analytic output-buffer figures, or `show`, `compare` and `gate` on existing reports"
+            "no CUDA device found: `bcgprof capture` needs a GPU; without one, use "
+            "`bcgprof estimate` for the analytic output-buffer figures, or `show`, `compare` and "
+            "`gate` on existing reports"
         )
     dev = torch.device(device)
     if dev.type != "cuda" or (dev.index or 0) >= torch.cuda.device_count():
-        raise CaptureError(f"device {device!r} does not exist; this machine has cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        raise CaptureError(
+            f"device {device!r} does not exist; this machine has "
+            f"cuda:0..cuda:{torch.cuda.device_count() - 1}"
+        )
     return dev
 
 
@@ -100,18 +93,46 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
     memory = DeviceMemory(dev)
     layers = opts.num_layers or spec.num_layers
     return RunInfo(
-        bcgprof_version=__version__, command=opts.command, model=spec.name, model_source=spec.source,
-        config_hash=spec.config_hash, family=spec.family, layers=min(layers, spec.num_layers),
-        hidden_size=spec.hidden_size, dtype=spec.dtype, weights=opts.weights, experts=opts.experts, phase=opts.phase,
-        buckets=buckets, modes=list(opts.modes), gpu_name=memory.gpu_name(), driver=memory.driver(),
-        torch_version=torch.__version__, cuda_version=torch.version.cuda or "",
-        memory_source=memory.source, in_process=opts.in_process, tp=opts.tp, started_at=_now(),
-        graph=opts.graph, order=opts.order, executables=opts.executables, moe=opts.moe,
-        extra={"device": opts.device, "warmup": opts.warmup, "warmup_output": opts.warmup_output,
-               "warmup_repeat": opts.warmup_repeat, "break_repeat": opts.break_repeat,
-               "address_layout": opts.address_layout, "verify": opts.verify,
-               "sample_interval_ms": opts.sample_interval_ms, "max_tokens": opts.max_tokens,
-               "seed": opts.seed, "snapshot": opts.snapshot, **kv_figures(opts, spec, buckets)},
+        bcgprof_version=__version__,
+        command=opts.command,
+        model=spec.name,
+        model_source=spec.source,
+        config_hash=spec.config_hash,
+        family=spec.family,
+        layers=min(layers, spec.num_layers),
+        hidden_size=spec.hidden_size,
+        dtype=spec.dtype,
+        weights=opts.weights,
+        experts=opts.experts,
+        phase=opts.phase,
+        buckets=buckets,
+        modes=list(opts.modes),
+        gpu_name=memory.gpu_name(),
+        driver=memory.driver(),
+        torch_version=torch.__version__,
+        cuda_version=torch.version.cuda or "",
+        memory_source=memory.source,
+        in_process=opts.in_process,
+        tp=opts.tp,
+        started_at=_now(),
+        graph=opts.graph,
+        order=opts.order,
+        executables=opts.executables,
+        moe=opts.moe,
+        extra={
+            "device": opts.device,
+            "warmup": opts.warmup,
+            "warmup_output": opts.warmup_output,
+            "warmup_repeat": opts.warmup_repeat,
+            "break_repeat": opts.break_repeat,
+            "address_layout": opts.address_layout,
+            "verify": opts.verify,
+            "sample_interval_ms": opts.sample_interval_ms,
+            "max_tokens": opts.max_tokens,
+            "seed": opts.seed,
+            "snapshot": opts.snapshot,
+            **kv_figures(opts, spec, buckets),
+        },
     )
 
 
@@ -128,15 +149,21 @@ def kv_figures(opts: CaptureOptions, spec, buckets: list[int]) -> dict:
     width = dtypes.dtype_bytes(spec.dtype)
     layers = len(meta.layers)
     figures = {
-        "kv_bytes_per_token": kv.kv_bytes_per_token(layers, attn.num_kv_heads, attn.head_dim, width),
+        "kv_bytes_per_token": kv.kv_bytes_per_token(
+            layers, attn.num_kv_heads, attn.head_dim, width
+        ),
         "kv_formula": kv.kv_formula(layers, attn.num_kv_heads, attn.head_dim, width)
-                      + (f" (rank 0 of {opts.tp})" if opts.tp > 1 else ""),
+        + (f" (rank 0 of {opts.tp})" if opts.tp > 1 else ""),
     }
     if opts.phase == "decode":
         seqs = max(opts.max_bs, max(buckets))
-        figures.update(context_len=opts.context_len, max_bs=seqs,
-                       kv_cache_bytes=kv.kv_cache_bytes(layers, attn.num_kv_heads, attn.head_dim, width, seqs=seqs,
-                                                        context=opts.context_len))
+        figures.update(
+            context_len=opts.context_len,
+            max_bs=seqs,
+            kv_cache_bytes=kv.kv_cache_bytes(
+                layers, attn.num_kv_heads, attn.head_dim, width, seqs=seqs, context=opts.context_len
+            ),
+        )
     return figures
 
 
@@ -148,22 +175,29 @@ def _check_decode_fits(opts: CaptureOptions, spec, buckets: list[int], dev) -> N
     from bcgprof.measure.workload import check_cache_fits
     from bcgprof.models import build_meta
 
-    meta = build_meta(spec, opts.num_layers, tp_rank=0, tp_size=opts.tp, experts=opts.experts,
-                      moe=opts.moe)
+    meta = build_meta(
+        spec, opts.num_layers, tp_rank=0, tp_size=opts.tp, experts=opts.experts, moe=opts.moe
+    )
     if opts.weights == Weights.ONE_LAYER:
         from bcgprof.models.weights import share_layer_weights
 
         share_layer_weights(meta)  # parameters() then counts each shared tensor once
-    width = dtypes.dtype_bytes(spec.dtype)  # the meta module is not cast: floating tensors take the run's dtype
-    weights = sum(p.numel() * (width if p.is_floating_point() else p.element_size()) for p in meta.parameters())
+    # the meta module is not cast: floating tensors take the run's dtype
+    width = dtypes.dtype_bytes(spec.dtype)
+    weights = sum(
+        p.numel() * (width if p.is_floating_point() else p.element_size())
+        for p in meta.parameters()
+    )
     need = kv_figures(opts, spec, buckets)["kv_cache_bytes"]
     free, _ = torch.cuda.mem_get_info(dev)
-    check_cache_fits(need, max(0, int(free) - weights), max(opts.max_bs, max(buckets)), opts.context_len)
+    check_cache_fits(
+        need, max(0, int(free) - weights), max(opts.max_bs, max(buckets)), opts.context_len
+    )
 
 
 def _driver_loaded() -> bool:
-    """Whether an NVIDIA driver is loaded (Linux), read without importing torch. Only then is the first
-    mode started early: on a machine without a GPU the capture fails at once instead."""
+    """Whether an NVIDIA driver is loaded (Linux), read without importing torch. Only then is the
+    first mode started early: on a machine without a GPU the capture fails at once instead."""
     return Path("/proc/driver/nvidia/version").exists()
 
 
@@ -189,18 +223,31 @@ def _new_report(opts: CaptureOptions, spec, buckets: list[int], dev, extra: Opti
 
 def _begin_event(writer, spec, buckets: list[int], opts: CaptureOptions) -> dict:
     total = capture_total(opts, buckets)
-    return {"event": "begin", "out": str(writer.path), "model": spec.name, "layers": writer.run.layers,
-            "dtype": spec.dtype, "buckets": buckets, "modes": list(opts.modes), "tp": opts.tp, "total": total}
+    return {
+        "event": "begin",
+        "out": str(writer.path),
+        "model": spec.name,
+        "layers": writer.run.layers,
+        "dtype": spec.dtype,
+        "buckets": buckets,
+        "modes": list(opts.modes),
+        "tp": opts.tp,
+        "total": total,
+    }
 
 
 def _prepare(opts: CaptureOptions):
-    """Checks that need no GPU; returns the options with the bucket spec filled in, the model, the buckets."""
+    """Checks that need no GPU; returns the options with the bucket spec filled in, the model, the
+    buckets."""
     from bcgprof.buckets import default_bucket_spec, parse_buckets
     from bcgprof.spec import resolve_model
 
     spec = resolve_model(opts.model)
     if opts.address_layout not in ADDRESS_LAYOUTS:
-        raise CaptureError(f"unknown address layout {opts.address_layout!r}; use one of {', '.join(ADDRESS_LAYOUTS)}")
+        raise CaptureError(
+            f"unknown address layout {opts.address_layout!r}; use one of "
+            f"{', '.join(ADDRESS_LAYOUTS)}"
+        )
     if opts.num_layers is not None and not opts.num_layers >= 1:
         raise CaptureError(f"--num-layers must be at least 1, got {opts.num_layers}")
     if opts.phases:  # several phases into one pool (bcgprof.measure.phases)
@@ -212,8 +259,9 @@ def _prepare(opts: CaptureOptions):
 
 
 def _handoff_options(then: Optional[CaptureOptions]) -> Optional[CaptureOptions]:
-    """``then`` as its own run_capture will pass it to its mode processes, when its first mode can be
-    started early: one process per mode on a GPU machine, a new --out directory named in advance."""
+    """``then`` as its own run_capture will pass it to its mode processes, when its first mode can
+    be started early: one process per mode on a GPU machine, a new --out directory named in
+    advance."""
     if then is None or then.tp > 1 or then.in_process or not then.out or not _driver_loaded():
         return None
     try:
@@ -224,14 +272,19 @@ def _handoff_options(then: Optional[CaptureOptions]) -> Optional[CaptureOptions]
 
 
 def _with_out(opts: CaptureOptions, spec) -> tuple[CaptureOptions, Path]:
-    """A single-GPU capture's options as its mode processes get them: --out fixed (a dated default name is
-    fixed once), never over an existing report."""
+    """A single-GPU capture's options as its mode processes get them: --out fixed (a dated default
+    name is fixed once), never over an existing report."""
     out = _report_dir(opts, spec)
     return dataclasses.replace(opts, out=str(out)), out
 
 
-def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: Optional[CaptureOptions] = None,
-                prestarted: Optional[_ModeProcesses] = None) -> CaptureOutcome:
+def run_capture(
+    opts: CaptureOptions,
+    on_event: Optional[Emit] = None,
+    *,
+    then: Optional[CaptureOptions] = None,
+    prestarted: Optional[ModeProcesses] = None,
+) -> CaptureOutcome:
     """Run every mode and write the report; :class:`BcgprofError` for input refused before any work.
 
     ``then``: the capture that follows this one (the next of a --num-layers list); its first mode's
@@ -253,22 +306,35 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: 
 
         dist.apply_tp_environment()
         if opts.device not in ("cuda", "cuda:0"):
-            raise CaptureError(f"--device {opts.device} picks the GPU of a single-GPU run; a --tp {opts.tp} run "
-                               f"uses cuda:0..cuda:{opts.tp - 1} (choose them with CUDA_VISIBLE_DEVICES)")
+            raise CaptureError(
+                f"--device {opts.device} picks the GPU of a single-GPU run; a --tp {opts.tp} run "
+                f"uses cuda:0..cuda:{opts.tp - 1} (choose them with CUDA_VISIBLE_DEVICES)"
+            )
         torchrun = dist.under_torchrun()
         if opts.in_process and not torchrun:
-            raise CaptureError(f"--in-process runs one process, but --tp {opts.tp} needs one per rank; to keep "
-                               f"every mode in each rank's process, run under torchrun --nproc-per-node {opts.tp}")
+            raise CaptureError(
+                f"--in-process runs one process, but --tp {opts.tp} needs one per rank; to keep "
+                f"every mode in each rank's process, run under torchrun --nproc-per-node {opts.tp}"
+            )
         import torch
         import torch.distributed as tdist
 
-        dist.check_tp_setup(spec, opts.tp, torch.cuda.device_count(),
-                            tdist.is_available() and tdist.is_nccl_available())
+        dist.check_tp_setup(
+            spec,
+            opts.tp,
+            torch.cuda.device_count(),
+            tdist.is_available() and tdist.is_nccl_available(),
+        )
         if torchrun:
             return _run_under_torchrun(opts, spec, buckets, emit)
         dev = check_gpu("cuda:0")
-        writer = _new_report(opts, spec, buckets, dev,
-                             {"tp_launch": "spawn", "tp_environment": dist.tp_environment()})
+        writer = _new_report(
+            opts,
+            spec,
+            buckets,
+            dev,
+            {"tp_launch": "spawn", "tp_environment": dist.tp_environment()},
+        )
         launcher = ModeLauncher(opts, writer.path)
     else:
         opts, out = _with_out(opts, spec)
@@ -277,7 +343,8 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: 
         try:
             if launcher is not None and prestarted is not None:
                 launcher.adopt(prestarted)
-            elif launcher is not None and _driver_loaded():  # the first mode imports while this process checks the GPU
+            # the first mode imports while this process checks the GPU
+            elif launcher is not None and _driver_loaded():
                 out.mkdir(parents=True, exist_ok=True)
                 launcher.prestart()
             dev = check_gpu(opts.device)
@@ -319,7 +386,9 @@ def run_capture(opts: CaptureOptions, on_event: Optional[Emit] = None, *, then: 
     return outcome
 
 
-def _run_modes_in_process(opts: CaptureOptions, out: Path, emit: Emit) -> tuple[dict[str, int], bool]:
+def _run_modes_in_process(
+    opts: CaptureOptions, out: Path, emit: Emit
+) -> tuple[dict[str, int], bool]:
     import gc
 
     import torch
@@ -329,7 +398,9 @@ def _run_modes_in_process(opts: CaptureOptions, out: Path, emit: Emit) -> tuple[
     codes: dict[str, int] = {}
     for mode in opts.modes:
         try:
-            codes[mode] = run_mode_reporting_errors(opts, mode, out, emit, SingleGroup(torch.device(opts.device)))
+            codes[mode] = run_mode_reporting_errors(
+                opts, mode, out, emit, SingleGroup(torch.device(opts.device))
+            )
         finally:
             gc.collect()
             torch.cuda.empty_cache()
@@ -338,7 +409,9 @@ def _run_modes_in_process(opts: CaptureOptions, out: Path, emit: Emit) -> tuple[
     return codes, False
 
 
-def _finish(out: Path, opts: CaptureOptions, codes: dict[str, int], interrupted: bool) -> CaptureOutcome:
+def _finish(
+    out: Path, opts: CaptureOptions, codes: dict[str, int], interrupted: bool
+) -> CaptureOutcome:
     """Settle the report's status from the modes' exit codes."""
     from bcgprof.report import ReportWriter
 
@@ -355,196 +428,12 @@ def _finish(out: Path, opts: CaptureOptions, codes: dict[str, int], interrupted:
     return CaptureOutcome(out, status, code, message)
 
 
-# ---------------------------------------------------------------- mode processes
-
-
-class _ModeProcesses:
-    """The processes of one mode: one, or one per tensor-parallel rank. Started ahead of
-    their turn; they import and wait for ``go``."""
-
-    def __init__(self, opts: CaptureOptions, mode: str, out: Path):
-        from bcgprof.measure import dist
-
-        self.mode = mode
-        self.logs, self.procs = [], []
-        port = dist.free_port() if opts.tp > 1 else 0
-        for rank in range(opts.tp):
-            name = f"{mode}.log" if opts.tp == 1 else f"{mode}.rank{rank}.log"
-            log = open(out / name, "w")  # noqa: SIM115  # held open for the child process; close_logs() closes it
-            self.logs.append(log)
-            env = dist.rank_environment(rank, opts.tp, port) if opts.tp > 1 else _single_environment()
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "bcgprof.measure.mode", str(out), mode, opts.to_json()],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True, env=env,
-            ))
-
-    def go(self) -> None:
-        for p in self.procs:
-            assert p.stdin is not None  # Popen(stdin=PIPE)
-            p.stdin.write("go\n")
-            p.stdin.close()
-
-    def cancel(self) -> None:
-        """Let processes that never started work exit (EOF on stdin), then make sure they did."""
-        for p in self.procs:
-            assert p.stdin is not None  # Popen(stdin=PIPE)
-            with contextlib.suppress(OSError):
-                p.stdin.close()
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.close_logs()
-
-    def relay(self, on_event: Emit, grace_s: float) -> int:
-        """Pass rank 0's events on until every process exits; the mode's exit code."""
-        done = threading.Event()
-        watcher = threading.Thread(target=_watch, args=(self.procs, done, grace_s), daemon=True)
-        watcher.start()
-        try:
-            stdout = self.procs[0].stdout
-            assert stdout is not None  # rank 0: Popen(stdout=PIPE)
-            for line in stdout:
-                line = line.strip()
-                if line.startswith("{"):
-                    with contextlib.suppress(json.JSONDecodeError):
-                        on_event(json.loads(line))
-            codes = [p.wait() for p in self.procs]
-        except KeyboardInterrupt:
-            for p in self.procs:  # they got the same Ctrl-C; their finished rows are on disk
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-            raise
-        finally:
-            done.set()
-            for p in self.procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-            self.close_logs()
-        if codes[0] != EXIT_OK:
-            return codes[0]
-        failed = [(r, c) for r, c in enumerate(codes) if c != EXIT_OK]
-        if failed:
-            on_event({"event": "error", "mode": self.mode,
-                      "message": "; ".join(f"rank {r} exited with {c} (see {self.mode}.rank{r}.log)"
-                                           for r, c in failed)})
-            return failed[0][1] if failed[0][1] > 0 else EXIT_FAILED
-        return EXIT_OK
-
-    def close_logs(self) -> None:
-        for log in self.logs:
-            if log.closed:
-                continue
-            log.close()
-            path = Path(log.name)
-            if path.exists() and path.stat().st_size == 0:  # keep logs only when a process said something
-                path.unlink()
-
-
-def _single_environment() -> dict:
-    import os
-
-    return dict(os.environ, PYTHONUNBUFFERED="1")
-
-
-def _watch(procs: list, done: threading.Event, grace_s: float) -> None:
-    """Once one rank process has failed, give the others ``grace_s`` to finish, then kill them."""
-    failed_at = None
-    while not done.is_set():
-        codes = [p.poll() for p in procs]
-        if failed_at is None and any(c not in (None, 0) for c in codes):
-            failed_at = time.monotonic()
-        if failed_at is not None and time.monotonic() - failed_at > grace_s:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            return
-        if all(c is not None for c in codes):
-            return
-        done.wait(0.5)
-
-
-def _start_first(opts: CaptureOptions) -> Optional[_ModeProcesses]:
-    """The first mode's processes of the capture ``opts`` (prepared, its --out named), started early; None
-    when they cannot be (its directory cannot be made, no process starts): its own run then says why."""
-    out = Path(cast(str, opts.out))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        return _ModeProcesses(opts, opts.modes[0], out)
-    except OSError:
-        return None
-
-
-class ModeLauncher:
-    """Runs the modes of a capture one after another, each in fresh processes, the next
-    ``LOOKAHEAD`` modes' processes started (importing, waiting) while the current one works."""
-
-    def __init__(self, opts: CaptureOptions, out: Path, grace_s: float = PEER_GRACE_S,
-                 then: Optional[CaptureOptions] = None):
-        self.opts, self.out, self.grace_s = opts, out, grace_s
-        self._ahead: deque[_ModeProcesses] = deque()  # this capture's next modes, started, in order
-        self.then = then  # prepared (see _handoff_options): its first mode starts during this run's last ones
-        self.handoff: Optional[_ModeProcesses] = None  # ... and waits here for its own run
-
-    def prestart(self) -> None:
-        """Start the first mode's processes now (they import, then wait for ``go``)."""
-        if not self._ahead and self.opts.modes:
-            self._ahead.append(_ModeProcesses(self.opts, self.opts.modes[0], self.out))
-
-    def adopt(self, first: _ModeProcesses) -> None:
-        """The first mode's processes, started by the capture before this one."""
-        if first.mode != (self.opts.modes[0] if self.opts.modes else None) or self._ahead:
-            first.cancel()
-            return
-        self._ahead.append(first)
-
-    def _start_ahead(self, modes: list[str], current: int) -> None:
-        """Once mode ``current`` has its go: the processes of the modes up to ``LOOKAHEAD`` after it,
-        and the next capture's first mode when this capture ends within that reach."""
-        for j in range(current + 1 + len(self._ahead), min(len(modes), current + 1 + LOOKAHEAD)):
-            self._ahead.append(_ModeProcesses(self.opts, modes[j], self.out))
-        if current + LOOKAHEAD >= len(modes) and self.handoff is None and self.then is not None and self.then.modes:
-            self.handoff = _start_first(self.then)
-
-    def run_all(self, on_event: Emit) -> tuple[dict[str, int], bool]:
-        codes: dict[str, int] = {}
-        modes = list(self.opts.modes)
-        try:
-            self.prestart()
-            for i, mode in enumerate(modes):
-                current = self._ahead.popleft()  # started by prestart(), adopt() or an earlier turn
-                current.go()
-                self._start_ahead(modes, i)
-                codes[mode] = current.relay(on_event, self.grace_s)
-                if codes[mode] == EXIT_INTERRUPTED:
-                    return codes, True
-        except KeyboardInterrupt:
-            return codes, True
-        return codes, False
-
-    def run_one(self, mode: str, on_event: Emit) -> int:
-        """One mode, started now (no look-ahead)."""
-        procs = _ModeProcesses(self.opts, mode, self.out)
-        procs.go()
-        return procs.relay(on_event, self.grace_s)
-
-    def close(self) -> None:
-        """Cancel what was started and not run: the next modes, and a handoff nobody took."""
-        for procs in (*self._ahead, self.handoff):
-            if procs is not None:
-                procs.cancel()
-        self._ahead.clear()
-        self.handoff = None
-
-
 # ---------------------------------------------------------------- under torchrun
 
 
-def _run_under_torchrun(opts: CaptureOptions, spec, buckets: list[int], emit: Emit) -> CaptureOutcome:
+def _run_under_torchrun(
+    opts: CaptureOptions, spec, buckets: list[int], emit: Emit
+) -> CaptureOutcome:
     """This process is one rank of a torchrun job: every mode runs here, in lockstep.
 
     Rank 0 creates the report and emits the events; the others run quietly.
@@ -559,16 +448,24 @@ def _run_under_torchrun(opts: CaptureOptions, spec, buckets: list[int], emit: Em
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if world != opts.tp:
-        raise CaptureError(f"--tp {opts.tp} but torchrun started {world} processes; "
-                           f"run torchrun --nproc-per-node {opts.tp}")
+        raise CaptureError(
+            f"--tp {opts.tp} but torchrun started {world} processes; "
+            f"run torchrun --nproc-per-node {opts.tp}"
+        )
     opts = dataclasses.replace(opts, in_process=True)
     group = dist.init_rank(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
     try:
         made = None
-        if rank == 0:  # rank 0 creates the report and tells the others where it is (or why it could not)
+        # rank 0 creates the report and tells the others where it is (or why it could not)
+        if rank == 0:
             try:
-                writer = _new_report(opts, spec, buckets, group.device,
-                                     {"tp_launch": "torchrun", "tp_environment": dist.tp_environment()})
+                writer = _new_report(
+                    opts,
+                    spec,
+                    buckets,
+                    group.device,
+                    {"tp_launch": "torchrun", "tp_environment": dist.tp_environment()},
+                )
                 made = {"out": str(writer.path)}
                 emit(_begin_event(writer, spec, buckets, opts))
             except BcgprofError as e:

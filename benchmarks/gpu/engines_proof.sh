@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capturing as the engines capture: the GPU tests of the new paths, shared executables, SGLang's
 # MXFP4 MoE workspace, the seed side by side, and the zero-tolerance gate of the default capture.
-#   STAGES="tests persig default replay moe seed moe120 pair record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
+#   STAGES="tests persig default replay moe seed moe120 pair pairllama gap record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
 # Each stage has its own time limit (LIMIT_<stage>, seconds); $OUT ends with summary.txt and
 # all.tar.gz (every log and report: a device call brings back a limited number of files).
 set -u
@@ -66,6 +66,18 @@ if stage pair; then  # prefill then decode in one pool (and each alone), as SGLa
   $B show "$OUT/r/pair" -f json > "$OUT/pair-show.json" 2>&1
   $B predict --from "$OUT/r/pair/phase-decode" --after "$OUT/r/pair/phase-prefill" > "$OUT/pair-predict.log" 2>&1
   cat "$OUT/pair-show.log" "$OUT/pair-predict.log" | tail -n 30 >> "$SUMMARY"
+fi
+if stage pairllama; then  # the same pair for a dense model (a 64 GiB cache: an H200 only)
+  run pairllama "${LIMIT_pairllama:-300}" $B capture -m Llama-3.1-8B --phase prefill,decode \
+    --modes "${PAIR_MODES:-per-bucket,shared}" --context-len 2048 --out "$OUT/r/pairllama"
+  $B show "$OUT/r/pairllama" --section summary > "$OUT/pairllama-show.log" 2>&1
+  $B predict --from "$OUT/r/pairllama/phase-decode" --after "$OUT/r/pairllama/phase-prefill" \
+    > "$OUT/pairllama-predict.log" 2>&1
+  cat "$OUT/pairllama-show.log" "$OUT/pairllama-predict.log" | tail -n 30 >> "$SUMMARY"
+fi
+if stage gap; then  # where torch.compile's program memory goes, phase by phase
+  run gap "${LIMIT_gap:-120}" python benchmarks/gpu/compiled_gap.py
+  cat "$OUT/gap.log" >> "$SUMMARY"
 fi
 if stage record; then  # bcgprof record's proof (its own script), without its default capture
   run record "${LIMIT_record:-300}" env SKIP_DEFAULT=1 OUT="$OUT/rec" bash benchmarks/gpu/record_proof.sh

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from bcgprof.cli import app
 from bcgprof.text import printable
 
+from children import Command
 from helpers import refused
 
 REPO = Path(__file__).resolve().parents[2]
@@ -395,13 +396,18 @@ def test_only_rank_0_prints_errors_under_torchrun():
     assert loud.returncode == 2 and loud.stderr.startswith("error: ")
 
 
-def test_the_benchmark_without_a_gpu_is_one_line():
-    result = subprocess.run(
+# run ahead of its test (tests/children.py)
+CHILDREN = {
+    "benchmark": lambda folder: Command(
         [sys.executable, "-m", "bcgprof.measure.benchmark", "--no-sampler-check"],
-        capture_output=True,
-        text=True,
         cwd=REPO,
         timeout=300,
     )
+}
+
+
+@pytest.mark.prestart("benchmark")
+def test_the_benchmark_without_a_gpu_is_one_line(prestarted):
+    result, _ = prestarted("benchmark")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")

@@ -12,7 +12,6 @@ lines run, so an example may write its own input file.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shlex
 import subprocess
@@ -24,6 +23,8 @@ from typer.testing import CliRunner
 
 import bcgprof
 from bcgprof.cli import app
+
+from children import Command
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -193,14 +194,20 @@ def test_readme_is_short_and_its_links_resolve():
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
 
 
-def test_site_builds_strictly(tmp_path):
+# run ahead of its test (tests/children.py)
+CHILDREN = {
+    "site": lambda folder: Command(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder / "site")],
+        env={"NO_MKDOCS_2_WARNING": "1"},
+        cwd=ROOT,
+        timeout=None,
+    )
+}
+
+
+@pytest.mark.prestart("site")
+def test_site_builds_strictly(prestarted):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
+    proc, _ = prestarted("site")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -82,14 +82,14 @@ def test_an_unknown_choice_is_refused(captured):
 
 def test_the_capture_loop_refuses_an_unknown_choice_and_missing_bindings(monkeypatch):
     from bcgprof.bcg import driver
-    from bcgprof.measure import capture
+    from bcgprof.measure import capturer
 
     with pytest.raises(CaptureError, match="unknown executables choice"):
-        capture.Capturer(lambda x: x, [], [1], CaptureOptions(executables="deduped"))
-    assert capture._shared_executables("per-segment") is None
+        capturer.Capturer(lambda x: x, [], [1], CaptureOptions(executables="deduped"))
+    assert capturer._shared_executables("per-segment") is None
     monkeypatch.setattr(driver, "cu", None)
     with pytest.raises(CaptureError, match="per-segment"):
-        capture._shared_executables("per-signature")
+        capturer._shared_executables("per-signature")
 
 
 def test_capture_buckets_takes_executables_as_a_loop_option():

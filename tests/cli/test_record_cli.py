@@ -15,6 +15,7 @@ import pytest
 
 from bcgprof.report import read_report
 
+from children import Command
 from helpers import DATA
 
 STANDINS = DATA / "standins"
@@ -22,11 +23,8 @@ PROGRAM = STANDINS / "record_program.py"
 MIB = 2**20
 
 
-def record(
-    out: Path, *args: str, program: tuple = (), timeout: float = 120, **popen
-) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(STANDINS))
-    cmd = [
+def _record_argv(out: Path, args: tuple, program: tuple) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "bcgprof",
@@ -39,15 +37,71 @@ def record(
         str(PROGRAM),
         *program,
     ]
+
+
+def record(
+    out: Path, *args: str, program: tuple = (), timeout: float = 120, **popen
+) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(STANDINS))
+    cmd = _record_argv(out, args, program)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **popen)
 
 
-def test_sglang_runners_a_child_process_and_the_engine_line_make_one_report(tmp_path):
-    proc = record(tmp_path / "r", program=("--child",))
+def recording(*args: str, program: tuple = ()):
+    """A child of CHILDREN: ``record(folder / "r", *args, program=program)``."""
+    return lambda folder: Command(
+        _record_argv(folder / "r", args, program), env={"PYTHONPATH": str(STANDINS)}
+    )
+
+
+def _a_program_that_never_captures(folder: Path) -> Command:
+    # a sitecustomize of the program's own, which the bootstrap must still run
+    own = folder / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+    program = (
+        "import os, sys, threading\n"
+        "print('before torch', 'bcgprof.record.hook' in sys.modules, "
+        "os.environ.get('OWN_SITECUSTOMIZE'))\n"
+        "import torch\n"
+        "print('after torch', 'bcgprof.record.hook' in sys.modules, threading.active_count())\n"
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "bcgprof",
+        "record",
+        "--out",
+        str(folder / "r"),
+        "--",
+        sys.executable,
+        "-c",
+        program,
+    ]
+    return Command(argv, env={"PYTHONPATH": str(own)})
+
+
+# The recordings whose tests read only what they left, run ahead of them (tests/children.py).
+BUCKET = ("--bucket", "plainlib:capture_size:size")
+CHILDREN = {
+    "sglang": recording(program=("--child",)),
+    "vllm": recording(program=("--engine", "vllm")),
+    "bucket": recording(*BUCKET, program=("--engine", "bucket")),
+    "plain": recording(program=("--engine", "plain")),
+    "crash": recording(program=("--crash-after", "2")),
+    "never-captures": _a_program_that_never_captures,
+    "trace-refused": recording("--trace", "--no-adapters", program=("--engine", "plain")),
+    "trace-fails": recording("--trace", *BUCKET, program=("--engine", "bucket")),
+}
+
+
+@pytest.mark.prestart("sglang")
+def test_sglang_runners_a_child_process_and_the_engine_line_make_one_report(prestarted):
+    proc, folder = prestarted("sglang")
     assert proc.returncode == 0, proc.stderr
     # the hook loaded in the program and its child
     assert "torch.cuda.CUDAGraph patched: True" in proc.stdout
-    report = read_report(tmp_path / "r")
+    report = read_report(folder / "r")
     run = report.run
     assert (
         run.source == "record" and run.status == "complete" and run.modes == ["decode", "prefill"]
@@ -80,31 +134,31 @@ def test_sglang_runners_a_child_process_and_the_engine_line_make_one_report(tmp_
     assert "decode" in proc.stdout  # the summary table, on stdout
 
 
-def test_vllm_estimate_captures_are_their_own_group(tmp_path):
-    proc = record(tmp_path / "r", program=("--engine", "vllm"))
+@pytest.mark.prestart("vllm")
+def test_vllm_estimate_captures_are_their_own_group(prestarted):
+    proc, folder = prestarted("vllm")
     assert proc.returncode == 0, proc.stderr
-    report = read_report(tmp_path / "r")
+    report = read_report(folder / "r")
     assert report.run.modes == ["estimate", "full"]
     assert [r.bucket for r in report.buckets if r.mode == "estimate"] == [1, 2]
     assert [r.bucket for r in report.buckets if r.mode == "full"] == [8, 4, 2, 1]
     assert report.run.extra["recorded"]["engine_log"][0]["engine"] == "vllm"
 
 
+@pytest.mark.prestart("bucket", "plain")
 def test_a_bucket_option_groups_a_programs_own_function_and_without_one_each_graph_is_a_row(
-    tmp_path,
+    prestarted,
 ):
-    proc = record(
-        tmp_path / "b", "--bucket", "plainlib:capture_size:size", program=("--engine", "bucket")
-    )
+    proc, folder = prestarted("bucket")
     assert proc.returncode == 0, proc.stderr
-    assert [(r.mode, r.bucket) for r in read_report(tmp_path / "b").buckets] == [
+    assert [(r.mode, r.bucket) for r in read_report(folder / "r").buckets] == [
         ("graphs", 8),
         ("graphs", 4),
         ("graphs", 2),
     ]
-    proc = record(tmp_path / "p", program=("--engine", "plain"))
+    proc, folder = prestarted("plain")
     assert proc.returncode == 0, proc.stderr
-    rows = read_report(tmp_path / "p").buckets
+    rows = read_report(folder / "r").buckets
     assert [(r.bucket, r.device_used_delta_bytes) for r in rows] == [
         (1, 10 * MIB),
         (2, 6 * MIB),
@@ -112,10 +166,11 @@ def test_a_bucket_option_groups_a_programs_own_function_and_without_one_each_gra
     ]
 
 
-def test_a_crashed_program_leaves_a_valid_partial_report_and_its_exit_code(tmp_path):
-    proc = record(tmp_path / "r", program=("--crash-after", "2"))
+@pytest.mark.prestart("crash")
+def test_a_crashed_program_leaves_a_valid_partial_report_and_its_exit_code(prestarted):
+    proc, folder = prestarted("crash")
     assert proc.returncode == 1
-    report = read_report(tmp_path / "r")
+    report = read_report(folder / "r")
     assert report.run.status == "partial" and "exited with code 1" in report.run.message
     assert [(r.bucket, r.status) for r in report.buckets] == [(8, "ok"), (4, "ok"), (2, "error")]
     assert "stand-in failure" in report.buckets[-1].detail
@@ -224,71 +279,39 @@ def test_an_out_folder_that_is_not_empty_is_refused_before_the_program_runs(tmp_
     assert proc.returncode == 2 and "not an empty folder" in proc.stderr and not marker.exists()
 
 
-def test_the_hook_loads_with_torch_and_starts_nothing_in_a_process_that_never_captures(tmp_path):
-    # a sitecustomize of the program's own, which the bootstrap must still run
-    own = tmp_path / "own"
-    own.mkdir()
-    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
-    program = (
-        "import os, sys, threading\n"
-        "print('before torch', 'bcgprof.record.hook' in sys.modules, "
-        "os.environ.get('OWN_SITECUSTOMIZE'))\n"
-        "import torch\n"
-        "print('after torch', 'bcgprof.record.hook' in sys.modules, threading.active_count())\n"
-    )
-    env = dict(os.environ, PYTHONPATH=str(own))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bcgprof",
-            "record",
-            "--out",
-            str(tmp_path / "r"),
-            "--",
-            sys.executable,
-            "-c",
-            program,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+@pytest.mark.prestart("never-captures")
+def test_the_hook_loads_with_torch_and_starts_nothing_in_a_process_that_never_captures(prestarted):
+    proc, folder = prestarted("never-captures")  # with a sitecustomize.py of its own
     assert proc.returncode == 0, proc.stderr
     assert "before torch False ran" in proc.stdout
     # patched, yet no thread of the hook's until a capture
     assert "after torch True 1" in proc.stdout
-    assert read_report(tmp_path / "r").run.status == "partial"  # no graph was captured
+    assert read_report(folder / "r").run.status == "partial"  # no graph was captured
 
 
-def test_trace_is_documented_and_refused_without_a_bucket_function(tmp_path):
+@pytest.mark.prestart("trace-refused")
+def test_trace_is_documented_and_refused_without_a_bucket_function(prestarted):
     from typer.testing import CliRunner
 
     from bcgprof.cli import app
 
     help_text = CliRunner().invoke(app, ["record", "--help"]).output
     assert "--trace" in help_text
-    proc = record(tmp_path / "r", "--trace", "--no-adapters", program=("--engine", "plain"))
+    proc, folder = prestarted("trace-refused")
     assert proc.returncode == 2 and "--trace records the groups of bucket functions" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
+    assert "Traceback" not in proc.stderr and not (folder / "r").exists()
 
 
-def test_a_trace_that_fails_inside_the_program_leaves_no_file_a_note_and_the_rows(tmp_path):
+@pytest.mark.prestart("trace-fails")
+def test_a_trace_that_fails_inside_the_program_leaves_no_file_a_note_and_the_rows(prestarted):
     # the stand-in program runs on CPU torch: the allocator's history cannot be read, so the group
     # gets no trace and says why, and the recording goes on as without --trace
-    proc = record(
-        tmp_path / "r",
-        "--trace",
-        "--bucket",
-        "plainlib:capture_size:size",
-        program=("--engine", "bucket"),
-    )
+    proc, folder = prestarted("trace-fails")
     assert proc.returncode == 0, proc.stderr
-    report = read_report(tmp_path / "r")
+    report = read_report(folder / "r")
     traced = report.run.extra["recorded"]["traces"]
     assert list(traced) == ["graphs"] and not traced["graphs"]["written"]
     assert traced["graphs"]["note"].startswith("no trace of graphs: recording it failed")
-    assert not list((tmp_path / "r").glob("traces-*"))
+    assert not list((folder / "r").glob("traces-*"))
     assert [r.bucket for r in report.buckets] == [8, 4, 2]
     assert "bcgprof record: no trace of graphs" in proc.stderr

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import configparser
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from children import Command
 
 ROOT = Path(__file__).resolve().parents[2]
 R = ROOT / "reports"
@@ -75,20 +76,28 @@ COMMANDS = [
 ]
 
 
+def _command(args: list[str], prefix: str = ""):
+    """A child of CHILDREN: the command in a fresh interpreter, in its folder (``{tmp}``)."""
+    return lambda folder: Command(
+        [sys.executable, "-c", prefix + _RUN, *[a.replace("{tmp}", str(folder)) for a in args]],
+        cwd=folder,
+    )
+
+
+# Each command in a fresh interpreter, run ahead of its test (tests/children.py).
+CHILDREN = {name: _command(args) for name, args, _ in COMMANDS}
+# the same harness around a capture-side import
+CHILDREN["loads-torch"] = _command(["--version"], prefix="import bcgprof.models\n")
+
+
 @pytest.mark.parametrize(
-    "args, codes", [(a, c) for _, a, c in COMMANDS], ids=[n for n, _, _ in COMMANDS]
+    "name, args, codes",
+    [pytest.param(n, a, c, marks=pytest.mark.prestart(n), id=n) for n, a, c in COMMANDS],
 )
-def test_a_read_command_loads_no_torch_and_no_model_code(tmp_path, args, codes):
+def test_a_read_command_loads_no_torch_and_no_model_code(prestarted, name, args, codes):
     if args[0] == "plot":
         pytest.importorskip("matplotlib")
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done, _ = prestarted(name)
     head, _, tail = done.stderr.rpartition("\nLOADED ")
     assert tail, f"the command did not finish: {done.stderr[-2000:]}"
     assert done.returncode in codes, f"exit {done.returncode}: {head[-2000:]}"
@@ -99,14 +108,9 @@ def test_a_read_command_loads_no_torch_and_no_model_code(tmp_path, args, codes):
     assert "bcgprof.cli" in loaded  # it ran the CLI, not something else
 
 
-def test_the_check_sees_torch_when_a_command_loads_it(tmp_path):
+@pytest.mark.prestart("loads-torch")
+def test_the_check_sees_torch_when_a_command_loads_it(prestarted):
     # the same harness around a capture-side import: what the test above would report
-    done = subprocess.run(
-        [sys.executable, "-c", "import bcgprof.models\n" + _RUN, "--version"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done, _ = prestarted("loads-torch")
     loaded = json.loads(done.stderr.rpartition("\nLOADED ")[2])
     assert done.returncode == 0 and "torch" in loaded and "bcgprof.models" in loaded

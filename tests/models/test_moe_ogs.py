@@ -30,7 +30,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import weakref
 
 import torch
 
@@ -39,7 +38,6 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
-from torch.utils._python_dispatch import TorchDispatchMode
 from typer.testing import CliRunner
 
 from bcgprof.errors import ModelConfigError
@@ -60,6 +58,7 @@ from bcgprof.models.mxfp4 import DUMMY_SCALES, dequantize_mxfp4
 from bcgprof.options import SGLANG_MXFP4_FAMILIES
 from bcgprof.spec import family_names
 
+from .meta_forward import Live
 from .test_kernels import Watch
 from .test_models_tiny import close as model_forward_close
 from .test_models_tiny import inputs, tiny_config, write_config
@@ -147,44 +146,6 @@ def fused(c: dict, **kw) -> torch.Tensor:
         c["b2"],
         **kw,
     )
-
-
-class Live(TorchDispatchMode):
-    """A CPU allocation counter: the bytes of every storage created inside it, until the storage
-    is freed (a finalizer on its Python object, which lives as long as the storage does). Views and
-    ops that write into tensors they are given (in place, ``out=``, ``set_``: Triton's interpreter
-    wraps its arguments so) return storages that already exist and add nothing."""
-
-    def __init__(self):
-        super().__init__()
-        self.live = self.peak = 0
-        self.created: list[tuple[tuple, torch.dtype]] = []
-        self._seen: set[int] = set()
-
-    def _freed(self, key: int, n: int) -> None:
-        self._seen.discard(key)
-        self.live -= n
-
-    def mark(self) -> int:
-        """Start a new peak from the bytes alive now; returns them."""
-        self.peak = self.live
-        return self.live
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.is_view or func._schema.is_mutable:
-            return out
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                storage = t.untyped_storage()
-                key, n = id(storage), storage.nbytes()
-                if key not in self._seen and n:
-                    self._seen.add(key)
-                    self.live += n
-                    self.peak = max(self.peak, self.live)
-                    self.created.append((tuple(t.shape), t.dtype))
-                    weakref.finalize(storage, self._freed, key, n)
-        return out
 
 
 # --------------------------------------------------------------------------- routing
@@ -330,21 +291,17 @@ def test_meta_live_set_at_16k_is_the_workspace(E, weights):
         ("gpt-oss-120b", 1_420_726_268, 1_141_592_064),
     ],
 )
-def test_layer_stack_live_peak_at_16k_is_the_docs_table(model, fused_peak, ogs_peak):
+def test_layer_stack_live_peak_at_16k_is_the_docs_table(
+    model, fused_peak, ogs_peak, meta_forward_16k
+):
     # two layers (the second's input is held by the loop, as at any depth) forward on meta: the
     # whole stack's live bytes at its peak, the MoE's. fused-bf16's is the peak the H200's floor
     # capture measured (docs/engine-memory.md); sglang-mxfp4's is its table's sum
     peaks = {}
     for moe in ("fused-bf16", "sglang-mxfp4"):
-        stack = build_meta(model, num_layers=2, moe=moe).to(BF16)
-        ids, positions = (
-            torch.zeros(16384, dtype=torch.long, device="meta"),
-            torch.arange(16384, device="meta"),
-        )
-        with torch.no_grad(), Live() as live:
-            out = stack(ids, positions)
-        peaks[moe] = live.peak
-        assert live.live == out.untyped_storage().nbytes()
+        run = meta_forward_16k(model, moe)
+        peaks[moe] = run.peak_bytes
+        assert run.live_bytes == run.out_bytes
     assert peaks == {"fused-bf16": fused_peak, "sglang-mxfp4": ogs_peak}
 
 

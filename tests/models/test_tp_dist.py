@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
@@ -237,10 +238,39 @@ def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) ->
     Path(results, f"rank{rank}.json").write_text(json.dumps({"codes": codes, "events": events}))
 
 
-def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
-    out = tmp_path / "report"
+def _lockstep_rank(rank: int, world: int, init_file: str, results: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        mine = [
+            SimpleNamespace(status="ok", bucket=b, rank=rank) for b in range(3 if rank == 0 else 5)
+        ]
+        group = tpdist.RankGroup(rank, world, torch.device("cpu"), None)
+        steps = [[(r.rank, r.bucket) for r in rows] for rows in mode_loop.lockstep(mine, group)]
+        Path(results, f"lock{rank}.json").write_text(json.dumps(steps))
+    finally:
+        dist.destroy_process_group()
+
+
+def _ranks(rank: int, world: int, folder: str) -> None:
+    """One spawn of the ranks for both tests below, each part in a process group of its own: the
+    lockstep alone, then the rank loop. A part that fails leaves its traceback for its test."""
+    for part, run in (
+        ("lock", lambda: _lockstep_rank(rank, world, f"{folder}/init-lock", folder)),
+        ("rank", lambda: _rank_loop(rank, world, f"{folder}/init", f"{folder}/report", folder)),
+    ):
+        try:
+            run()
+        except BaseException:
+            Path(folder, f"{part}{rank}.failed").write_text(traceback.format_exc())
+            raise
+
+
+@pytest.fixture(scope="module")
+def ranks_ran(tmp_path_factory) -> Path:
+    """The folder of the ranks' results (one spawn for the module's two gloo tests)."""
+    folder = tmp_path_factory.mktemp("ranks")
     ReportWriter(
-        out,
+        folder / "report",
         RunInfo(
             model="gpt-oss-20b",
             config_hash="348b8e61e22f5315",
@@ -249,13 +279,28 @@ def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
             tp=2,
         ),
     )
-    mp.spawn(
-        _rank_loop,
-        args=(WORLD, str(tmp_path / "init"), str(out), str(tmp_path)),
-        nprocs=WORLD,
-        join=True,
-    )
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    try:
+        mp.spawn(_ranks, args=(WORLD, str(folder)), nprocs=WORLD, join=True)
+    except Exception as e:  # the tests read what each part left, or why it left nothing
+        (folder / "spawn.failed").write_text(str(e))
+    return folder
+
+
+def _results(folder: Path, part: str) -> list:
+    """Each rank's results of ``part``; a test fails with the tracebacks its part left, or with
+    every failure when its part left no result."""
+    failed = [f.read_text() for f in sorted(folder.glob(f"{part}*.failed"))]
+    assert not failed, "\n".join(failed)
+    files = [folder / f"{part}{r}.json" for r in range(WORLD)]
+    missing = [f.name for f in files if not f.exists()]
+    everything = [f"{f.name}: {f.read_text()}" for f in sorted(folder.glob("*.failed"))]
+    assert not missing, f"no {missing}: " + "\n".join(everything)
+    return [json.loads(f.read_text()) for f in files]
+
+
+def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(ranks_ran):
+    out = ranks_ran / "report"
+    results = _results(ranks_ran, "rank")
 
     # the same decision on both ranks: ok, out of memory in shared, the floor's build failed on rank
     # 1
@@ -310,24 +355,8 @@ def test_ranks_capture_in_lockstep_and_rank0_writes_every_rank(tmp_path):
     )
 
 
-def _lockstep_rank(rank: int, world: int, init_file: str, results: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        mine = [
-            SimpleNamespace(status="ok", bucket=b, rank=rank) for b in range(3 if rank == 0 else 5)
-        ]
-        group = tpdist.RankGroup(rank, world, torch.device("cpu"), None)
-        steps = [[(r.rank, r.bucket) for r in rows] for rows in mode_loop.lockstep(mine, group)]
-        Path(results, f"lock{rank}.json").write_text(json.dumps(steps))
-    finally:
-        dist.destroy_process_group()
-
-
-def test_lockstep_stops_every_rank_when_one_runs_out_of_records(tmp_path):
-    mp.spawn(
-        _lockstep_rank, args=(WORLD, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True
-    )
-    steps = [json.loads((tmp_path / f"lock{r}.json").read_text()) for r in range(WORLD)]
+def test_lockstep_stops_every_rank_when_one_runs_out_of_records(ranks_ran):
+    steps = _results(ranks_ran, "lock")
     assert steps[0] == steps[1]
     assert steps[0][:3] == [[[0, b], [1, b]] for b in range(3)]
     assert steps[0][3] == [[1, 3]]  # the step in which rank 0 had nothing left is the last

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from children import Command
 from helpers import syntax_nodes, syntax_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,16 +73,24 @@ print(json.dumps(failures))
 """
 
 
-def test_every_module_imports_on_its_own():
-    names = sorted(set(_sources()) - NOT_IMPORTED)
-    assert "bcgprof.models.layers.attention" in names and len(names) > 30
-    done = subprocess.run(
-        [sys.executable, "-c", _IMPORT_EACH, *names],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+def _modules() -> list[str]:
+    return sorted(set(_sources()) - NOT_IMPORTED)
+
+
+# run ahead of its test (tests/children.py)
+CHILDREN = {
+    "import-each": lambda folder: Command(
+        [sys.executable, "-c", _IMPORT_EACH, *_modules()], cwd=ROOT, timeout=300
     )
+}
+
+
+@pytest.mark.prestart("import-each")
+def test_every_module_imports_on_its_own(prestarted):
+    names = _modules()
+    assert "bcgprof.models.layers.attention" in names and len(names) > 30
+    done, _ = prestarted("import-each")
+    assert done.args[3:] == names  # every module
     assert done.returncode == 0, done.stderr
     failures = json.loads(done.stdout.strip().splitlines()[-1])
     assert failures == {}, "\n\n".join(f"{name}:\n{tb}" for name, tb in failures.items())

@@ -193,21 +193,27 @@ WRITER_LOOP = textwrap.dedent("""
 
 def test_a_killed_writer_leaves_a_readable_partial_report(tmp_path):
     root = str(Path(__file__).resolve().parents[2])
+    # three writers at once, each killed once its file passes its own size
+    writers = {}
     for attempt in range(3):
         path = tmp_path / f"r{attempt}"
-        proc = subprocess.Popen(
+        writers[path] = subprocess.Popen(
             [sys.executable, "-c", WRITER_LOOP.format(root=root, path=str(path))]
         )
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+    try:
+        deadline = time.monotonic() + 30
+        running = dict(writers)
+        while running and time.monotonic() < deadline:
+            for attempt, path in enumerate(writers):
                 csv = path / "buckets.csv"
-                if csv.exists() and csv.stat().st_size > 20_000 * (attempt + 1):
-                    break
-                time.sleep(0.01)
-        finally:
+                if path in running and csv.exists() and csv.stat().st_size > 20_000 * (attempt + 1):
+                    running.pop(path).send_signal(signal.SIGKILL)
+            time.sleep(0.01)
+    finally:
+        for proc in writers.values():
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+    for path in writers:
         report = read_report(path)  # never a half-written file
         n = len(report.buckets)
         assert n > 0

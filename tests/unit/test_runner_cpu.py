@@ -2,14 +2,22 @@
 
 import json
 import os
-import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from bcgprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
-from bcgprof.measure.runner import ModeLauncher, _finish
+from bcgprof.measure.launch import ModeLauncher
+from bcgprof.measure.runner import _finish
 from bcgprof.options import CaptureOptions
 from bcgprof.report import ReportWriter, RunInfo, read_report
 from bcgprof.vocab import Mode, RunStatus
+
+from children import Command
+from helpers import load_data_module
+
+maker = load_data_module("make_reports")
 
 
 def _started(write_report, rows=(), **changes):
@@ -60,23 +68,27 @@ def test_a_mode_process_that_fails_reports_one_error_event_and_keeps_its_log(
     assert "Traceback" in log and "in crash" in log and "its second line" in log
 
 
-def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(write_report):
-    out = _started(write_report, modes=[Mode.SHARED])
+def _mode_process_without_go(folder: Path) -> Command:
+    """A mode process started on a report as the runner leaves it, its stdin closed at once: no
+    go ever comes. ``write_report``'s report, made here for the child run ahead."""
+    out = folder / "report"
+    run = maker.run_info(status=RunStatus.RUNNING, ended_at="", buckets=[4, 8], modes=[Mode.SHARED])
+    ReportWriter(out, run, [])
     opts = CaptureOptions(buckets="4,8", modes=["shared"])
-    proc = subprocess.run(
-        [sys.executable, "-m", "bcgprof.measure.mode", str(out), "shared", opts.to_json()],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [sys.executable, "-m", "bcgprof.measure.mode", str(out), "shared", opts.to_json()]
+    return Command(argv, input="")
+
+
+@pytest.mark.prestart("no-go")
+def test_a_mode_process_waits_for_go_and_leaves_quietly_without_it(prestarted):
+    proc, folder = prestarted("no-go")
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
-    assert read_report(out).buckets == []  # it did nothing
+    assert read_report(folder / "report").buckets == []  # it did nothing
 
 
 def test_the_next_mode_starts_only_after_the_previous_one_exited(tmp_path, monkeypatch):
     """Every mode runs; a pre-started process is released only once the one before it is gone."""
-    import bcgprof.measure.runner as runner
+    import bcgprof.measure.launch as launch
 
     out = tmp_path / "report"
     ReportWriter(out, RunInfo(model="gpt-oss-20b"))
@@ -98,7 +110,7 @@ def test_the_next_mode_starts_only_after_the_previous_one_exited(tmp_path, monke
         def cancel(self):
             order.append(("cancel", self.mode))
 
-    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(launch, "ModeProcesses", FakeProcesses)
     launcher = ModeLauncher(CaptureOptions(modes=["per-bucket", "shared", "floor"]), out)
     events = []
     codes, interrupted = launcher.run_all(events.append)
@@ -161,6 +173,7 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
     and leaves no directory behind."""
     import pytest
 
+    import bcgprof.measure.launch as launch
     import bcgprof.measure.runner as runner
     from bcgprof.errors import NoGPUError
 
@@ -177,7 +190,7 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
     def no_gpu(device):
         raise NoGPUError("the GPU check failed (injected)")
 
-    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(launch, "ModeProcesses", FakeProcesses)
     monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
     monkeypatch.setattr(runner, "check_gpu", no_gpu)
     out = tmp_path / "report"
@@ -191,6 +204,7 @@ def test_the_first_mode_is_started_before_the_gpu_check_and_cancelled_when_it_fa
 def _fake_capture_machine(monkeypatch, interrupt=None):
     """The runner on a fake GPU with fake mode processes: every process and its go, exit or cancel,
     in order. ``interrupt``: (layers, mode) whose process exits as interrupted."""
+    import bcgprof.measure.launch as launch
     import bcgprof.measure.runner as runner
 
     log = []
@@ -225,7 +239,7 @@ def _fake_capture_machine(monkeypatch, interrupt=None):
             ),
         )
 
-    monkeypatch.setattr(runner, "_ModeProcesses", FakeProcesses)
+    monkeypatch.setattr(launch, "ModeProcesses", FakeProcesses)
     monkeypatch.setattr(runner, "_driver_loaded", lambda: True)
     monkeypatch.setattr(runner, "check_gpu", lambda device: device)
     monkeypatch.setattr(runner, "_new_report", new_report)
@@ -240,8 +254,10 @@ def test_the_next_depth_starts_while_the_last_modes_of_this_one_work(tmp_path, m
     modes."""
     import dataclasses
 
+    from bcgprof.measure.launch import LOOKAHEAD
+
     runner, log = _fake_capture_machine(monkeypatch)
-    assert runner.LOOKAHEAD == 2
+    assert LOOKAHEAD == 2
     two = CaptureOptions(
         buckets="4,8",
         modes=["shared", "shared-largest", "floor"],
@@ -378,14 +394,20 @@ print(json.dumps({"new": sorted(set(sys.modules) - before), "touched": touched,
 """
 
 
-def test_a_waiting_mode_process_imports_what_its_mode_needs_without_touching_cuda():
+PRELOADED = CaptureOptions(model="gpt-oss-20b", buckets="4,8", device="cuda:0")
+# the mode processes run ahead of their tests (tests/children.py)
+CHILDREN = {
+    "no-go": _mode_process_without_go,
+    "preload": lambda folder: Command([sys.executable, "-c", PRELOAD, PRELOADED.to_json()]),
+}
+
+
+@pytest.mark.prestart("preload")
+def test_a_waiting_mode_process_imports_what_its_mode_needs_without_touching_cuda(prestarted):
     """The preload runs while the previous mode is being measured: it must bring in the capture
     code and the model's family file, and must never create a CUDA context (a context made then
     would sit in the device figures of the mode still running)."""
-    opts = CaptureOptions(model="gpt-oss-20b", buckets="4,8", device="cuda:0")
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELOAD, opts.to_json()], capture_output=True, text=True, timeout=120
-    )
+    proc, _ = prestarted("preload")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["touched"] == [] and got["initialized"] is False
