@@ -126,6 +126,30 @@ def pair_pattern(
     )
 
 
+def line_sizes(bucket: int, p: Pattern) -> np.ndarray:
+    """Each allocation's size at ``bucket`` (``p.lower`` < bucket < ``p.upper``), as
+    :func:`line_size` gives it: whole arrays at once where no product can pass 63 bits, else one by
+    one in Python's integers (the same numbers)."""
+    import numpy as np
+
+    span = p.upper - p.lower
+    low, high = p.low_sizes, p.high_sizes
+    if not len(low):
+        return np.zeros(0, dtype=np.int64)
+    largest = max(
+        abs(int(low.min())), abs(int(low.max())), abs(int(high.min())), abs(int(high.max()))
+    )
+    if largest * span < 1 << 62:  # each product below 2**62, their sum below 2**63
+        return -(-(low * (p.upper - bucket) + high * (bucket - p.lower)) // span)
+    return np.array(
+        [
+            line_size(bucket, p.lower, a, p.upper, b)
+            for a, b in zip(low.tolist(), high.tolist(), strict=True)
+        ],
+        dtype=np.int64,
+    )
+
+
 def interpolated_ops(bucket: int, p: Pattern, base: int) -> list[tuple]:
     """``bucket``'s events (``p.lower`` < bucket < ``p.upper``): each size on the line between its
     neighbours', keys ``base | number``, segment hints from the nearer neighbour."""

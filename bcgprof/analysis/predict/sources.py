@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 from bcgprof.analysis.predict.allocator import AllocatorError, Settings, check_settings, round_size
-from bcgprof.analysis.predict.bucket_ops import BucketOps
+from bcgprof.analysis.predict.bucket_ops import BucketOps, Drawn
 from bcgprof.analysis.predict.fold import ALLOC, FREE
-from bcgprof.analysis.predict.interpolate import Pattern, interpolated_ops, neighbours, pair_pattern
+from bcgprof.analysis.predict.interpolate import Pattern, neighbours, pair_pattern
 from bcgprof.analysis.predict.needs_free import WarmupGrowth
 from bcgprof.analysis.predict.pool_replay import PoolReplay
 from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet, TraceSetError
@@ -92,6 +92,7 @@ class BucketSources:
             str, dict[int, int]
         ] = {}  # mode -> bucket -> rounded bytes it allocates that are never freed
         self._pairs: dict = {}  # (source, lower, upper) -> (their common pattern, or None; why not)
+        self._drawn: dict[str, Drawn] = {}  # source -> its interpolated buckets' events
         self._numbers = trace_numbers(list(self.traces))
         # (mode, plan, below, layout) -> its replay, kept by an earlier command (trace_cache)
         self.known: dict = {}
@@ -243,12 +244,10 @@ class BucketSources:
         # a key of its own for every (trace, bucket): trace numbers from FIRST_INTERPOLATED on,
         # the bucket below
         base = (((FIRST_INTERPOLATED | self._numbers[source]) << BUCKET_BITS) | bucket) << MODE_BITS
+        drawn = self._drawn.setdefault(source, Drawn())
+        drawn.add(bucket, pattern)
         made = ops[bucket] = BucketOps(
-            bucket,
-            source,
-            between=around,
-            count=pattern.events,
-            make=lambda: interpolated_ops(bucket, pattern, base),
+            bucket, source, between=around, count=pattern.events, columns=(drawn, bucket, base)
         )
         # captured right after the larger neighbour (largest first): frees inside captures of
         # buckets left out
