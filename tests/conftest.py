@@ -124,6 +124,8 @@ def trace_cache_of_the_session(tmp_path_factory, request):
     root.mkdir(exist_ok=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_CACHE_HOME", str(root))
+    patch.delenv("BCGPROF_CACHE_DIR", raising=False)  # the user's choice of cache, or none
+    patch.delenv("BCGPROF_NO_CACHE", raising=False)
     # a worker gets COLUMNS=80, which a plain run does not set: the CLI's pipe width would follow it
     if worker:
         patch.delenv("COLUMNS", raising=False)

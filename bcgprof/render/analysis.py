@@ -4,16 +4,18 @@ advise.py; this module only lays it out."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from bcgprof.analysis.explain import CAUSES, Explanation, explanation_json
-from bcgprof.analysis.predict.advise import Advice, advice_json
 from bcgprof.analysis.predict.bands import TOO_WIDE
 from bcgprof.analysis.predict.needs_free import NeedsFree
 from bcgprof.analysis.predict.prediction import Prediction, prediction_json
 from bcgprof.render.model import PLAIN, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.render.views import run_line
 from bcgprof.report_format import fmt_bytes, fmt_pct
+
+if TYPE_CHECKING:  # advise's search (and numpy) is imported by the command that advises
+    from bcgprof.analysis.predict.advise import Advice
 
 
 def _bytes(n) -> str:
@@ -381,4 +383,6 @@ def advice_view(advice: Advice) -> View:
     foot = [Line(n, WARNING, bullet=True) for n in advice.notes]
     if advice.band_source:
         foot.append(Line(f"band: {advice.band_source}", bullet=True))
+    from bcgprof.analysis.predict.advise import advice_json
+
     return View(head=head, sheets=[chosen, curve], foot=foot, data=advice_json(advice))

@@ -77,25 +77,21 @@ _FIX = "re-capture the report to predict from it (show, gate and explain do not 
 WORD_BYTES = 16  # the longest word of any column fits
 
 
-def _word_keys(words: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _word_keys(words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """A column's words as the two little-endian 64-bit numbers of their bytes padded with zeros
-    (one row a word), their lengths, and how many of their bytes are not digits."""
+    (one row a word), and their lengths."""
     spelt = [w.encode() for w in words]
     assert all(len(w) <= WORD_BYTES for w in spelt), words
     keys = np.frombuffer(b"".join(w.ljust(WORD_BYTES, b"\0") for w in spelt), dtype="<u8")
-    return (
-        keys.reshape(len(spelt), WORD_BYTES // 8),
-        np.asarray([len(w) for w in spelt], dtype=np.int64),
-        np.asarray([sum(not chr(c).isdigit() for c in w) for w in spelt], dtype=np.int64),
-    )
+    return keys.reshape(len(spelt), WORD_BYTES // 8), np.asarray([len(w) for w in spelt])
 
 
 WORDS = {PHASE: _word_keys(PHASES), POOL: _word_keys(POOLS), ACTION: _word_keys(ACTIONS)}
-# the separators of a row: nine commas and its newline
-SEPARATORS = len(COLUMNS)
 # an eight-digit group of ASCII digits (the first digit in the lowest byte) as its value, by
 # shifts and multiplications of whole 64-bit words
 _ZEROS = np.uint64(0x3030303030303030)
+_ABOVE_NINE = np.uint64(0x4646464646464646)  # a byte above "9" plus this reaches its top bit
+_TOP_BITS = np.uint64(0x8080808080808080)
 _SWAR = (
     (np.uint64(10), np.uint64(8), np.uint64(0x00FF00FF00FF00FF)),
     (np.uint64(100), np.uint64(16), np.uint64(0x0000FFFF0000FFFF)),
@@ -228,18 +224,27 @@ def parse(path: Path, raw: IO[bytes], digest: str = "") -> TraceColumns:
     buffer += b"".join(chunks)
     if buffer and not buffer.endswith(b"\n"):
         buffer += b"\n"
-    if buffer.count(b"\n") > fmt.MAX_ROWS:
+    rows = buffer.count(b"\n")  # one a line, each ending with its newline
+    if rows > fmt.MAX_ROWS:
         raise bad(path, f"more than {fmt.MAX_ROWS} rows ({caps()})")
-    text = bytes(buffer)
+    # the text once, with "0"s on both sides: a cell's bytes before or after it can be read (and
+    # masked) anywhere, so that each piece is read in place
+    size = len(buffer)
+    padded = np.empty(size + 2 * _PAD, dtype=np.uint8)
+    padded[:_PAD] = padded[_PAD + size :] = ord("0")
+    padded[_PAD : _PAD + size] = np.frombuffer(buffer, dtype=np.uint8)
     del buffer
-    tables: list[np.ndarray] = []
+    # every eight bytes from each offset, as one little-endian number
+    eights = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    text = padded[_PAD : _PAD + size]
+    # column by column (each column's cells side by side): what reads the table reads columns
+    table = np.empty((rows, len(COLUMNS)), dtype=np.int64, order="F")
     count = at = 0
-    while at < len(text):
+    while at < size:
         # whole lines, one at least
-        cut = text.rfind(b"\n", at, at + PIECE) + 1 or text.find(b"\n", at) + 1
-        tables.append(_piece(path, text[at:cut], 3 + count, known))
-        count, at = count + len(tables[-1]), cut
-    table = np.concatenate(tables) if tables else np.empty((0, len(COLUMNS)), dtype=np.int64)
+        cut = _line_end(text, min(at + PIECE, size), at) or _line_end(text, size, at)
+        count += _piece(path, text, eights, at, cut, count, table, known)
+        at = cut
     check_table(path, table)
     device = head.get("device", 0)
     if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device <= MAX_VALUE:
@@ -286,14 +291,32 @@ def _header(path: Path, first: bytes) -> dict:
 # ---------------------------------------------------------------- one piece of rows
 
 
-def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray:
-    """The rows of ``text`` (whole lines; ``first``: the number of its first line) as a table. A
+def _line_end(text: np.ndarray, stop: int, start: int) -> int:
+    """Just after the last newline of ``text[start:stop]`` (0 when it holds none)."""
+    found = np.flatnonzero(text[start:stop] == ord("\n"))
+    return start + int(found[-1]) + 1 if len(found) else 0
+
+
+def _piece(
+    path: Path,
+    text: np.ndarray,
+    eights: np.ndarray,
+    begin: int,
+    end: int,
+    row: int,
+    out: np.ndarray,
+    known: np.ndarray,
+) -> int:
+    """The rows of ``text[begin:end]`` (whole lines, the first the table's ``row``) into ``out``
+    from that row on; how many. ``eights``: the text (with :data:`_PAD` "0"s on both sides) read
+    from every offset. A
     line is accepted as the writer writes it: ten cells, each numeric one at most :data:`DIGITS`
     ASCII digits (some never empty), each word one of its column's words; any other is refused by
     :func:`_refuse_line`. A word cell is compared whole with each of its column's words (its bytes
-    as two 64-bit numbers); a row's numeric cells are all digits exactly when the row holds no
-    other bytes than its separators and its words' letters."""
-    u = np.frombuffer(text, dtype=np.uint8)
+    as two 64-bit numbers), a numeric cell's bytes are checked to be digits eight at a time
+    (:func:`_integers`): with its ten separators, every byte of a row is checked."""
+    first = row + 3  # its line in the file (after the header and the column line)
+    u = text[begin:end]
     delims = np.flatnonzero((u == ord(",")) | (u == ord("\n")))
     # every line ends with one (the caller makes sure)
     newline = np.flatnonzero(u[delims] == ord("\n"))
@@ -301,43 +324,33 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
     shape = newline != np.arange(cells - 1, cells * len(newline), cells)
     if shape.any():  # a line without ten cells
         line = int(np.argmax(shape))
-        _refuse_line(path, text, int(delims[newline[line - 1]]) + 1 if line else 0, first, known)
+        start = int(delims[newline[line - 1]]) + 1 if line else 0
+        _refuse_line(path, u.tobytes(), start, first, known)
     ends = delims.reshape(-1, cells)
     starts = np.empty_like(ends)
     flat = starts.reshape(-1)
     flat[0], flat[1:] = 0, delims[:-1] + 1
     lengths = ends - starts
     wrong = np.zeros(len(ends), dtype=bool)
-    table = np.empty(ends.shape, dtype=np.int64)
-    # every eight bytes from each offset, as one little-endian number (the text padded with
-    # "0"s on both sides, so that a cell's bytes before or after it can be read and masked)
-    padded = np.full(len(u) + 2 * _PAD, ord("0"), dtype=np.uint8)
-    padded[_PAD : _PAD + len(u)] = u
-    eights = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
-    # bytes of a row that are not digits: its separators, and its words' own
-    letters = np.full(len(ends), SEPARATORS, dtype=np.int64)
-    for c, (keys, sizes, non_digits) in WORDS.items():
+    table = out[row : row + len(ends)]
+    offset = begin + _PAD  # of the piece in the padded text
+    for c, (keys, sizes) in WORDS.items():
         length = lengths[:, c]
-        at = starts[:, c] + _PAD
+        at = starts[:, c] + offset
         head8 = _word(eights, at) & _KEEP[np.clip(length, 0, 8)]
         tail8 = _word(eights, at + 8) & _KEEP[np.clip(length - 8, 0, 8)]
         code = np.full(len(ends), -1, dtype=np.int64)
         for i, (first8, next8) in enumerate(keys):
             code[(head8 == first8) & (tail8 == next8) & (length == sizes[i])] = i
-        found = code >= 0
-        wrong |= ~found
-        letters += np.where(found, non_digits[code], 0)
+        wrong |= code < 0
         table[:, c] = code
-    # uint8: bytes below "0" wrap above 9; the rows are contiguous, none empty
-    non_digit = (u - np.uint8(ord("0"))) > 9
-    wrong |= np.add.reduceat(non_digit, starts[:, 0], dtype=np.int32) != letters
     high = np.zeros(len(ends), dtype=bool)  # a value above MAX_VALUE
     for c in NUMBERS:
         length = lengths[:, c]
         wrong |= length > DIGITS
         if c in REQUIRED:
             wrong |= length == 0
-        value = _integers(eights, ends[:, c] + _PAD, np.minimum(length, DIGITS))
+        value = _integers(eights, ends[:, c] + offset, np.minimum(length, DIGITS), wrong)
         high |= value > np.uint64(MAX_VALUE)
         # values above 2**63 are refused below, whatever they become here
         column = value.astype(np.int64)
@@ -345,9 +358,9 @@ def _piece(path: Path, text: bytes, first: int, known: np.ndarray) -> np.ndarray
         table[:, c] = column
     wrong |= high | (table[:, BUCKET] < 1) | ~np.isin(table[:, BUCKET], known)
     if wrong.any():
-        row = int(np.argmax(wrong))
-        _refuse_line(path, text, int(starts[row, 0]), first, known)
-    return table
+        line = int(np.argmax(wrong))
+        _refuse_line(path, u.tobytes(), int(starts[line, 0]), first, known)
+    return len(table)
 
 
 def _word(eights: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -356,17 +369,24 @@ def _word(eights: np.ndarray, at: np.ndarray) -> np.ndarray:
     return eights[at]
 
 
-def _integers(eights: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _integers(
+    eights: np.ndarray, ends: np.ndarray, lengths: np.ndarray, wrong: np.ndarray
+) -> np.ndarray:
     """Each cell's digits (the ``lengths`` bytes before ``ends``, offsets in the padded text) as an
     integer: read right-aligned in groups of eight bytes, the bytes before the cell made "0"s, each
-    group turned into its value by whole-word arithmetic (a cell that is not all digits gets some
-    value)."""
+    group turned into its value by whole-word arithmetic. A cell with a byte that is not an ASCII
+    digit is marked in ``wrong`` (its value is then some number): a byte is a digit exactly when
+    neither it, nor it plus 0x46, nor it less 0x30 has its top bit set (a byte below "0" borrows
+    from the next, which only ever marks a cell already marked; one from 0xba up carries out of
+    its byte, which is marked by its own top bit)."""
     groups = -(-int(lengths.max(initial=0)) // 8)
     value = np.zeros(len(ends), dtype=np.uint64)
     for k in range(groups, 0, -1):  # the group ending 8 (k - 1) bytes before the cell's end
         word = _word(eights, ends - 8 * k)
         before = _KEEP[8 - np.clip(lengths - 8 * (k - 1), 0, 8)]  # its bytes before the cell
-        word = ((word & ~before) | (_ZEROS & before)) - _ZEROS
+        word = (word & ~before) | (_ZEROS & before)
+        wrong |= ((word | (word + _ABOVE_NINE) | (word - _ZEROS)) & _TOP_BITS) != 0
+        word = word - _ZEROS
         for times, shift, mask in _SWAR:
             word = (word * times + (word >> shift)) & mask
         value = value * _GROUP + word

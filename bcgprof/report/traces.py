@@ -113,6 +113,17 @@ def trace_name(mode: str) -> str:
     return f"traces-{mode}.csv.gz"
 
 
+def trace_files(report_dir: Path, modes: Iterable[str]) -> dict[str, Path]:
+    """Mode -> its trace file in ``report_dir``, for the modes that have one (a broken link counts:
+    reading it says that it is damaged)."""
+    found = {}
+    for mode in modes:
+        path = Path(report_dir) / trace_name(mode)
+        if path.exists() or path.is_symlink():
+            found[mode] = path
+    return found
+
+
 class TraceRow(NamedTuple):
     """One row of the file (a named tuple: a profile holds hundreds of thousands)."""
 

@@ -7,13 +7,17 @@ a synthetic profile: tests/unit/test_interpolate.py.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
+from bcgprof.analysis.predict.fold import ALLOC, find_period, free_index
+from bcgprof.analysis.predict.interpolate import interpolated_ops
 from bcgprof.analysis.predict.lists import PredictionError, predict_buckets
 from bcgprof.analysis.predict.prediction import prediction_json
 from bcgprof.analysis.predict.replay import Replayer
+from bcgprof.analysis.predict.sources import BUCKET_BITS, FIRST_INTERPOLATED, MODE_BITS
 from bcgprof.report import read_report
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
@@ -47,6 +51,30 @@ def test_a_profiled_bucket_left_out_and_interpolated_gives_the_profiles_rows_bac
             replay = again.replay(mode, order)
             assert again.bucket_sources.interpolated(mode, bucket) is not None
             assert replay.pool_bytes == truth, (mode, bucket)
+
+
+def test_an_interpolated_bucket_gives_the_events_drawn_one_by_one(committed_profiles):
+    """An interpolated bucket's events, made from whole arrays as columns, are the tuples that
+    drawing each event on its own gives, with the same free index and repeating region."""
+    _, p = committed_profiles(_traced("llama-3.1-8b-h200-third"))
+    sources = p.replayer.bucket_sources
+    folded = 0
+    for mode in ("per-bucket", "shared"):
+        assert sources.has(mode)
+        profiled = sources.profiled[mode]
+        between = [(lo + hi) // 2 for lo, hi in pairwise(profiled) if hi - lo > 1]
+        for bucket in between[::4]:
+            sources.sources(mode, [bucket])  # drawn from its neighbours
+            made = sources.ops[mode][bucket]
+            pattern, _ = sources._pattern(mode, *made.between)
+            number = (FIRST_INTERPOLATED | sources.number(mode)) << BUCKET_BITS
+            one_by_one = interpolated_ops(bucket, pattern, (number | bucket) << MODE_BITS)
+            frees = free_index(one_by_one)
+            assert made.fold == find_period(one_by_one, frees), (mode, bucket)
+            assert made.frees == frees and made.ops == one_by_one, (mode, bucket)
+            assert made.streams() == list(dict.fromkeys(o[2] for o in one_by_one if o[0] == ALLOC))
+            folded += made.fold is not None
+    assert folded  # the folded replay's case is among them
 
 
 # Lists captured on the H200, predicted from other traced lists of the same model that lack some of

@@ -154,3 +154,52 @@ def test_a_recorded_address_is_used_for_a_new_segment_unless_it_overlaps():
     assert a.segment == 1 << 40
     b, _ = pool.malloc(19 * MIB, at=(1 << 40) + MIB)  # overlaps the first: placed above it
     assert b.segment >= (1 << 40) + 20 * MIB
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_running_events_in_one_loop_makes_the_decisions_of_place_and_free_at(seed: int):
+    """``Pool.run``, the replay's inner loop, against the same events stepped one method call at a
+    time: the same blocks, addresses, free lists and segments, under a split limit too; and an
+    allocation counted as misplaced exactly when it lands elsewhere than the address given."""
+    from random import Random
+
+    from bcgprof.analysis.predict.allocator import ALLOC, FREE
+
+    rng = Random(seed)
+    settings = Settings(max_split_size=8 * MIB) if seed % 2 else Settings()
+    ops, live_keys, key = [], [], 0
+    for _ in range(3000):
+        if live_keys and rng.random() < 0.45:
+            ops.append((FREE, live_keys.pop(rng.randrange(len(live_keys)))))
+        else:
+            key += 1
+            size = rng.choice(
+                [rng.randrange(1, 4096), rng.randrange(1, 2 * MIB), 3 * MIB, 12 * MIB]
+            )
+            hint = rng.choice([None, (1 << 40) + rng.randrange(64) * 32 * MIB])
+            ops.append((ALLOC, size, rng.randrange(2), key, hint, rng.choice([0, 1 << 40])))
+            live_keys.append(key)
+    ops.append((FREE, 10**9))  # a key never allocated: passed over, as a list's left-out bucket
+    stepped, live = Pool(settings), {}
+    misplaced, addresses = 0, []
+    for op in ops:
+        if op[0] == ALLOC:
+            addr = live[op[3]] = stepped.place(op[1], op[2], op[4]).addr
+            misplaced += addr != op[5]
+            addresses.append(addr)
+        elif op[1] in live:
+            stepped.free_at(live.pop(op[1]))
+    run, run_live, placed = Pool(settings), {}, [-1] * len(ops)
+    assert run.run(ops, run_live, True, placed) == misplaced
+    assert run.fingerprint() == stepped.fingerprint() and run.layout() == stepped.layout()
+    assert run_live == live and run.reserved == stepped.reserved
+    assert [p for p, op in zip(placed, ops) if op[0] == ALLOC] == addresses
+    assert all(p == -1 for p, op in zip(placed, ops) if op[0] == FREE)
+    streams = {0: 7, 1: 9}  # a pool whose requests name other streams
+    renamed, renamed_live = Pool(settings), {}
+    renamed.run(ops, renamed_live, streams=streams)
+    expected, expected_live = Pool(settings), {}
+    expected.run(
+        [(o[0], o[1], streams[o[2]], *o[3:]) if o[0] == ALLOC else o for o in ops], expected_live
+    )
+    assert renamed.fingerprint() == expected.fingerprint() and renamed_live == expected_live

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from bcgprof.analysis.predict.fold import ALLOC, FREE
-from bcgprof.analysis.predict.interpolate import interpolate_ops, line_size
+from bcgprof.analysis.predict.interpolate import Pattern, interpolate_ops, line_size, line_sizes
 from bcgprof.analysis.predict.lists import predict_buckets
 from bcgprof.analysis.predict.prediction import prediction_json
 
@@ -28,6 +28,22 @@ def test_a_size_is_on_the_line_between_the_neighbours_rounded_up():
     assert line_size(1024, 512, 1000, 2048, 4000) == 2000
     assert line_size(600, 512, 1000, 1024, 2001) == 1173  # 1172.05 rounds up
     assert line_size(700, 512, 64, 1024, 64) == 64  # a size that does not change with tokens stays
+
+
+@pytest.mark.parametrize("top", [1 << 20, (1 << 62) - 1])  # whole arrays; one by one (63 bits)
+def test_sizes_on_the_line_are_the_same_as_arrays_or_one_by_one(top):
+    import numpy as np
+
+    low = np.array([0, 1000, 64, 3, top - 7, top, 1], dtype=np.int64)
+    high = np.array([512, 4000, 64, 7, top, 5, top], dtype=np.int64)
+    none = np.zeros(len(low), dtype=np.int64)
+    for lower, upper in ((512, 1024), (1, 16384), (600, 602)):
+        p = Pattern(lower, upper, none, none, low, high, none, none)
+        for bucket in range(lower + 1, upper, max(1, (upper - lower) // 37)):
+            expected = [
+                line_size(bucket, lower, a, upper, b) for a, b in zip(low.tolist(), high.tolist())
+            ]
+            assert line_sizes(bucket, p).tolist() == expected
 
 
 def test_neighbours_whose_events_differ_in_more_than_sizes_are_refused():

@@ -6,11 +6,13 @@ traces, is worked out again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from bcgprof.analysis.predict import kept_advice
 from bcgprof.analysis.predict.advise import advice_json, advise
 from bcgprof.analysis.predict.lists import bucket_profile, predict_buckets
 from bcgprof.analysis.predict.prediction import prediction_json
@@ -59,10 +61,12 @@ def test_a_later_advise_replays_no_list_an_earlier_one_replayed(profile, cache, 
 
 @pytest.mark.parametrize("damage", ["cut", "garbage", "pools", "digests", "done"])
 def test_kept_replays_and_programmes_are_used_only_when_they_read_back_whole(
-    profile, cache, damage
+    profile, cache, damage, monkeypatch
 ):
     budget = _budgets(profile)[0]
     first, _ = _advice(profile, budget)
+    # the advice itself not looked up: the search runs again, on what the damage left
+    monkeypatch.setattr(kept_advice, "recall", lambda key, near: None)
     for path in [*(cache / "replays").iterdir(), *(cache / "programmes").iterdir()]:
         text = path.read_text()
         entry = json.loads(text)
@@ -95,7 +99,50 @@ def test_the_checks_replay_answers_for_the_profiles_own_list(profile, cache):
     assert p.replayer.bucket_replays == 0  # the check's replay, not another
     assert p.replayer.bucket_sources.traces.verified == {MODE}
     fresh = bucket_profile(profile)
+    fresh.replayer.bucket_sources.has(MODE)  # its check's verdict, and replay, from the cache
     fresh.replayer.bucket_sources.known.clear()
     replayed = fresh.replayer.replay(MODE, own)
     assert fresh.replayer.bucket_replays > 0
     assert [r["pool_bytes"] for r in predicted["modes"][0]["rows"]] == replayed.pool_bytes
+
+
+def test_the_same_question_on_the_same_report_gets_the_kept_advice(profile, cache):
+    low, high = _budgets(profile)
+    first, work = _advice(profile, low)
+    assert work["lists_checked"] > 0
+    again, work = _advice(profile, low)
+    assert again == first and set(work.values()) == {0}  # no search, no replay
+    # asked otherwise (another budget, free memory, lengths): worked out, as a cold advise does
+    other = advise(profile, high, mode=MODE)
+    assert other.work["lists_checked"] > 0
+    freer = advise(profile, low, mode=MODE, free=1 << 40)
+    assert freer.work["lists_checked"] > 0
+    # the same traces beside rows that differ in one figure: worked out again
+    rows = list(profile.buckets)
+    rows[-1] = dataclasses.replace(rows[-1], capture_ms=rows[-1].capture_ms + 1.0)
+    changed = advise(dataclasses.replace(profile, buckets=rows), low, mode=MODE)
+    assert changed.work["lists_checked"] > 0
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbage", "fields", "curve"])
+def test_a_kept_advice_is_used_only_when_it_reads_back_whole(profile, cache, damage):
+    budget = _budgets(profile)[0]
+    first, _ = _advice(profile, budget)
+    for path in (cache / "facts").iterdir():
+        text = path.read_text()
+        entry = json.loads(text)
+        value = entry["value"]
+        if not (isinstance(value, dict) and "curve" in value):
+            continue  # another kind of fact
+        if damage == "cut":
+            path.write_text(text[: len(text) // 2])
+            continue
+        if damage == "garbage":
+            value = "garbage"
+        elif damage == "fields":
+            value["buckets"] = ["4096"]
+        else:
+            value["curve"] = [[1, 2, 3, 4]]
+        path.write_text(json.dumps({"key": entry["key"], "value": value}))
+    again, work = _advice(profile, budget)
+    assert again == first and work["lists_checked"] > 0  # worked out again

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bcgprof.analysis.predict import pair
 from bcgprof.analysis.predict.pair import predict_pair
 from bcgprof.errors import PredictionError
 from bcgprof.report import ReportWriter, RunInfo, read_report
@@ -97,3 +98,25 @@ def test_two_captures_of_one_phase_are_not_a_pair(profiles, tmp_path):
     again = _profile(tmp_path / "again", "prefill", PREFILL, forward)
     with pytest.raises(PredictionError, match="both capture prefill"):
         predict_pair(first, again)
+
+
+def test_a_pair_predicted_again_looks_its_figures_up(profiles, monkeypatch, tmp_path):
+    """The second prediction of the same pair checks both traces (their kept verdicts) and takes
+    the figures the first kept, replaying nothing; without the cache, it replays them again."""
+    monkeypatch.setenv("BCGPROF_CACHE_DIR", str(tmp_path / "cache"))
+    first, second = profiles
+    replayed = []
+    replay = pair._replayed
+
+    def counting(*args, **kwargs):
+        replayed.append(args[2])
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(pair, "_replayed", counting)
+    cold = predict_pair(first, second).to_json()
+    assert replayed == ["per-bucket", "shared"]
+    assert predict_pair(first, second).to_json() == cold
+    assert replayed == ["per-bucket", "shared"]  # looked up
+    monkeypatch.setenv("BCGPROF_NO_CACHE", "1")
+    assert predict_pair(first, second).to_json() == cold
+    assert replayed == ["per-bucket", "shared"] * 2

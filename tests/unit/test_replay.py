@@ -71,6 +71,29 @@ def test_a_list_sharing_the_leading_buckets_predicts_those_rows_as_measured(prof
             ], (mode, keep)
 
 
+def test_a_list_sharing_the_checked_lists_leading_buckets_replays_only_the_rest(
+    profile, tmp_path, monkeypatch
+):
+    """The check of a trace (its own list, replayed against the report) leaves the state after
+    each bucket: a list sharing its leading buckets starts there, in either placement, and gives
+    what a replay from the first bucket gives."""
+    monkeypatch.setenv("BCGPROF_NO_CACHE", "1")  # every trace checked here, by a replay
+    for mode in ("per-bucket", "shared"):
+        own = [r.bucket for r in _measured(profile, mode)]
+        wanted = [*own[:3], min(own)]
+        checked = bucket_profile(profile).replayer
+        assert checked.bucket_sources.has(mode) and mode in checked.bucket_sources.paths
+        replays = [checked.replay(mode, wanted), checked.other_placement().replay(mode, wanted)]
+        assert checked.bucket_replays == 1 and checked.other_placement().bucket_replays == 1
+        alone = Replayer(checked.bucket_sources.traces)  # verified already: no check's states
+        assert alone.bucket_sources.has(mode) and not alone.bucket_sources.paths
+        assert [r.pool_bytes for r in replays] == [
+            alone.replay(mode, wanted).pool_bytes,
+            alone.other_placement().replay(mode, wanted).pool_bytes,
+        ]
+        assert alone.bucket_replays == len(wanted)
+
+
 def _lists(k: int, seed: int = 0) -> list[tuple[int, ...]]:
     rng = random.Random(seed)
     every = [c for n in range(1, len(BUCKETS) + 1) for c in itertools.combinations(BUCKETS, n)]

@@ -53,9 +53,9 @@ def work(monkeypatch) -> dict:
         counted["parsed"] += 1
         return parse(*args, **kwargs)
 
-    def checking(self, mode, buckets, check=False):
+    def checking(self, mode, buckets, check=False, **kwargs):
         counted["checked"] += bool(check)
-        return check_replay(self, mode, buckets, check)
+        return check_replay(self, mode, buckets, check, **kwargs)
 
     check_replay = check
     monkeypatch.setattr(trace_set, "parse", parsing)
@@ -105,7 +105,7 @@ def test_a_cache_hit_gives_the_cold_answer_without_reading_or_checking_again(pro
     assert work == {"parsed": len(MODES), "checked": len(MODES)}
     assert (
         sorted(p.parent.name for p in cache.rglob("*") if p.is_file())
-        == ["entries"] * 4 + ["facts"] * 4
+        == ["entries"] * 4 + ["facts"] * 4 + ["replays"] * 3  # the lists it replayed, a mode
     )
     warm = prediction_json(predict_buckets(profile, LIST))
     assert warm == cold
@@ -297,3 +297,22 @@ def test_an_advice_takes_its_setup_from_the_cache_only_when_it_reads_back_whole(
     monkeypatch.setattr(trace_cache, "recall", lambda *a, **k: kept)
     assert not bucket_profile(profile).replayer.recall_replays("per-bucket", setup)
     assert advice_json(advise(profile, budget, mode="per-bucket")) == first
+
+
+def test_the_cache_goes_where_bcgprof_cache_dir_says_or_nowhere_with_bcgprof_no_cache(
+    tmp_path, profile, monkeypatch, work
+):
+    chosen = tmp_path / "chosen"
+    monkeypatch.setenv("BCGPROF_CACHE_DIR", str(chosen))
+    cold = prediction_json(predict_buckets(profile, LIST))
+    assert trace_cache.cache_root() == chosen and any(chosen.glob("entries/*"))
+    assert prediction_json(predict_buckets(profile, LIST)) == cold
+    assert work["parsed"] == len(MODES)  # the second read them back from there
+    monkeypatch.setenv("BCGPROF_NO_CACHE", "1")
+    assert trace_cache.cache_root() is None
+    kept = sorted(chosen.rglob("*"))
+    assert prediction_json(predict_buckets(profile, LIST)) == cold
+    assert work["parsed"] == 2 * len(MODES)  # read again, nothing looked up
+    assert sorted(chosen.rglob("*")) == kept  # nor written
+    monkeypatch.setenv("BCGPROF_NO_CACHE", "0")
+    assert trace_cache.cache_root() == chosen

@@ -29,8 +29,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
+from bcgprof.analysis.predict import kept_advice
 from bcgprof.analysis.predict.bands import TOO_WIDE
 from bcgprof.analysis.predict.lists import (
     PredictionError,
@@ -46,11 +48,22 @@ from bcgprof.analysis.predict.programme import (
     pareto_lists,
 )
 from bcgprof.analysis.predict.search import BAND_LENGTHS, Search
+from bcgprof.analysis.predict.sources import BucketSources
 from bcgprof.errors import AdviceError
 from bcgprof.report import Report
 from bcgprof.vocab import ListMode, Mode
 
 MIB = 1 << 20
+# what Advice.work counts
+WORK = (
+    "predictions",
+    "lists_checked",
+    "bucket_replays",
+    "events_replayed",
+    "buckets_looked_up",
+    "candidate_lists",
+    "programme_cells",
+)
 ADVISE_MODES = (ListMode.SHARED_LARGEST.value, ListMode.SHARED.value, ListMode.PER_BUCKET.value)
 
 
@@ -120,6 +133,14 @@ def advise(
     candidates = sorted(report.run.buckets)
     weights, requested_tokens, source = length_weights(candidates, lengths)
     profile = bucket_profile(report)  # read once: every list below is predicted from it
+    sources = profile.replayer.bucket_sources
+    key = None
+    if sources.has(mode):  # the mode's trace read and checked (or its kept verdict looked up)
+        key = kept_advice.advice_key(report, sources, [mode, budget, free, curve_points], weights)
+        found = kept_advice.recall(key, _near(sources, mode))
+        if found is not None:  # the same question on the same report: its answer
+            work = dict.fromkeys(WORK, 0)
+            return Advice(mode=mode, budget_bytes=budget, free_bytes=free, work=work, **found)
     predictions: dict[tuple[int, ...], ModePrediction] = {}
 
     def predicted(buckets: Sequence[int]) -> ModePrediction:
@@ -257,7 +278,7 @@ def advise(
         "candidate_lists": search.size,
         "programme_cells": search.cells,
     }
-    return Advice(
+    advice = Advice(
         mode=mode,
         budget_bytes=budget,
         buckets=chosen,
@@ -274,6 +295,15 @@ def advise(
         needs_free_bytes=final.needs_free.needs_free_bytes if final.needs_free else None,
         free_bytes=free,
     )
+    kept_advice.keep(key, advice, _near(sources, mode))  # for the next advise asked the same
+    return advice
+
+
+def _near(sources: BucketSources, mode: str) -> Optional[Path]:
+    """The mode's trace file (the cache is never put inside a report)."""
+    source = sources.traces.sources.get(mode)
+    found = getattr(source, "path", source)
+    return found if isinstance(found, Path) else None
 
 
 def advice_json(advice: Advice) -> dict:

@@ -58,7 +58,7 @@ falls. Pure Python, no torch.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 from typing import Optional
@@ -73,6 +73,9 @@ UNLIMITED = 2**64 - 1  # max_split_size when unset (SIZE_MAX)
 SEGMENT_GAP = 1 << 36  # spacing of made-up segment addresses (64 GiB: larger than any segment)
 # below=True: the first made-up address lies below this (above any real address)
 MADE_UP_START = 1 << 60
+# a replay's events (:meth:`Pool.run`): (ALLOC, requested, stream, key, segment hint, recorded
+# address) or (FREE, key)
+ALLOC, FREE = 0, 1
 
 
 class AllocatorError(ValueError):
@@ -129,14 +132,27 @@ def allocation_size(rounded: int, settings: Settings = Settings()) -> int:
 class Block:
     """A run of a segment's bytes: allocated, or free and listed in its pool's free list."""
 
-    __slots__ = ("addr", "allocated", "next", "prev", "segment", "size", "small", "stream")
+    __slots__ = (
+        "addr",
+        "allocated",
+        "free_list",
+        "next",
+        "prev",
+        "segment",
+        "size",
+        "small",
+        "stream",
+    )
 
-    def __init__(self, addr: int, size: int, segment: int, stream: int, small: bool):
+    def __init__(
+        self, addr: int, size: int, segment: int, stream: int, small: bool, free_list: list
+    ):
         self.addr = addr
         self.size = size
         self.segment = segment  # the segment's base address
         self.stream = stream
         self.small = small
+        self.free_list = free_list  # its pool's free list of its (small, stream), when free
         self.allocated = False
         self.prev: Optional[Block] = None
         self.next: Optional[Block] = None
@@ -149,9 +165,9 @@ class Block:
 class Pool:
     """One private pool: its segments, and free lists ordered like ``BlockComparatorSize``.
 
-    A free list holds ``(size, address)`` pairs per ``(small, stream)``; ordering by
-    ``(stream, size, address)`` and taking the first entry of the request's stream at or
-    above its size is ``get_free_block``'s ``lower_bound``.
+    A free list holds ``(size, address)`` pairs per ``(small, stream)`` (keyed by the number
+    ``2 stream + small``); ordering by ``(stream, size, address)`` and taking the first entry of
+    the request's stream at or above its size is ``get_free_block``'s ``lower_bound``.
     """
 
     def __init__(
@@ -166,7 +182,7 @@ class Pool:
         # the segments' base addresses, sorted (a new segment's overlap test bisects)
         self._bases: list[int] = []
         self.reserved = 0
-        self._free: dict[tuple[bool, int], list[tuple[int, int]]] = {}
+        self._free: dict[int, list[tuple[int, int]]] = {}  # 2 stream + small -> its free list
         self._blocks: dict[int, Block] = {}  # address -> block (every block of every segment)
         self._top = SEGMENT_GAP  # made-up addresses start above this
         # segments placed without a usable recorded address (``below`` decides where)
@@ -189,47 +205,10 @@ class Pool:
         return block, self.reserved != reserved  # a segment adds its bytes
 
     def place(self, requested: int, stream: int = 0, at: Optional[int] = None) -> Block:
-        """:meth:`malloc`'s block alone (a replay's step: ``get_free_block``, ``round_size`` and
-        ``get_pool`` inline)."""
-        size = (
-            K_MIN_BLOCK_SIZE
-            if requested < K_MIN_BLOCK_SIZE
-            else -(-requested // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
-        )
-        small = size <= K_SMALL_SIZE
-        settings = self.settings
-        block = None
-        free = self._free.get((small, stream))
-        if free:
-            i = bisect_left(free, (size, -1))
-            if i < len(free):
-                found, addr = free[i]
-                limit = settings.max_split_size
-                # an oversize block is kept for oversize requests
-                if not (size < limit <= found) and not (
-                    size >= limit and found >= size + settings.max_non_split_rounding
-                ):
-                    del free[i]
-                    block = self._blocks[addr]
-        if block is None:
-            block = self._new_segment(allocation_size(size, settings), small, stream, at)
-        remaining = block.size - size
-        if small:
-            split = remaining >= K_MIN_BLOCK_SIZE
-        else:
-            split = size < settings.max_split_size and remaining > K_SMALL_SIZE
-        if split:  # alloc_found_block: the request takes the low addresses
-            rest = Block(block.addr + size, remaining, block.segment, block.stream, small)
-            after = block.next
-            rest.prev, rest.next = block, after
-            if after is not None:
-                after.prev = rest
-            block.next = rest
-            block.size = size
-            self._blocks[rest.addr] = rest
-            insort(self._free.setdefault((small, rest.stream), []), (remaining, rest.addr))
-        block.allocated = True
-        return block
+        """:meth:`malloc`'s block alone (one allocation of :meth:`run`)."""
+        live: dict = {}
+        self.run(((ALLOC, requested, stream, 0, at, None),), live)
+        return self._blocks[live[0]]
 
     def _new_segment(self, size: int, small: bool, stream: int, at: Optional[int]) -> Block:
         # the recorded addresses were another layout's: any order can come
@@ -250,7 +229,7 @@ class Pool:
         self.segments[at] = size
         insort(self._bases, at)
         self.reserved += size
-        block = Block(at, size, at, stream, small)
+        block = Block(at, size, at, stream, small, self._free.setdefault(2 * stream + small, []))
         self._blocks[at] = block
         return block
 
@@ -261,47 +240,145 @@ class Pool:
         i = bisect_left(self._bases, addr + size)
         return i > 0 and self._bases[i - 1] + self.segments[self._bases[i - 1]] > addr
 
+    # ------------------------------------------------------------------ events
+
+    def run(
+        self,
+        ops: Sequence,
+        live: dict,
+        check: bool = False,
+        placed: Optional[list] = None,
+        begin: int = 0,
+        streams: Optional[Mapping[int, int]] = None,
+    ) -> int:
+        """Replay ``ops``, events ``(ALLOC, requested, stream, key, segment hint, recorded
+        address)`` or ``(FREE, key)``: an allocation takes a block (``get_free_block``,
+        ``round_size``, ``get_pool``, ``alloc_found_block``; a new segment at the hint when nothing
+        fits, see :meth:`malloc`) and goes into ``live`` (key -> address); a free of a key in
+        ``live`` returns its block (``free_block``: merged with free neighbours); a key not there
+        belongs to a bucket left out of the list, and is passed over. One loop, no call per event
+        (a replay's inner loop); a block let go by a merge is taken again by a later split of the
+        same call. ``placed``: where each allocation went, by its index (``begin`` + its place in
+        ``ops``); ``streams``: a request's stream as this pool names it. Returns, with ``check``,
+        how many allocations went elsewhere than recorded (else 0)."""
+        blocks, lists, new_segment = self._blocks, self._free, self._new_segment
+        settings = self.settings
+        limit, rounding = settings.max_split_size, settings.max_non_split_rounding
+        unlimited = limit == UNLIMITED  # the default: every found block is taken, and may split
+        # the loop's names, local
+        alloc, unit, small_most = ALLOC, K_MIN_BLOCK_SIZE, K_SMALL_SIZE
+        bisect, put, new_block = bisect_left, insort, Block
+        pop = live.pop
+        spare: list[Block] = []  # blocks merged away, taken again by splits
+        mismatches = 0
+        index = begin - 1
+        for op in ops:
+            index += 1
+            if op[0] == alloc:
+                _, requested, stream, key, hint, recorded = op
+                if streams:
+                    stream = streams.get(stream, stream)
+                size = unit if requested < unit else -(-requested // unit) * unit
+                small = size <= small_most
+                block = None
+                free = lists.get(2 * stream + small)
+                if free:
+                    i = bisect(free, (size, -1))
+                    if i < len(free):
+                        found, addr = free[i]
+                        # an oversize block is kept for oversize requests
+                        if unlimited or (
+                            not (size < limit <= found)
+                            and not (size >= limit and found >= size + rounding)
+                        ):
+                            del free[i]
+                            block = blocks[addr]
+                if block is None:
+                    block = new_segment(allocation_size(size, settings), small, stream, hint)
+                remaining = block.size - size
+                if (
+                    (remaining >= unit)
+                    if small
+                    else (remaining > small_most and (unlimited or size < limit))
+                ):  # alloc_found_block: the request takes the low addresses
+                    addr = block.addr + size
+                    if spare:
+                        rest = spare.pop()
+                        rest.addr, rest.size, rest.segment = addr, remaining, block.segment
+                        rest.stream, rest.small = block.stream, small
+                        rest.free_list = block.free_list
+                    else:
+                        rest = new_block(
+                            addr, remaining, block.segment, block.stream, small, block.free_list
+                        )
+                    after = block.next
+                    rest.prev, rest.next = block, after
+                    if after is not None:
+                        after.prev = rest
+                    block.next = rest
+                    block.size = size
+                    blocks[addr] = rest
+                    put(block.free_list, (remaining, addr))
+                block.allocated = True
+                addr = live[key] = block.addr
+                if check and addr != recorded:
+                    mismatches += 1
+                if placed is not None:
+                    placed[index] = addr
+                continue
+            addr = pop(op[1], None)
+            if addr is None:
+                continue
+            block = blocks.get(addr)
+            if block is None:
+                raise AllocatorError(f"no block starts at {addr:#x}")
+            if not block.allocated:
+                raise AllocatorError(f"block at {addr:#x} freed twice")
+            block.allocated = False
+            del blocks[addr]  # merging with the block before moves its start
+            before, after = block.prev, block.next
+            if before is not None and not before.allocated:  # [before block]
+                free, entry = before.free_list, (before.size, before.addr)
+                i = bisect(free, entry)
+                if i == len(free) or free[i] != entry:
+                    raise AllocatorError(f"free block at {before.addr:#x} is not in its free list")
+                del free[i]
+                del blocks[before.addr]
+                block.addr = before.addr
+                block.prev = before.prev
+                if block.prev is not None:
+                    block.prev.next = block
+                block.size += before.size
+                spare.append(before)
+            if after is not None and not after.allocated:  # [block after]
+                free, entry = after.free_list, (after.size, after.addr)
+                i = bisect(free, entry)
+                if i == len(free) or free[i] != entry:
+                    raise AllocatorError(f"free block at {after.addr:#x} is not in its free list")
+                del free[i]
+                del blocks[after.addr]
+                block.next = after.next
+                if block.next is not None:
+                    block.next.prev = block
+                block.size += after.size
+                spare.append(after)
+            blocks[block.addr] = block
+            put(block.free_list, (block.size, block.addr))
+        for unused in spare:  # no longer linked to anything
+            unused.prev = unused.next = None
+        return mismatches
+
     # ------------------------------------------------------------------ free
 
     def free_at(self, addr: int) -> None:
         """Free the allocated block that starts at ``addr``."""
-        block = self._blocks.get(addr)
-        if block is None:
-            raise AllocatorError(f"no block starts at {addr:#x}")
-        self.free(block)
+        self.run(((FREE, 0),), {0: addr})
 
     def free(self, block: Block) -> None:
         """``free_block``: return ``block`` to its free list, merged with free neighbours."""
         if not block.allocated:
             raise AllocatorError(f"block at {block.addr:#x} freed twice")
-        block.allocated = False
-        blocks = self._blocks
-        del blocks[block.addr]  # merging with the block before moves its start
-        before, after = block.prev, block.next
-        if before is not None and not before.allocated:  # [before block]
-            self._unlist_free(before)
-            del blocks[before.addr]
-            block.addr = before.addr
-            block.prev = before.prev
-            if block.prev is not None:
-                block.prev.next = block
-            block.size += before.size
-        if after is not None and not after.allocated:  # [block after]
-            self._unlist_free(after)
-            del blocks[after.addr]
-            block.next = after.next
-            if block.next is not None:
-                block.next.prev = block
-            block.size += after.size
-        blocks[block.addr] = block
-        insort(self._free.setdefault((block.small, block.stream), []), (block.size, block.addr))
-
-    def _unlist_free(self, block: Block) -> None:
-        free = self._free[(block.small, block.stream)]
-        i = bisect_left(free, (block.size, block.addr))
-        if i == len(free) or free[i] != (block.size, block.addr):
-            raise AllocatorError(f"free block at {block.addr:#x} is not in its free list")
-        del free[i]
+        self.free_at(block.addr)
 
     # ------------------------------------------------------------- reading
 
@@ -344,8 +421,10 @@ class Pool:
         twin.made_up = self.made_up
         twin._free = {k: list(v) for k, v in self._free.items()}
         copies = {}
+        lists = twin._free
         for addr, b in self._blocks.items():
-            c = Block(b.addr, b.size, b.segment, b.stream, b.small)
+            free_list = lists.setdefault(2 * b.stream + b.small, [])
+            c = Block(b.addr, b.size, b.segment, b.stream, b.small, free_list)
             c.allocated = b.allocated
             copies[addr] = c
         for addr, b in self._blocks.items():

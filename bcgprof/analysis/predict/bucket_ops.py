@@ -5,8 +5,8 @@ Mechanism. A profiled bucket's events live in its trace's columns (:data:`OPS`, 
 requested, stream, key, segment address hint, recorded address)`` or ``(FREE, key)``, only when a
 replay asks: the whole bucket (:attr:`BucketOps.ops`), or range by range (:meth:`BucketOps.lazy`: a
 folded replay makes only the events it runs). The index of frees and the repeating region are found
-from the columns too. An interpolated bucket's events are made by a function instead
-(:mod:`bcgprof.analysis.predict.interpolate`).
+from the columns too. An interpolated bucket's events are columns too, made from the pattern of its
+profiled neighbours when asked (:class:`Drawn`, :mod:`bcgprof.analysis.predict.interpolate`).
 
 Invariant: the tuples are those of the columns, whenever they are made; at most :data:`MADE_EVENTS`
 events of all buckets are held as tuples at once (the least recently used are dropped and made again
@@ -17,12 +17,13 @@ tuples, O(events made) for a range. Torch-free.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Optional, Protocol
 
 import numpy as np
 
 from bcgprof.analysis.predict.fold import ALLOC, FREE, find_period, find_period_arrays, free_index
+from bcgprof.analysis.predict.interpolate import Pattern, Shape, line_sizes, shape_of
 
 OPS = ("kind", "size", "stream", "ident", "hint", "recorded")  # a trace's event columns, in order
 KIND, SIZE_, STREAM_, IDENT, HINT, RECORDED = range(len(OPS))
@@ -41,9 +42,9 @@ class EventColumns(Protocol):
 class BucketOps:
     """One bucket's graph-pool events in one trace: ``(ALLOC, requested, stream, key, segment
     address hint, recorded address)`` or ``(FREE, key)``, in order. ``ops``: given, or made when
-    first asked (from the trace's ``columns``, or by ``make``) and dropped again when more than
-    :data:`MADE_EVENTS` events of all buckets are held as tuples; :meth:`lazy` makes them range by
-    range instead (a folded replay skips most). ``cross``: keys of earlier buckets' blocks its
+    first asked (from ``columns``: a trace's, or a :class:`Drawn`'s) and dropped again when more
+    than :data:`MADE_EVENTS` events of all buckets are held as tuples; :meth:`lazy` makes them range
+    by range instead (a folded replay skips most). ``cross``: keys of earlier buckets' blocks its
     capture frees; ``unknown``: graph-pool frees of blocks allocated before recording began;
     ``frees``: key -> index of the op that frees it; ``fold``: a repeating region
     (:func:`bcgprof.analysis.predict.fold.find_period`); ``between``: for an interpolated bucket,
@@ -53,7 +54,7 @@ class BucketOps:
         "_columns",
         "_fold",
         "_frees",
-        "_make",
+        "_lazy",
         "_ops",
         "between",
         "bucket",
@@ -73,7 +74,6 @@ class BucketOps:
         unknown: int = 0,
         complete: bool = True,
         between: Optional[tuple[int, int]] = None,
-        make: Optional[Callable[[], list]] = None,
         count: Optional[int] = None,
         columns: Optional[tuple[EventColumns, int, int]] = None,
     ):
@@ -81,10 +81,11 @@ class BucketOps:
         self.bucket, self.source, self.between = bucket, source, between
         self.cross = list(cross or [])
         self.unknown, self.complete = unknown, complete
-        self._ops, self._make, self._columns = ops, make, columns
+        self._ops, self._columns = ops, columns
         self.count = count if ops is None else len(ops)
         self._frees: Optional[dict] = None
         self._fold: object = _UNSET
+        self._lazy = 0  # times read range by range
 
     @property
     def size(self) -> int:
@@ -94,10 +95,8 @@ class BucketOps:
     @property
     def ops(self) -> list:
         if self._ops is None:
-            made = self._columns is not None or self._make is not None
-            self._ops = (
-                _tuples(*self._columns) if self._columns else self._make() if self._make else []
-            )
+            made = self._columns is not None
+            self._ops = _tuples(*self._columns) if self._columns else []
             self.count = len(self._ops)
             if made:
                 _held(self)
@@ -107,19 +106,15 @@ class BucketOps:
 
     @ops.setter
     def ops(self, value: list) -> None:
-        self._ops, self._make, self._columns, self._frees, self._fold = (
-            value,
-            None,
-            None,
-            None,
-            _UNSET,
-        )
+        self._ops, self._columns, self._frees, self._fold = value, None, None, _UNSET
         self.count = len(value)
 
     def lazy(self) -> Sequence:
         """The events as a sequence whose slices and items are made into tuples when read (the list
-        itself when it is held)."""
-        if self._ops is None and self._columns is not None:
+        itself when it is held). A bucket read so a second time is made whole instead (and held, as
+        :attr:`ops`): a bucket replayed in many lists then makes its tuples once."""
+        if self._ops is None and self._columns is not None and not self._lazy:
+            self._lazy += 1
             return _Slices(*self._columns, self.size)
         return self.ops
 
@@ -148,7 +143,44 @@ class BucketOps:
     @property
     def from_trace(self) -> bool:
         """Whether the events are read from a trace's columns (with their recorded addresses)."""
-        return self._columns is not None
+        return self._columns is not None and not isinstance(self._columns[0], Drawn)
+
+    def shape(self) -> Shape:
+        """The events as interpolation compares them (:func:`~bcgprof.analysis.predict.interpolate.
+        shape_of`), read from the columns (whole columns at once, no tuples made) where the events
+        are read from them."""
+        if self._ops is not None or self._columns is None:
+            return shape_of(self.ops)
+        trace, bucket, _ = self._columns
+        c = trace.columns(bucket)
+        kind = c[:, KIND]
+        allocs = np.flatnonzero(kind == ALLOC)
+        frees = np.flatnonzero(kind != ALLOC)
+        value = np.empty(len(c), dtype=np.int64)
+        value[allocs] = c[allocs, STREAM_]
+        # a free: the number in the bucket of the allocation it frees, made before it (-1: none)
+        keys = c[allocs, IDENT]
+        order = np.argsort(keys, kind="stable")
+        at = np.searchsorted(keys[order], c[frees, IDENT])
+        target = np.full(len(frees), -1, dtype=np.int64)
+        if len(keys):
+            at = np.minimum(at, len(keys) - 1)
+            number = order[at]
+            hit = (keys[number] == c[frees, IDENT]) & (allocs[number] < frees)
+            target[hit] = number[hit]
+        value[frees] = target
+        return kind.copy(), value, c[allocs, SIZE_], c[allocs, HINT]
+
+    def streams(self) -> list[int]:
+        """The streams its allocations name, in the order first named (from the columns where the
+        events are read from them, without making the tuples)."""
+        if self._ops is None and self._columns is not None:
+            trace, bucket, _ = self._columns
+            c = trace.columns(bucket)
+            named = c[c[:, KIND] == ALLOC, STREAM_]
+            values, first = np.unique(named, return_index=True)
+            return values[np.argsort(first)].tolist()
+        return list(dict.fromkeys(op[2] for op in self.ops if op[0] == ALLOC))
 
     def mismatches(self, period: list, begin: int, end: int) -> int:
         """How many allocations among events ``[begin, end)`` were recorded elsewhere than where
@@ -162,7 +194,7 @@ class BucketOps:
 
     def release(self) -> None:
         """Drop the tuples (made again when asked)."""
-        if self._columns is not None or self._make is not None:
+        if self._columns is not None:
             self._ops = self._frees = None
             _MADE.pop(self, None)
 
@@ -213,17 +245,28 @@ def fold_of(trace: EventColumns, bucket: int, base: int = 0) -> Optional[tuple[i
     """The bucket's repeating region (keys only name events, so it does not depend on ``base``)."""
     if bucket not in trace.folds:
         c = trace.columns(bucket)
-        trace.folds[bucket] = find_period_arrays(
-            c[:, KIND], c[:, SIZE_], c[:, STREAM_], c[:, IDENT] | base
-        )
+        # a base past 64 bits (an interpolated bucket's) has none of the allocation numbers' bits:
+        # the numbers alone name the events alike
+        keys = c[:, IDENT] | base if base < _WIDE else c[:, IDENT]
+        trace.folds[bucket] = find_period_arrays(c[:, KIND], c[:, SIZE_], c[:, STREAM_], keys)
     return trace.folds[bucket]
+
+
+_WIDE = 1 << 63  # a key base from here on is OR'ed onto allocation numbers in Python's integers
+
+
+def _keys(idents: np.ndarray, base: int) -> list[int]:
+    """``base | number`` for each allocation number, as Python integers."""
+    if base < _WIDE:
+        return (idents | base).tolist()
+    return [base | k for k in idents.tolist()]
 
 
 def _tuples(
     trace: EventColumns, bucket: int, base: int, start: int = 0, stop: Optional[int] = None
 ) -> list:
     c = trace.columns(bucket)[start:stop]
-    keys = (c[:, IDENT] | base).tolist()
+    keys = _keys(c[:, IDENT], base)
     return [
         (ALLOC, s, st, k, h, r) if t == ALLOC else (FREE, k)
         for t, s, st, k, h, r in zip(
@@ -241,4 +284,53 @@ def _free_index(trace: EventColumns, bucket: int, base: int) -> dict:
     """:func:`bcgprof.analysis.predict.fold.free_index` from the columns (without the tuples)."""
     c = trace.columns(bucket)
     at = np.flatnonzero(c[:, KIND] == FREE)
-    return dict(zip((c[at, IDENT] | base).tolist(), at.tolist()))
+    return dict(zip(_keys(c[at, IDENT], base), at.tolist()))
+
+
+class Drawn:
+    """The events of one trace's buckets that were not profiled, each drawn from the
+    :class:`~bcgprof.analysis.predict.interpolate.Pattern` of its profiled neighbours, as the
+    columns a trace gives (:class:`EventColumns`): each size on the line between the neighbours'
+    (:func:`~bcgprof.analysis.predict.interpolate.line_sizes`), allocation numbers in order from 1
+    (a free: the number of the allocation it frees), segment hints from the nearer neighbour, no
+    recorded address (-1). The same events as
+    :func:`~bcgprof.analysis.predict.interpolate.interpolated_ops`, made with whole arrays, so a
+    folded replay makes tuples only of the events it runs. The columns of the buckets asked last
+    are held, at most :data:`DRAWN_EVENTS` events of them (the others made again when asked)."""
+
+    def __init__(self) -> None:
+        self.patterns: dict[int, Pattern] = {}  # bucket -> the pattern it is drawn from
+        self.folds: dict = {}  # bucket -> its repeating region, or None (found when first asked)
+        self._held: OrderedDict = OrderedDict()  # bucket -> its columns, least recently used first
+
+    def add(self, bucket: int, pattern: Pattern) -> None:
+        self.patterns[bucket] = pattern
+
+    def columns(self, bucket: int) -> np.ndarray:
+        held = self._held.get(bucket)
+        if held is not None:
+            self._held.move_to_end(bucket)
+            return held
+        p = self.patterns[bucket]
+        kind = p.kinds
+        allocs = np.flatnonzero(kind == ALLOC)
+        frees = np.flatnonzero(kind != ALLOC)
+        t = np.zeros((len(OPS), len(kind)), dtype=np.int64)
+        t[KIND] = kind
+        t[SIZE_, allocs] = line_sizes(bucket, p)
+        t[STREAM_, allocs] = p.values[allocs]
+        t[IDENT, allocs] = np.arange(1, len(allocs) + 1)
+        t[IDENT, frees] = p.values[frees] + 1
+        nearer = p.low_hints if bucket - p.lower <= p.upper - bucket else p.high_hints
+        t[HINT, allocs] = nearer
+        t[RECORDED] = -1
+        events = t.T  # one row an event
+        events.flags.writeable = False
+        self._held[bucket] = events
+        total = sum(len(e) for e in self._held.values())
+        while total > DRAWN_EVENTS and len(self._held) > 1:
+            total -= len(self._held.popitem(last=False)[1])
+        return events
+
+
+DRAWN_EVENTS = 250_000  # interpolated events held as columns at once, per trace (48 bytes each)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations
 
 
@@ -63,12 +64,14 @@ def least_squares(
     import numpy as np
 
     y = np.asarray(ys, dtype=float)
+    if not nonnegative:  # the design's own work done once for every fit to it
+        design, cols, solve = _solution(tuple(tuple(float(v) for v in c) for c in columns), len(y))
+        fit = _fit(design, y, cols, solve)
+        assert fit is not None  # the spanning columns are independent
+        return fit
     design = np.asarray(columns, dtype=float).reshape(len(columns), len(y)).T  # [rows, columns]
     k = design.shape[1]
-    if nonnegative:
-        subsets = [list(s) for size in range(k + 1) for s in combinations(range(k), size)]
-    else:
-        subsets = [_spanning(design)]
+    subsets = [list(s) for size in range(k + 1) for s in combinations(range(k), size)]
     best: Fit | None = None
     for cols in subsets:
         fit = _solve(design, y, cols)
@@ -78,6 +81,21 @@ def least_squares(
             best = fit
     assert best is not None  # the empty subset always solves
     return best
+
+
+@lru_cache(maxsize=64)
+def _solution(columns: tuple[tuple[float, ...], ...], rows: int):
+    """A design's matrix, its spanning columns and the map from observations to coefficients:
+    what every fit to it shares (a layer prediction fits hundreds of figures to one design)."""
+    import numpy as np
+
+    design = np.asarray(columns, dtype=float).reshape(len(columns), rows).T  # [rows, columns]
+    cols = _spanning(design)
+    solve = _solve_map(design, cols)
+    for shared in (design, solve):  # kept for later fits: never changed
+        if shared is not None:
+            shared.flags.writeable = False
+    return design, cols, solve
 
 
 def _spanning(design) -> list[int]:
@@ -93,6 +111,12 @@ def _spanning(design) -> list[int]:
 
 def _solve(design, y, cols: list[int]) -> Fit | None:
     """The fit on ``cols`` alone (others 0), or None when those columns are dependent."""
+    return _fit(design, y, cols, _solve_map(design, cols))
+
+
+def _solve_map(design, cols: list[int]):
+    """The linear map from the observations to the coefficients of the fit on ``cols`` alone (the
+    others' rows zero), or None when those columns are dependent."""
     import numpy as np
 
     n, k = design.shape
@@ -102,6 +126,17 @@ def _solve(design, y, cols: list[int]) -> Fit | None:
         if np.linalg.matrix_rank(sub) < len(cols):
             return None
         solve[cols] = np.linalg.pinv(sub)
+    return solve
+
+
+def _fit(design, y, cols: list[int], solve) -> Fit | None:
+    """The fit of ``y`` by ``solve`` (:func:`_solve_map`'s), or None when it is None."""
+    import numpy as np
+
+    if solve is None:
+        return None
+    k = design.shape[1]
+    n = design.shape[0]
     coef = solve @ y
     residuals = y - design @ coef
     spare = n - len(cols)

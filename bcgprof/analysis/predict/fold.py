@@ -26,7 +26,8 @@ from typing import Optional
 
 import numpy as np
 
-ALLOC, FREE = 0, 1
+from bcgprof.analysis.predict.allocator import ALLOC, FREE
+
 CANDIDATES = 12  # periods tried: the most common distances between repeats of one code
 MIN_PERIODS = 3  # a region must repeat at least this often to be worth folding
 
@@ -76,7 +77,9 @@ def find_period_arrays(
     other = np.where(alloc, later, earlier)  # the op at the key's other end (-1: none here)
     distance = np.where(other < 0, 0, np.where(alloc, other - index, index - other))
     own = np.where(~alloc & (earlier < 0), key, -1)  # a free from elsewhere never repeats
-    columns = (kind, np.where(alloc, size, 0), np.where(alloc, stream, 0), other < 0, distance, own)
+    # kind, whether the other end is here and the distance to it, as one number
+    ends = distance * 4 + (kind == ALLOC) * 2 + (other < 0)
+    columns = (ends, np.where(alloc, size, 0), np.where(alloc, stream, 0), own)
     by_code = np.lexsort(columns[::-1])
     new_code = np.zeros(n, dtype=bool)
     for c in columns:
@@ -84,8 +87,8 @@ def find_period_arrays(
         new_code[1:] |= ordered[1:] != ordered[:-1]
     codes = np.empty(n, dtype=np.int64)
     codes[by_code] = np.cumsum(new_code)  # equal codes for equal columns
-    # each code's events in order: the one before is its last repeat
-    order = np.lexsort((index, codes))
+    # each code's events in order (a stable sort keeps them so): the one before is its last repeat
+    order = _stable_order(codes)
     same = codes[order][1:] == codes[order][:-1]
     gap_at = order[1:][same]
     gaps = np.empty(n, dtype=np.int64)
@@ -119,11 +122,21 @@ def find_period_arrays(
 
 
 def _last_index(keys: np.ndarray, at: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """For each ``wanted`` key, the last of ``at`` where ``keys`` holds it (-1 where none does)."""
+    """For each ``wanted`` key, the last of ``at`` (ascending) where ``keys`` holds it (-1 where
+    none does)."""
     out = np.full(len(wanted), -1, dtype=np.int64)
     if not len(keys):
         return out
-    order = np.lexsort((at, keys))
+    low = keys.min()
+    span = int(keys.max()) - int(low) + 1
+    if span <= 4 * len(keys) + 4096:  # a bucket's own keys: a table of them, the last the largest
+        table = np.full(span, -1, dtype=np.int64)
+        np.maximum.at(table, keys - low, at)
+        place = wanted - low
+        inside = (place >= 0) & (place < span)
+        out[inside] = table[place[inside]]
+        return out
+    order = _stable_order(keys)  # ``at`` ascends: a key's positions stay in order
     keys, at = keys[order], at[order]
     last = np.r_[keys[1:] != keys[:-1], True]  # each key's last position
     keys, at = keys[last], at[last]
@@ -131,6 +144,15 @@ def _last_index(keys: np.ndarray, at: np.ndarray, wanted: np.ndarray) -> np.ndar
     hit = keys[where] == wanted
     out[hit] = at[where[hit]]
     return out
+
+
+def _stable_order(values: np.ndarray) -> np.ndarray:
+    """The order that sorts ``values``, equal ones kept in their order: numpy's radix sort where
+    they span fewer than 2**16 numbers (a bucket's keys and codes mostly do), else its merge sort;
+    the same order either way."""
+    if len(values) and int(values.max()) - int(values.min()) < 1 << 16:
+        return np.argsort((values - values.min()).astype(np.uint16), kind="stable")
+    return np.argsort(values, kind="stable")
 
 
 def boundaries(fold: tuple[int, int, int]) -> tuple[list[int], int]:

@@ -21,9 +21,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, TypeAlias
 
-from bcgprof.analysis.predict.fold import ALLOC, FREE
+from bcgprof.analysis.predict.allocator import ALLOC, FREE
+
+if TYPE_CHECKING:  # numpy is imported where events are compared (a layer prediction never does)
+    import numpy as np
 
 
 def neighbours(profiled: Sequence[int], bucket: int) -> Optional[tuple[int, int]]:
@@ -40,20 +43,33 @@ def line_size(bucket: int, lower: int, lower_size: int, upper: int, upper_size: 
     return -(-(lower_size * (upper - bucket) + upper_size * (bucket - lower)) // span)
 
 
-def _pattern(ops: Sequence[tuple]) -> tuple[list[tuple], list[int]]:
-    """The events with their sizes left out (a free names the allocation it frees by its number in
-    the bucket), and the sizes."""
+# a bucket's events as interpolation compares them, as arrays: each event's kind and, its size left
+# out, its value (an allocation's stream; a free's number in the bucket of the allocation it frees,
+# -1 for one of another bucket), then the allocations' sizes and their segment hints
+Shape: TypeAlias = "tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]"
+
+
+def shape_of(ops: Sequence[tuple]) -> Shape:
+    """The :data:`Shape` of replayable ops (``(ALLOC, requested, stream, key, segment hint,
+    address)`` or ``(FREE, key)``)."""
+    import numpy as np
+
     number: dict[int, int] = {}
-    pattern: list[tuple] = []
+    kinds: list[int] = []
+    values: list[int] = []
     sizes: list[int] = []
+    hints: list[int] = []
     for op in ops:
+        kinds.append(op[0])
         if op[0] == ALLOC:
             number[op[3]] = len(sizes)
-            pattern.append((ALLOC, op[2]))
+            values.append(op[2])
             sizes.append(op[1])
+            hints.append(op[4])
         else:
-            pattern.append((FREE, number.get(op[1], -1)))
-    return pattern, sizes
+            values.append(number.get(op[1], -1))
+    arrays = [np.asarray(v, dtype=np.int64) for v in (kinds, values, sizes, hints)]
+    return arrays[0], arrays[1], arrays[2], arrays[3]
 
 
 @dataclass(frozen=True)
@@ -63,58 +79,91 @@ class Pattern:
 
     lower: int
     upper: int
-    pattern: list
-    low_sizes: list
-    high_sizes: list
-    low_hints: list
-    high_hints: list
+    kinds: np.ndarray  # each event's, and its value (see Shape): the events, sizes left out
+    values: np.ndarray
+    low_sizes: np.ndarray
+    high_sizes: np.ndarray
+    low_hints: np.ndarray
+    high_hints: np.ndarray
 
     @property
     def events(self) -> int:
-        return len(self.pattern)
+        return len(self.kinds)
 
 
 def pair_pattern(
-    lower: int, lower_ops: Sequence[tuple], upper: int, upper_ops: Sequence[tuple]
+    lower: int, lower_shape: Shape, upper: int, upper_shape: Shape
 ) -> tuple[Optional[Pattern], str]:
-    """The :class:`Pattern` of two profiled buckets' replayable ops (``(ALLOC, requested, stream,
-    key, segment hint, address)`` or ``(FREE, key)``), or (None, why no bucket between them can be
-    drawn from them)."""
-    low_pattern, low_sizes = _pattern(lower_ops)
-    high_pattern, high_sizes = _pattern(upper_ops)
-    short, long = sorted((low_pattern, high_pattern), key=len)
-    if long[: len(short)] == short and all(op[0] == FREE for op in long[len(short) :]):
+    """The :class:`Pattern` of two profiled buckets' events (each one's :data:`Shape`), or (None,
+    why no bucket between them can be drawn from them)."""
+    import numpy as np
+
+    low_kinds, low_values, low_sizes, low_hints = lower_shape
+    high_kinds, high_values, high_sizes, high_hints = upper_shape
+    (short_k, short_v), (long_k, long_v) = sorted(
+        ((low_kinds, low_values), (high_kinds, high_values)), key=lambda kv: len(kv[0])
+    )
+    n = len(short_k)
+    if (
+        np.array_equal(long_k[:n], short_k)
+        and np.array_equal(long_v[:n], short_v)
+        and bool((long_k[n:] == FREE).all())
+    ):
         # the last bucket captured has no later warm-up to record the frees after its capture: the
         # other's tell
-        low_pattern = high_pattern = long
-    if low_pattern != high_pattern:
+        low_kinds, low_values = high_kinds, high_values = long_k, long_v
+    if not (np.array_equal(low_kinds, high_kinds) and np.array_equal(low_values, high_values)):
         return None, (
             f"the captures of {lower} and {upper} differ in more than their sizes (the kernels "
             "allocate "
             "differently between them)"
         )
-    if any(op[0] == FREE and op[1] < 0 for op in low_pattern):
+    if bool(((low_kinds == FREE) & (low_values < 0)).any()):
         return None, f"the capture of {lower} or {upper} frees blocks of another bucket"
-    hints = (
-        [op[4] for op in lower_ops if op[0] == ALLOC],
-        [op[4] for op in upper_ops if op[0] == ALLOC],
+    return (
+        Pattern(lower, upper, low_kinds, low_values, low_sizes, high_sizes, low_hints, high_hints),
+        "",
     )
-    return Pattern(lower, upper, low_pattern, low_sizes, high_sizes, *hints), ""
+
+
+def line_sizes(bucket: int, p: Pattern) -> np.ndarray:
+    """Each allocation's size at ``bucket`` (``p.lower`` < bucket < ``p.upper``), as
+    :func:`line_size` gives it: whole arrays at once where no product can pass 63 bits, else one by
+    one in Python's integers (the same numbers)."""
+    import numpy as np
+
+    span = p.upper - p.lower
+    low, high = p.low_sizes, p.high_sizes
+    if not len(low):
+        return np.zeros(0, dtype=np.int64)
+    largest = max(
+        abs(int(low.min())), abs(int(low.max())), abs(int(high.min())), abs(int(high.max()))
+    )
+    if largest * span < 1 << 62:  # each product below 2**62, their sum below 2**63
+        return -(-(low * (p.upper - bucket) + high * (bucket - p.lower)) // span)
+    return np.array(
+        [
+            line_size(bucket, p.lower, a, p.upper, b)
+            for a, b in zip(low.tolist(), high.tolist(), strict=True)
+        ],
+        dtype=np.int64,
+    )
 
 
 def interpolated_ops(bucket: int, p: Pattern, base: int) -> list[tuple]:
     """``bucket``'s events (``p.lower`` < bucket < ``p.upper``): each size on the line between its
     neighbours', keys ``base | number``, segment hints from the nearer neighbour."""
-    hints = p.low_hints if bucket - p.lower <= p.upper - bucket else p.high_hints
+    hints = (p.low_hints if bucket - p.lower <= p.upper - bucket else p.high_hints).tolist()
+    low_sizes, high_sizes = p.low_sizes.tolist(), p.high_sizes.tolist()
     ops: list[tuple] = []
     number = 0
-    for op in p.pattern:
-        if op[0] == ALLOC:
-            size = line_size(bucket, p.lower, p.low_sizes[number], p.upper, p.high_sizes[number])
+    for kind, value in zip(p.kinds.tolist(), p.values.tolist()):
+        if kind == ALLOC:
+            size = line_size(bucket, p.lower, low_sizes[number], p.upper, high_sizes[number])
             number += 1
-            ops.append((ALLOC, size, op[1], base | number, hints[number - 1], -1))
+            ops.append((ALLOC, size, value, base | number, hints[number - 1], -1))
         else:
-            ops.append((FREE, base | (op[1] + 1)))
+            ops.append((FREE, base | (value + 1)))
     return ops
 
 
@@ -131,5 +180,5 @@ def interpolate_ops(
     ``(ALLOC, requested, stream, key, segment hint, address)`` or ``(FREE, key)``). Keys are ``base
     | number``; segment hints come from the nearer neighbour (they only break ties). Returns (ops,
     "") or ([], why not)."""
-    found, why = pair_pattern(lower, lower_ops, upper, upper_ops)
+    found, why = pair_pattern(lower, shape_of(lower_ops), upper, shape_of(upper_ops))
     return (interpolated_ops(bucket, found, base), "") if found is not None else ([], why)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Optional
 
 from bcgprof.analysis.predict.bands import layer_band_source, layer_needs_free_band
@@ -49,10 +50,14 @@ from bcgprof.analysis.predict.prediction import (
     round_up,
     too_wide_notes,
 )
+from bcgprof.analysis.predict.side_by_side import large, side_by_side
 from bcgprof.errors import BcgprofError, PredictionError
 from bcgprof.report import Report
+from bcgprof.report.traces import trace_name
 
 STEADY_LAYERS = 4  # from this depth on one layer's working set sets the pool
+# a layout spread replays its trace many times: one of a trace this large is worth a process
+MIN_SPREAD_BYTES = 16 << 10
 LAYER_NEEDS_FREE = (
     "each bucket's measured peak above what it kept from the {layers}-layer capture (its eager "
     "warm-up's "
@@ -159,6 +164,15 @@ def predict_layers(
             raise PredictionError(f"mode {mode}: the reports captured different buckets")
         if len(buckets) > 1:
             steps[mode] = [staircase_slope(rows[1:]) for rows in per_report]
+    # each mode's layout spread (read in the loop below) worked out side by side
+    laid_out = reports[deepest]
+    side_by_side(
+        [
+            partial(layout_spread, laid_out, mode, per_report[deepest])
+            for mode, per_report in rows_of.items()
+            if large(laid_out.path / trace_name(mode), MIN_SPREAD_BYTES)
+        ]
+    )
     for mode, per_report in rows_of.items():
         buckets = [row.bucket for row in per_report[0]]
         # Executables (non-torch): every later bucket adds the same graphs, so their NVML total

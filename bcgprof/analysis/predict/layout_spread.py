@@ -23,9 +23,8 @@ from typing import Optional
 
 from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.allocator import AllocatorError
-from bcgprof.analysis.predict.replay import Replayer, ReplayError
 from bcgprof.report import BucketRecord, Report
-from bcgprof.report.traces import trace_name
+from bcgprof.report.traces import trace_files, trace_name
 
 LAYOUTS = 24  # random layouts replayed per mode (seeds 1..LAYOUTS)
 LAID_OUT = "replayed with its segments at random addresses"
@@ -84,6 +83,11 @@ def layout_spread(
     the band without a word. A layout the allocator model cannot replay is left out and counted in
     the note; if none can be, the error of the first is raised.
     """
+    if not trace_files(report.path, [mode]):
+        return None
+    # the replay (and numpy) only for a report with a trace of the mode
+    from bcgprof.analysis.predict.replay import Replayer, ReplayError
+
     measured = [(r.bucket, r.pool_bytes) for r in rows]
     replayer = Replayer.load(report.path, [mode], expected={mode: measured})
     # has(): reads the trace and checks it, or raises

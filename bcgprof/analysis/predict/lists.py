@@ -13,7 +13,10 @@ labelled); one outside it is refused. Where a new segment's address decides a be
 is replayed with such segments placed above and below the others, and the band spans both.
 
 Invariant: no mode total below zero, no band without its point. Cost: one replay per mode, two
-where a segment had no recorded address (a replay's cost: :mod:`bcgprof.analysis.predict.replay`).
+where a segment had no recorded address (a replay's cost: :mod:`bcgprof.analysis.predict.replay`);
+a prediction made on its own keeps its replays under the cache
+(:mod:`bcgprof.analysis.predict.kept_replays`), so the next command on the same traces and list
+looks them up.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from bcgprof.analysis.predict.bands import Band, ListBands
 from bcgprof.analysis.predict.executables import later_executables
@@ -44,11 +47,15 @@ from bcgprof.analysis.predict.prediction import (
     too_wide_notes,
 )
 from bcgprof.analysis.predict.recorded import as_profile, untraced
-from bcgprof.analysis.predict.replay import Replayer, ReplayError
+from bcgprof.analysis.predict.side_by_side import check_traces
 from bcgprof.errors import PredictionError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report
+from bcgprof.report.traces import trace_files
 from bcgprof.vocab import Mode, Order
+
+if TYPE_CHECKING:  # the replay (and numpy) is imported where a list is replayed
+    from bcgprof.analysis.predict.replay import Replayer
 
 MAX_LISTED = 8  # interpolated buckets named in a note
 
@@ -87,6 +94,8 @@ def bucket_profile(report: Report) -> BucketProfile:
     """The report's rows and traces, read once for many list predictions. Refuses a report without
     traces. A recording is its traced groups (:func:`~bcgprof.analysis.predict.recorded.
     as_profile`)."""
+    from bcgprof.analysis.predict.replay import Replayer
+
     report = as_profile(report)
     check_usable(report)
     rows = {m: {r.bucket: r for r in report_rows(report, m)} for m in report.modes()}
@@ -129,6 +138,8 @@ def predict_buckets(
     :func:`bucket_profile`, when the caller predicts many lists from one report. Each mode's
     :class:`~bcgprof.analysis.predict.needs_free.NeedsFree` says what free memory the list needs;
     ``free``: check it against that many bytes free when the first bucket's warm-up begins."""
+    from bcgprof.analysis.predict.replay import ReplayError
+
     left_out = untraced(report)
     report = as_profile(report)
     p = profile or bucket_profile(report)
@@ -165,6 +176,14 @@ def predict_buckets(
         )
     out, drawn = [], {}
     chosen = [m for m in (modes or report.modes()) if m in p.rows and p.largest in p.rows[m]]
+    # each mode's trace read and checked side by side (the list's largest bucket comes from
+    # per-bucket's in shared-largest and floor modes, unless it is the profile's): the loop below
+    # finds them done
+    sources = p.replayer.bucket_sources
+    needed = dict.fromkeys(chosen)
+    if top != p.largest and {Mode.SHARED_LARGEST, Mode.FLOOR} & set(chosen):
+        needed[Mode.PER_BUCKET] = None
+    check_traces([(sources, m) for m in needed if m in sources.traces])
     for mode in chosen:
         rows = p.rows[mode]
         first = rows[p.largest]
@@ -242,6 +261,9 @@ def predict_buckets(
                 "MiB of the pool (best-fit ties); the band spans both placements"
             )
         out.append(result)
+    if profile is None:  # a prediction on its own: its replays serve the next command's
+        for mode in chosen:
+            p.replayer.keep_store(mode)
     out.sort(key=lambda m: mode_index(m.mode))
     if drawn:
         listed = ", ".join(f"{b} ({lo}-{hi})" for b, (lo, hi) in sorted(drawn.items())[:MAX_LISTED])
@@ -338,10 +360,7 @@ def predict_own_list(report: Report, free: Optional[int] = None) -> Prediction:
     if len(untraced(report)) < len(report.modes()):  # a capture, or a recording with a trace
         report = as_profile(report)
     check_usable(report)
-    if (
-        report.run.order == Order.LARGEST_FIRST
-        and Replayer.load(report.path, report.modes()) is not None
-    ):
+    if report.run.order == Order.LARGEST_FIRST and trace_files(report.path, report.modes()):
         pred = predict_buckets(report, report.run.buckets, free=free)
         pred.notes.insert(0, "the profile's own list, replayed from its allocator traces")
         return pred

@@ -19,7 +19,10 @@ them), so the prediction keeps them allocated where the process had freed them b
 phase began: the pair's second phase has that much less room to reuse here.
 
 Cost: one replay of each profile's list, then the second list again onto the first's end (twice
-where a placement was made up).
+where a placement was made up); each mode's figures are kept under the cache
+(:mod:`bcgprof.analysis.predict.trace_cache`, keyed by both traces' content and both lists), so a
+later command on the same pair checks both traces (:meth:`~bcgprof.analysis.predict.sources.
+BucketSources.has`, itself kept) and looks the figures up instead of replaying.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.phase_replay import PhaseReplayer
 from bcgprof.analysis.predict.prediction import check_usable, report_rows
 from bcgprof.analysis.predict.replay import ReplayError
+from bcgprof.analysis.predict.side_by_side import check_traces
 from bcgprof.errors import PredictionError
 from bcgprof.report import Report
 
@@ -148,31 +153,97 @@ def predict_pair(first: Report, second: Report) -> PairPrediction:
             f"{first.path} and {second.path} share no mode with traces; capture both with the "
             "same --modes"
         )
+    # the four traces read and checked side by side: the loop below finds them done
+    check_traces([(r.bucket_sources, m) for m in shared for r in (before, after)])
     for mode in shared:
         a, b = first_lists[mode], second_lists[mode]
         try:
-            alone_a, alone_b = before.replay(mode, a), after.replay(mode, b)
-            streams = _stream_map(after.streams(mode, b), before.streams(mode, a), out.notes, mode)
-            pair = after.replay_onto(before.end_state(mode, a), mode, b, streams)
-            other = None
-            if pair.made_up:
-                twin_before, twin_after = before.other_placement(), after.other_placement()
-                state = twin_before.end_state(mode, a)
-                other = twin_after.replay_onto(state, mode, b, streams).pool_bytes[-1]
+            parts, kept = None, None
+            # both traces checked against their reports (or their kept verdicts) before any use
+            if before.bucket_sources.has(mode) and after.bucket_sources.has(mode):
+                parts = _kept_parts(before, after, mode, a, b)
+            if parts is not None:
+                kept = _kept(trace_cache.recall("pair", parts, _near(before, mode)), mode)
+            if kept is not None:
+                found, notes = kept
+            else:
+                found, notes = _replayed(before, after, mode, a, b)
+                if parts is not None:
+                    value = [*_figures(found), notes]
+                    trace_cache.remember("pair", parts, value, _near(before, mode))
         except ReplayError as e:
             raise PredictionError(f"{mode}: {e}") from None
-        out.modes.append(
-            PairMode(
-                mode=mode,
-                first_alone_bytes=alone_a.pool_bytes[-1],
-                second_alone_bytes=alone_b.pool_bytes[-1],
-                pair_bytes=pair.pool_bytes[-1],
-                exact=alone_a.exact and alone_b.exact and pair.exact,
-                made_up=pair.made_up,
-                other_placement_pair_bytes=other if other != pair.pool_bytes[-1] else None,
-            )
-        )
+        out.notes += notes
+        out.modes.append(found)
     return out
+
+
+def _replayed(
+    before: PhaseReplayer, after: PhaseReplayer, mode: str, a: list[int], b: list[int]
+) -> tuple[PairMode, list[str]]:
+    """``mode``'s pair, replayed, and its notes."""
+    notes: list[str] = []
+    alone_a, alone_b = before.replay(mode, a), after.replay(mode, b)
+    streams = _stream_map(after.streams(mode, b), before.streams(mode, a), notes, mode)
+    pair = after.replay_onto(before.end_state(mode, a), mode, b, streams)
+    other = None
+    if pair.made_up:
+        twin_before, twin_after = before.other_placement(), after.other_placement()
+        state = twin_before.end_state(mode, a)
+        other = twin_after.replay_onto(state, mode, b, streams).pool_bytes[-1]
+    found = PairMode(
+        mode=mode,
+        first_alone_bytes=alone_a.pool_bytes[-1],
+        second_alone_bytes=alone_b.pool_bytes[-1],
+        pair_bytes=pair.pool_bytes[-1],
+        exact=alone_a.exact and alone_b.exact and pair.exact,
+        made_up=pair.made_up,
+        other_placement_pair_bytes=other if other != pair.pool_bytes[-1] else None,
+    )
+    return found, notes
+
+
+def _kept_parts(
+    before: PhaseReplayer, after: PhaseReplayer, mode: str, a: list[int], b: list[int]
+) -> Optional[list]:
+    """What a mode's pair is kept under: both traces' digests and both lists (None for a trace
+    held in memory)."""
+    first, second = before.bucket_sources.traces.get(mode), after.bucket_sources.traces.get(mode)
+    if first is None or second is None or not first.digest or not second.digest:
+        return None
+    return [mode, first.digest, second.digest, list(a), list(b)]
+
+
+def _near(replayer: PhaseReplayer, mode: str) -> Optional[Path]:
+    trace = replayer.bucket_sources.traces.get(mode)
+    return trace.path if trace is not None else None
+
+
+def _figures(found: PairMode) -> list:
+    return [
+        found.first_alone_bytes,
+        found.second_alone_bytes,
+        found.pair_bytes,
+        found.exact,
+        found.made_up,
+        found.other_placement_pair_bytes,
+    ]
+
+
+def _kept(value: object, mode: str) -> Optional[tuple[PairMode, list[str]]]:
+    """A kept pair (:func:`_figures` and its notes), if it reads back whole."""
+    if not (isinstance(value, list) and len(value) == 7):
+        return None
+    first, second, pair, exact, made_up, other, notes = value
+    if not (
+        all(type(v) is int for v in (first, second, pair, made_up))
+        and type(exact) is bool
+        and (other is None or type(other) is int)
+        and isinstance(notes, list)
+        and all(isinstance(n, str) for n in notes)
+    ):
+        return None
+    return PairMode(mode, first, second, pair, exact, made_up, other), notes
 
 
 def _stream_map(second: list[int], first: list[int], notes: list[str], mode: str) -> dict[int, int]:

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Optional, cast
 
 from bcgprof.analysis.predict.allocator import Pool
-from bcgprof.analysis.predict.fold import ALLOC
 from bcgprof.analysis.predict.memo import State
 from bcgprof.analysis.predict.pool_replay import PoolReplay
 from bcgprof.analysis.predict.replay import Replayer
@@ -38,9 +37,7 @@ class PhaseReplayer(Replayer):
         """The streams the graph-pool requests of ``mode``'s list name, in the order first named."""
         seen: dict[int, None] = {}
         for bucket, source in self.bucket_sources.sources(mode, buckets):
-            for op in self.bucket_sources.ops[source][bucket].ops:
-                if op[0] == ALLOC:
-                    seen.setdefault(op[2], None)
+            seen.update(dict.fromkeys(self.bucket_sources.ops[source][bucket].streams()))
         return list(seen)
 
     def replay_onto(
@@ -79,11 +76,17 @@ class _Restreamed:
     def __init__(self, pool: Pool, streams: dict[int, int]):
         self._pool, self._streams = pool, streams
 
-    def malloc(self, requested: int, stream: int = 0, at: Optional[int] = None):
-        return self._pool.malloc(requested, self._streams.get(stream, stream), at)
-
-    def place(self, requested: int, stream: int = 0, at: Optional[int] = None):
-        return self._pool.place(requested, self._streams.get(stream, stream), at)
+    def run(
+        self,
+        ops: Sequence,
+        live: dict,
+        check: bool = False,
+        placed: Optional[list] = None,
+        begin: int = 0,
+        streams: Optional[Mapping[int, int]] = None,
+    ) -> int:
+        assert streams is None  # the pool's own streams are this one's to name
+        return self._pool.run(ops, live, check, placed, begin, self._streams)
 
     def __getattr__(self, name: str):
         return getattr(self._pool, name)

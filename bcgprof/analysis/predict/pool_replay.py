@@ -5,7 +5,7 @@ with it, and the phases replayed into one pool. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -21,3 +21,6 @@ class PoolReplay:
     mismatches: int = 0  # with check: allocations placed elsewhere than recorded
     # segments placed without a usable recorded address (0: the other placement is the same)
     made_up: int = 0
+    # the replay state after each bucket, where the replay kept them (the check of a trace does,
+    # for the replayers of its report to start from): memo.State, never changed once kept
+    states: list = field(default_factory=list, repr=False, compare=False)

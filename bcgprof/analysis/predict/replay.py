@@ -55,12 +55,12 @@ from typing import Optional, TypeVar, Union, cast
 from bcgprof.analysis.predict import kept_replays, trace_cache
 from bcgprof.analysis.predict.allocator import Pool
 from bcgprof.analysis.predict.bucket_ops import BucketOps
-from bcgprof.analysis.predict.fold import ALLOC, boundaries, rename, signature
+from bcgprof.analysis.predict.fold import boundaries, rename, signature
 from bcgprof.analysis.predict.memo import Memo, Node, PrefixTree, State
 from bcgprof.analysis.predict.pool_replay import PoolReplay
 from bcgprof.analysis.predict.sources import MODE_BITS, BucketSources, ReplayError
 from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet
-from bcgprof.report.traces import Trace, trace_name
+from bcgprof.report.traces import Trace, trace_files, trace_name
 
 __all__ = ["MODE_BITS", "PoolReplay", "ReplayError", "Replayer"]
 
@@ -148,12 +148,7 @@ class Replayer:
         """The report's traces of ``modes`` (those present, read when first needed); None when it
         has none.
         ``expected``: as for the constructor."""
-        found: dict[str, Union[Trace, Path, ModeTrace]] = {}
-        for mode in modes:
-            path = Path(report_dir) / trace_name(mode)
-            # a broken link is a damaged trace, which reading it says
-            if path.exists() or path.is_symlink():
-                found[mode] = path
+        found: dict[str, Union[Trace, Path, ModeTrace]] = dict(trace_files(report_dir, modes))
         return cls(found, expected=expected) if found else None
 
     def other_placement(self: R) -> R:
@@ -181,10 +176,13 @@ class Replayer:
 
     # ------------------------------------------------------------ replay
 
-    def replay(self, mode: str, buckets: Sequence[int], check: bool = False) -> PoolReplay:
+    def replay(
+        self, mode: str, buckets: Sequence[int], check: bool = False, states: bool = False
+    ) -> PoolReplay:
         """The pool after each bucket of ``mode``'s list. ``check``: count allocations the model
         places elsewhere than the profile's allocator did (0 for the profile's own list: the model
-        is right)."""
+        is right). ``states``: a list replayed here from its start also gives the state after each
+        bucket (:attr:`PoolReplay.states`)."""
         plan = self.bucket_sources.sources(mode, buckets)
         known = (
             None
@@ -196,7 +194,8 @@ class Replayer:
         stored = None if check else kept_replays.stored(self, mode, plan)
         if stored is not None and stored[1] is not None:
             return _pool_replay(mode, tuple(plan), [stored[0], *stored[1]])
-        state = self._advance(mode, plan, check, None)
+        path: Optional[list[State]] = [] if states else None
+        state = self._advance(mode, plan, check, None, path)
         assert state is not None  # no limit: replayed to the end
         exact = not any(self.bucket_sources.ops[s][b].unknown for b, s in plan)
         if not check:
@@ -210,6 +209,7 @@ class Replayer:
             sources=[s for _, s in plan],
             mismatches=state.mismatches,
             made_up=state.pool.made_up,
+            states=path if path is not None and len(path) == len(plan) else [],
         )
 
     def recall_replays(self, mode: str, lists: Sequence[Sequence[int]]) -> bool:
@@ -303,12 +303,18 @@ class Replayer:
                 kept_replays.keep(replayer, mode)
 
     def _advance(
-        self, mode: str, plan: list[tuple[int, str]], check: bool, limit: Optional[int]
+        self,
+        mode: str,
+        plan: list[tuple[int, str]],
+        check: bool,
+        limit: Optional[int],
+        states: Optional[list[State]] = None,
     ) -> Optional[State]:
         """The state after ``plan``, from the deepest state kept on its path; None as soon as the
         pool is above ``limit`` (its bytes in ``_stopped``; the state there kept for a later
-        call)."""
-        root = self.tree.root(mode, check)
+        call). ``states``: gets a copy of the state after each bucket replayed (the last one
+        itself)."""
+        root = self._root(mode, check)
         path: list[Node] = []  # the nodes of the longest prefix replayed before
         kept = -1  # depth of the deepest node there that holds a state (-1: none)
         node: Optional[Node] = root
@@ -345,6 +351,8 @@ class Replayer:
         for n in range(kept + 1, len(plan)):
             bucket, source = plan[n]
             state = self._memo_step(state, bucket, source, check)
+            if states is not None:
+                states.append(state if n == len(plan) - 1 else state.clone())
             above = limit is not None and state.reserved[-1] > limit
             if n < shared:
                 here = path[n]
@@ -368,6 +376,29 @@ class Replayer:
                 end, state
             )  # the list's own end: a later list that extends it starts here
         return state
+
+    def _root(self, mode: str, check: bool) -> Node:
+        """The prefix tree of ``mode``'s lists; a new one, for a replayer that places segments as
+        recorded, starts with the check of the mode's trace (the profile's own list, a kept state
+        after each bucket): a list that shares leading buckets with it replays only what follows.
+        The check placed no segment without its recorded address (a made-up one would have put
+        blocks elsewhere than recorded), so it holds for either placement."""
+        key = (mode, check)
+        if key in self.tree.roots or check or self.layout is not None:
+            return self.tree.root(mode, check)
+        root = self.tree.root(mode, check)
+        number, checked = self.bucket_sources.paths.get(mode, (None, None))
+        if checked is None or number != self.bucket_sources.number(mode) or checked.made_up:
+            return root
+        node = root
+        for key_, state in zip(zip(checked.buckets, checked.sources), checked.states):
+            child = node.children[key_] = Node(state.reserved[-1])
+            if self.below:  # the same state, its later made-up segments going below
+                state = state.clone()
+                state.pool.below = True
+            self.tree.keep(child, state)
+            node = child
+        return root
 
     def known_pool(self, mode: str, buckets: Sequence[int]) -> int:
         """The pool after the longest prefix of ``mode``'s list already replayed (0 if none): at
@@ -435,30 +466,11 @@ class Replayer:
         check: bool = False,
         placed: Optional[list] = None,
     ) -> None:
-        """Events ``[begin, end)``; ``check``: count allocations placed elsewhere than recorded;
-        ``placed``: where each allocation went, by its index."""
-        pool, live = state.pool, state.live
-        place, free_at, pop = pool.place, pool.free_at, live.pop
-        if not check and placed is None:  # the plain replay, without the bookkeeping
-            for op in ops[begin:end]:
-                if op[0] == ALLOC:
-                    live[op[3]] = place(op[1], op[2], op[4]).addr
-                else:
-                    addr = pop(op[1], None)
-                    if addr is not None:  # None: its allocation belongs to a bucket not in the list
-                        free_at(addr)
-            return
-        for at, op in enumerate(ops[begin:end], begin):
-            if op[0] == ALLOC:
-                addr = live[op[3]] = place(op[1], op[2], op[4]).addr
-                if check and addr != op[5]:
-                    state.mismatches += 1
-                if placed is not None:
-                    placed[at] = addr
-            else:
-                addr = pop(op[1], None)
-                if addr is not None:  # None: its allocation belongs to a bucket not in the list
-                    free_at(addr)
+        """Events ``[begin, end)`` (:meth:`~bcgprof.analysis.predict.allocator.Pool.run`);
+        ``check``: count allocations placed elsewhere than recorded; ``placed``: where each
+        allocation went, by its index."""
+        if end > begin:
+            state.mismatches += state.pool.run(ops[begin:end], state.live, check, placed, begin)
 
     def _run_folded(self, state: State, bops: BucketOps, check: bool = False) -> None:
         """:meth:`_run` over the whole bucket, jumping over repeated periods where the state repeats
@@ -499,15 +511,16 @@ class Replayer:
         return self.replay(mode, self.bucket_sources.order[mode], check=True)
 
 
-def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[PoolReplay]:
+def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> PoolReplay:
     """Refuse ``trace`` unless replaying its own list gives the report's measured pool after
     every bucket (on every committed trace it does, to the byte), every block where it was
     recorded. The replay is a fresh one (placements as recorded), so the verdict depends on the
     trace and the figures alone; a trace read from a file keeps it in the cache
     (:mod:`bcgprof.analysis.predict.trace_cache`), keyed by the file's content and the figures,
-    and the next command reads it there instead of replaying. Returns that replay (None where
-    the verdict came from the cache): it is the own list's replay with placements as recorded,
-    which a replayer then need not repeat."""
+    and the next command reads it there instead of replaying. Returns that replay: the own list's
+    with placements as recorded, which a replayer then need not repeat (where the verdict came
+    from the cache, the same replay read from the figures it matched, without the state after each
+    bucket)."""
     mode, where = trace.mode, trace.path or trace_name(trace.mode)
     order = list(trace.order)
     if [b for b, _ in measured] != order:
@@ -523,10 +536,18 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[
             "damaged: re-capture the report"
         )
     parts = [trace.digest, mode, measured]
-    if trace.digest and trace_cache.recall("verified", parts, trace.path) is True:
-        return None
+    kept = trace_cache.recall("verified", parts, trace.path) if trace.digest else None
+    if isinstance(kept, dict) and type(kept.get("made_up")) is int and kept["made_up"] >= 0:
+        return PoolReplay(
+            mode=mode,
+            buckets=order,
+            pool_bytes=[pool for _, pool in measured],
+            exact=not any(trace.unknown.get(b) for b in order),
+            sources=[mode] * len(order),
+            made_up=kept["made_up"],
+        )
     try:
-        replayed = Replayer(TraceSet({mode: trace})).replay(mode, order, check=True)
+        replayed = Replayer(TraceSet({mode: trace})).replay(mode, order, check=True, states=True)
     except ReplayError as e:
         raise ReplayError(f"{where} cannot be replayed ({e}); re-capture the report") from None
     for (bucket, pool), got in zip(measured, replayed.pool_bytes, strict=True):
@@ -538,5 +559,5 @@ def verify_trace(trace: ModeTrace, measured: list[tuple[int, int]]) -> Optional[
                 "report"
             )
     if trace.digest:
-        trace_cache.remember("verified", parts, True, trace.path)
+        trace_cache.remember("verified", parts, {"made_up": replayed.made_up}, trace.path)
     return replayed

@@ -15,7 +15,10 @@ asks for them, so a list of thousands of buckets is checked in time linear in it
 :data:`MAX_DRAWN_EVENTS` events.
 
 Invariant: the keys of events are unique across traces and buckets (trace number, then allocation
-number; an interpolated bucket's own range above :data:`FIRST_INTERPOLATED`). Cost: per list, O(its
+number; an interpolated bucket's own range above :data:`FIRST_INTERPOLATED`), and a trace's number
+is its mode's (:func:`trace_number`), whatever other traces the set holds: the check of a trace,
+which replays it alone, names its events as every replayer of its report does, so the states it
+passes through serve them (:attr:`BucketSources.paths`). Cost: per list, O(its
 length) lookups; per pair of neighbours drawn from, O(their events) once. Torch-free.
 """
 
@@ -25,12 +28,13 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 from bcgprof.analysis.predict.allocator import AllocatorError, Settings, check_settings, round_size
-from bcgprof.analysis.predict.bucket_ops import BucketOps
+from bcgprof.analysis.predict.bucket_ops import BucketOps, Drawn
 from bcgprof.analysis.predict.fold import ALLOC, FREE
-from bcgprof.analysis.predict.interpolate import Pattern, interpolated_ops, neighbours, pair_pattern
+from bcgprof.analysis.predict.interpolate import Pattern, neighbours, pair_pattern
 from bcgprof.analysis.predict.needs_free import WarmupGrowth
 from bcgprof.analysis.predict.pool_replay import PoolReplay
 from bcgprof.analysis.predict.trace_set import ModeTrace, TraceSet, TraceSetError
+from bcgprof.report.trace_read import TRACE_MODES
 from bcgprof.report.traces import TraceError
 from bcgprof.vocab import Mode
 
@@ -46,6 +50,14 @@ class ReplayError(TraceError):
     """Traces that cannot support a replay (exit 2)."""
 
 
+def trace_numbers(modes: Sequence[str]) -> dict[str, int]:
+    """Each trace's number in event keys: its mode's place among :data:`TRACE_MODES` (a name outside
+    them, which only a trace held in memory can have, after those, in sorted order)."""
+    known = {m: n + 1 for n, m in enumerate(TRACE_MODES)}
+    others = sorted(set(modes) - set(known))
+    return {**known, **{m: len(known) + n + 1 for n, m in enumerate(others)}}
+
+
 class BucketSources:
     """Each mode's prepared trace, and which trace each bucket of a list is replayed from (module
     docstring): what one profile's replayers share (:attr:`Replayer.bucket_sources
@@ -54,7 +66,7 @@ class BucketSources:
     def __init__(
         self,
         traces: TraceSet,
-        verify: Callable[[ModeTrace, list[tuple[int, int]]], Optional[PoolReplay]],
+        verify: Callable[[ModeTrace, list[tuple[int, int]]], PoolReplay],
     ):
         """``verify``: refuses a trace (a :class:`ReplayError`) unless its own list replays to the
         report's measured pools; called once per trace, before it is first used. The replay it
@@ -80,11 +92,15 @@ class BucketSources:
             str, dict[int, int]
         ] = {}  # mode -> bucket -> rounded bytes it allocates that are never freed
         self._pairs: dict = {}  # (source, lower, upper) -> (their common pattern, or None; why not)
-        self._numbers = {mode: n + 1 for n, mode in enumerate(sorted(self.traces))}
+        self._drawn: dict[str, Drawn] = {}  # source -> its interpolated buckets' events
+        self._numbers = trace_numbers(list(self.traces))
         # (mode, plan, below, layout) -> its replay, kept by an earlier command (trace_cache)
         self.known: dict = {}
         # (mode, below, layout) -> (replays kept by earlier commands, replays made by this one)
         self.stores: dict = {}
+        # mode -> the check of its trace, when it replayed here: (trace number, the own list's
+        # replay with the state after each bucket), where a replayer's lists may start from
+        self.paths: dict[str, tuple[int, PoolReplay]] = {}
 
     @property
     def expected(self) -> dict[str, list[tuple[int, int]]]:
@@ -121,6 +137,8 @@ class BucketSources:
         if replayed is not None:  # the own list, with new segments placed above (not laid out)
             plan = tuple(zip(replayed.buckets, replayed.sources))
             self.known.setdefault((mode, plan, False, None), replayed)
+            if replayed.states:
+                self.paths[mode] = (trace_numbers([mode])[mode], replayed)
         base = self._numbers[mode] << MODE_BITS
         self.settings[mode] = settings
         self.ops[mode] = {b: trace.bucket_ops(b, base) for b in trace.order}
@@ -226,12 +244,10 @@ class BucketSources:
         # a key of its own for every (trace, bucket): trace numbers from FIRST_INTERPOLATED on,
         # the bucket below
         base = (((FIRST_INTERPOLATED | self._numbers[source]) << BUCKET_BITS) | bucket) << MODE_BITS
+        drawn = self._drawn.setdefault(source, Drawn())
+        drawn.add(bucket, pattern)
         made = ops[bucket] = BucketOps(
-            bucket,
-            source,
-            between=around,
-            count=pattern.events,
-            make=lambda: interpolated_ops(bucket, pattern, base),
+            bucket, source, between=around, count=pattern.events, columns=(drawn, bucket, base)
         )
         # captured right after the larger neighbour (largest first): frees inside captures of
         # buckets left out
@@ -255,7 +271,7 @@ class BucketSources:
         key = (source, lower, upper)
         if key not in self._pairs:
             ops = self.ops[source]
-            found, why = pair_pattern(lower, ops[lower].ops, upper, ops[upper].ops)
+            found, why = pair_pattern(lower, ops[lower].shape(), upper, ops[upper].shape())
             if (
                 why
                 and source == Mode.SHARED_LARGEST
@@ -266,9 +282,13 @@ class BucketSources:
                 # what shared's capture of that bucket does (copy the output out, free it)
                 alike = self.ops[Mode.SHARED].get(upper)
                 if alike is not None and alike.complete and not alike.cross and not alike.unknown:
-                    found, why = pair_pattern(lower, ops[lower].ops, upper, alike.ops)
+                    found, why = pair_pattern(lower, ops[lower].shape(), upper, alike.shape())
             self._pairs[key] = (found, why)
         return self._pairs[key]
+
+    def number(self, mode: str) -> int:
+        """``mode``'s trace number in event keys (:func:`trace_numbers`)."""
+        return self._numbers[mode]
 
     def interpolated(self, source: str, bucket: int) -> Optional[tuple[int, int]]:
         """The profiled buckets ``bucket``'s events in ``source`` were drawn from; None when it was

@@ -2,17 +2,18 @@
 
 Mechanism. Every entry is named by the SHA-256 of the trace file's bytes (so a changed trace misses)
 and of the source of the modules that derive it (so another bcgprof misses), and lives in
-``$XDG_CACHE_HOME/bcgprof`` (``~/.cache/bcgprof`` when that is unset): never inside a report
-directory, which bcgprof only reads. Two kinds:
+``$BCGPROF_CACHE_DIR`` when that is set, else ``$XDG_CACHE_HOME/bcgprof`` (``~/.cache/bcgprof`` when
+that is unset): never inside a report directory, which bcgprof only reads. ``BCGPROF_NO_CACHE=1``
+turns it off (nothing read, nothing written). Two kinds:
 
 * ``entries/<name>-<code>``: bytes, with their SHA-256 (a trace file's
   :class:`~bcgprof.analysis.predict.trace_set.ModeTrace`, so a later command skips inflating and
   parsing);
 * ``facts/<key>.json``: a small result drawn from traces and other inputs named in its key (the
   verdict that a trace replays to its report's measured pools; the pools of a layout spread;
-  advise's replays that do not depend on the budget), the key repeated inside; the larger ones
-  (advise's programmes' lists, and the replays of the lists its searches checked) in
-  ``programmes/`` and ``replays/`` alike.
+  advise's replays that do not depend on the budget; a phase pair's figures; an advice), the key
+  repeated inside; the larger ones (advise's programmes' lists, and the replays of the lists a
+  command replayed) in ``programmes/`` and ``replays/`` alike.
 
 Invariant: an entry is written to a temporary file and renamed, so a reader sees a whole entry or
 none; one that does not read back whole and consistent (damaged, cut short, another format) is
@@ -37,6 +38,8 @@ from typing import Any, Optional
 
 from bcgprof.version import __version__
 
+CACHE_DIR = "BCGPROF_CACHE_DIR"  # where the cache lives, instead of the user's cache directory
+NO_CACHE = "BCGPROF_NO_CACHE"  # set (to anything but 0): no cache, nothing read or written
 FORMAT = "bcgprof-trace-cache"
 VERSION = 1
 MAX_ENTRIES = 32  # entries kept (a 74-bucket profile's mode takes a few MB)
@@ -67,14 +70,32 @@ DERIVED_BY = (
 
 
 def cache_root() -> Optional[Path]:
-    """``$XDG_CACHE_HOME/bcgprof`` (an absolute XDG_CACHE_HOME only, as the specification says),
-    else ``~/.cache/bcgprof``; None when there is no home to put it in."""
+    """``$BCGPROF_CACHE_DIR``; else ``$XDG_CACHE_HOME/bcgprof`` (an absolute XDG_CACHE_HOME only, as
+    the specification says), else ``~/.cache/bcgprof``; None with ``BCGPROF_NO_CACHE`` set, or
+    when there is no home to put it in."""
+    if os.environ.get(NO_CACHE, "") not in ("", "0"):
+        return None
+    chosen = os.environ.get(CACHE_DIR, "")
+    if chosen:
+        return Path(os.path.abspath(chosen))
     base = os.environ.get("XDG_CACHE_HOME", "")
     try:
         root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
     except (RuntimeError, KeyError, OSError):
         return None
     return root / "bcgprof"
+
+
+def writable() -> bool:
+    """Whether the cache directory is there, or can be made, and can be written."""
+    root = cache_root()
+    if root is None:
+        return False
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(root, os.W_OK | os.X_OK)
 
 
 @lru_cache(maxsize=1)

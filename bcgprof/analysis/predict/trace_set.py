@@ -41,7 +41,7 @@ import numpy as np
 
 from bcgprof.analysis.predict import trace_cache
 from bcgprof.analysis.predict.allocator import K_MIN_BLOCK_SIZE
-from bcgprof.analysis.predict.bucket_ops import OPS, BucketOps, fold_of
+from bcgprof.analysis.predict.bucket_ops import HINT, IDENT, OPS, RECORDED, BucketOps, fold_of
 from bcgprof.analysis.predict.fold import ALLOC, FREE
 from bcgprof.analysis.predict.needs_free import WarmupGrowth, prewarm_leftover, warmup_growth
 from bcgprof.report.trace_read import (
@@ -115,10 +115,7 @@ class ModeTrace:
         if block is None:
             return _NONE
         if not isinstance(block, np.ndarray):
-            block = np.frombuffer(zlib.decompress(block), dtype="<i8").reshape(-1, len(OPS))
-            if len(block) != self.sizes.get(bucket, 0):
-                raise ValueError(f"bucket {bucket}'s events are cut short")
-            self.blocks[bucket] = block
+            block = self.blocks[bucket] = _unpacked(block, self.sizes.get(bucket, 0), bucket)
         return block
 
     def bucket_ops(self, bucket: int, base: int) -> BucketOps:
@@ -227,7 +224,9 @@ def _build(
         kept.update(zip(keeping.tolist(), sums.tolist()))
     other = np.flatnonzero((pool == _OTHER) & (table[:, PHASE] == _WARMUP))
     warm = Trace(mode, buckets=list(capture_order), rows=rows_of(table[other]))
-    events = np.stack([columns[c] for c in OPS], axis=1)
+    events = np.empty((len(rows), len(OPS)), dtype=np.int64, order="F")  # columns side by side
+    for i, c in enumerate(OPS):
+        events[:, i] = columns[c]
     events.flags.writeable = False
     return ModeTrace(
         mode=mode,
@@ -294,6 +293,7 @@ class TraceSet:
         self.refused: dict[
             str, str
         ] = {}  # mode -> why its trace was refused (asked again: refused again)
+        self.unread: dict[str, TraceError] = {}  # mode -> why its file could not be read
 
     def __contains__(self, mode: str) -> bool:
         return mode in self.sources
@@ -312,8 +312,14 @@ class TraceSet:
             return source
         if isinstance(source, Trace):
             loaded = mode_trace_of(source)
+        elif mode in self.unread:  # asked again: the same refusal, without reading it again
+            raise self.unread[mode]
         else:
-            loaded = load(Path(source))
+            try:
+                loaded = load(Path(source))
+            except TraceError as e:
+                self.unread[mode] = e
+                raise
             if loaded.mode != mode:
                 raise TraceSetError(
                     f"{source} holds the trace of mode {loaded.mode}; restore the report's own file"
@@ -363,7 +369,7 @@ def encode(trace: ModeTrace) -> bytes:
     index = []
     for b in trace.order:
         if trace.sizes.get(b):
-            block = zlib.compress(np.ascontiguousarray(trace.columns(b), dtype="<i8").tobytes(), 1)
+            block = _packed(trace.columns(b))
             index.append([b, trace.sizes[b], at, len(block)])
             blocks.append(block)
             at += len(block)
@@ -384,6 +390,36 @@ def encode(trace: ModeTrace) -> bytes:
     }
     text = json.dumps(head, separators=(",", ":")).encode()
     return len(text).to_bytes(8, "big") + text + b"".join(blocks)
+
+
+def _packed(events: np.ndarray) -> bytes:
+    """A bucket's events as the cache keeps them: its columns one after another, the allocation
+    numbers and segment addresses as differences from the event before and each recorded address
+    as its offset in its segment (small numbers, which compress well; 64-bit arithmetic wraps, and
+    :func:`_unpacked` unwraps it exactly), compressed."""
+    t = np.empty((len(OPS), len(events)), dtype="<i8")
+    t[:] = events.T
+    t[RECORDED] -= t[HINT]
+    t[IDENT, 1:] -= events[:-1, IDENT]
+    t[HINT, 1:] -= events[:-1, HINT]
+    return zlib.compress(t.tobytes(), 1)
+
+
+def _unpacked(data: bytes, count: int, bucket: int) -> np.ndarray:
+    """:func:`_packed`'s bytes back as the bucket's ``count`` events (read-only; ValueError when
+    they inflate to another length, inflating no more than that length allows)."""
+    size = 8 * len(OPS) * count
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(data, size + 1)
+    if len(raw) != size or not inflater.eof:
+        raise ValueError(f"bucket {bucket}'s events are cut short")
+    t = np.frombuffer(raw, dtype="<i8").reshape(len(OPS), count).copy()
+    np.cumsum(t[IDENT], out=t[IDENT])
+    np.cumsum(t[HINT], out=t[HINT])
+    t[RECORDED] += t[HINT]
+    events = t.T  # one row an event
+    events.flags.writeable = False
+    return events
 
 
 def decode(data: bytes, digest: str, path: Path) -> ModeTrace:
