@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from bcgprof.analysis.predict.fold import ALLOC, find_period, free_index
-from bcgprof.analysis.predict.interpolate import interpolated_ops
 from bcgprof.analysis.predict.lists import PredictionError, predict_buckets
 from bcgprof.analysis.predict.prediction import prediction_json
 from bcgprof.analysis.predict.replay import Replayer
 from bcgprof.analysis.predict.sources import BUCKET_BITS, FIRST_INTERPOLATED, MODE_BITS
 from bcgprof.report import read_report
+from tests.interpolation_oracle import interpolated_ops
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 
 from bcgprof.analysis.predict.fold import ALLOC, FREE
-from bcgprof.analysis.predict.interpolate import Pattern, interpolate_ops, line_size, line_sizes
+from bcgprof.analysis.predict.interpolate import Pattern, line_size, line_sizes
 from bcgprof.analysis.predict.lists import predict_buckets
 from bcgprof.analysis.predict.prediction import prediction_json
+from tests.interpolation_oracle import interpolate_ops
 
 from traced_profile import MODES, capture, write_profile
 

@@ -293,9 +293,8 @@ class Drawn:
     columns a trace gives (:class:`EventColumns`): each size on the line between the neighbours'
     (:func:`~bcgprof.analysis.predict.interpolate.line_sizes`), allocation numbers in order from 1
     (a free: the number of the allocation it frees), segment hints from the nearer neighbour, no
-    recorded address (-1). The same events as
-    :func:`~bcgprof.analysis.predict.interpolate.interpolated_ops`, made with whole arrays, so a
-    folded replay makes tuples only of the events it runs. The columns of the buckets asked last
+    recorded address (-1). Made with whole arrays, so a folded replay makes tuples only of the
+    events it runs. The columns of the buckets asked last
     are held, at most :data:`DRAWN_EVENTS` events of them (the others made again when asked)."""
 
     def __init__(self) -> None:
