@@ -92,4 +92,3 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     ):
         return item
     return None
-

@@ -221,8 +221,9 @@ def test_ctrl_c_leaves_an_interrupted_valid_report(tmp_path):
         str(PROGRAM),
         "--serve",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=_interruptible)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=_interruptible
+    )
     deadline = time.monotonic() + 240  # a loaded machine starts torch slowly
     while time.monotonic() < deadline:
         time.sleep(0.5)

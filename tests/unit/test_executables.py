@@ -21,18 +21,24 @@ def layer(tokens=1024):
 
 # ---------------------------------------------------------------- signatures
 
+
 def test_segments_of_one_layer_shape_have_one_signature():
     assert graph_signature(*layer()) == graph_signature(*layer())
 
 
-@pytest.mark.parametrize("change", [
-    lambda n: n.__setitem__(1, k(GEMM, grid=(32, 8, 1), smem=49152)),  # another grid
-    lambda n: n.__setitem__(1, k(GEMM, grid=(16, 8, 1), block=(128, 1, 1), smem=49152)),
-    lambda n: n.__setitem__(1, k(GEMM, grid=(16, 8, 1), smem=0)),  # another dynamic shared memory
-    lambda n: n.__setitem__(1, k(ADD + 7, grid=(16, 8, 1), smem=49152)),  # another function
-    lambda n: n.__setitem__(1, k(GEMM, grid=(16, 8, 1), smem=49152, attrs=[("priority", 1)])),
-    lambda n: n.__setitem__(2, ("memset", (4, 1024, 1, 0))),  # another kind of node
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda n: n.__setitem__(1, k(GEMM, grid=(32, 8, 1), smem=49152)),  # another grid
+        lambda n: n.__setitem__(1, k(GEMM, grid=(16, 8, 1), block=(128, 1, 1), smem=49152)),
+        lambda n: n.__setitem__(
+            1, k(GEMM, grid=(16, 8, 1), smem=0)
+        ),  # another dynamic shared memory
+        lambda n: n.__setitem__(1, k(ADD + 7, grid=(16, 8, 1), smem=49152)),  # another function
+        lambda n: n.__setitem__(1, k(GEMM, grid=(16, 8, 1), smem=49152, attrs=[("priority", 1)])),
+        lambda n: n.__setitem__(2, ("memset", (4, 1024, 1, 0))),  # another kind of node
+    ],
+)
 def test_any_launch_parameter_that_is_not_an_address_changes_the_signature(change):
     nodes, edges = layer()
     changed = list(nodes)
@@ -71,13 +77,15 @@ def test_topological_order_refuses_cycles_and_unknown_nodes():
 
 
 def test_group_indices_number_signatures_as_first_seen():
-    first, middle, last = (graph_signature(*g) for g in (
-        ([k(NORM)], []), layer(), ([k(ADD), k(NORM)], [(0, 1)])))
+    first, middle, last = (
+        graph_signature(*g) for g in (([k(NORM)], []), layer(), ([k(ADD), k(NORM)], [(0, 1)]))
+    )
     assert group_indices([first, middle, middle, middle, last, middle]) == [0, 1, 1, 1, 2, 1]
     assert group_indices([]) == []
 
 
 # ---------------------------------------------------------------- groups over a fake driver
+
 
 class FakeDriver:
     """Executables as integers holding a graph; an update succeeds unless the pair is refused."""
