@@ -17,6 +17,7 @@ from typing import Optional
 from bcgprof.errors import BcgprofError
 from bcgprof.options import mode_index
 from bcgprof.report import BucketRecord, Report, RunInfo, SummaryRecord
+from bcgprof.report.schema import CHOICE_LABELS
 from bcgprof.report_format import pct_change
 
 # Totals compared per mode, in the order they are shown.
@@ -138,9 +139,9 @@ def _warmup(run: RunInfo) -> Optional[str]:
 
 def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
     """What makes two reports measure different things: model, GPU, buckets, layers, dtype, phase,
-    modes, TP, graph kind (breakable or full), capture order, executables (per segment or per
-    signature), the MoE's workspace (fused-bf16 or sglang-mxfp4) and the eager warm-up (its peaks
-    are part of the figures).
+    modes, TP, graph kind (breakable or full), capture order, expert weights, executables (per
+    segment or per signature), the MoE's workspace (fused-bf16 or sglang-mxfp4) and the eager
+    warm-up (its peaks are part of the figures).
 
     Each entry is one sentence naming both values. An empty list means the reports are comparable.
     """
@@ -171,8 +172,9 @@ def run_differences(old: RunInfo, new: RunInfo) -> list[str]:
         ("tp", "tensor-parallel ranks"),
         ("graph", "graph kinds"),
         ("order", "capture orders"),
-        ("executables", "graph executables"),
-        ("moe", "MoE workspaces"),
+        ("experts", CHOICE_LABELS["experts"]),
+        ("executables", CHOICE_LABELS["executables"]),
+        ("moe", CHOICE_LABELS["moe"]),
     ):
         a, b = getattr(old, name), getattr(new, name)
         if a != b:

@@ -155,6 +155,22 @@ class SiteRecord:
     blocks: int = 0
 
 
+# Each capture choice that changes what a capture allocates (RunInfo.capture_choices), and the value
+# a report written before the choice existed reads as.
+CAPTURE_CHOICES: dict[str, str] = {
+    "experts": Experts.BF16.value,
+    "moe": Moe.FUSED_BF16.value,
+    "executables": Executables.PER_SEGMENT.value,
+    "warmup_output": WarmupOutput.HELD.value,
+}
+CHOICE_LABELS = {  # each capture choice as messages name it
+    "experts": "expert weights",
+    "moe": "MoE workspaces",
+    "executables": "graph executables",
+    "warmup_output": "warm-up outputs",
+}
+
+
 @dataclass
 class RunInfo:
     """run.json: what was captured, on what, and how the run stands."""
@@ -201,6 +217,18 @@ class RunInfo:
     def phased(self) -> bool:
         """Whether the report holds several phases captured into one pool (schema 2)."""
         return len(self.phases) > 1
+
+    def capture_choices(self) -> dict[str, str]:
+        """The choices beyond model, GPU, depth and list that change what a capture allocates, as
+        text: expert weights, MoE workspace, graph executables and warm-up outputs (a report
+        written before a field existed reads as that field's default). Two captures that differ in
+        any of them are not evidence for each other."""
+        return {
+            "experts": str(self.experts),
+            "moe": str(self.moe),
+            "executables": str(self.executables),
+            "warmup_output": str(self.extra.get("warmup_output", CAPTURE_CHOICES["warmup_output"])),
+        }
 
     @property
     def warmup_outputs_freed(self) -> bool:

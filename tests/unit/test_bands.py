@@ -88,8 +88,28 @@ def test_evidence_counts_only_for_the_same_configuration(synthetic):
         {"gpu_name": "another GPU"},
         {"layers": 7},
         {"experts": "packed"},
+        {"moe": "sglang-mxfp4"},
+        {"executables": "per-signature"},
+        {"extra": {**synthetic.run.extra, "warmup_output": "freed"}},
     ):
-        assert ListBands(replace(synthetic.run, **change), "shared", cal).band(3).lists == 0, change
+        other = ListBands(replace(synthetic.run, **change), "shared", cal).band(3)
+        assert other.lists == 0, change
+    # the source names the choice that left it without evidence
+    mxfp4 = ListBands(replace(synthetic.run, moe="sglang-mxfp4"), "shared", cal).band(3)
+    assert "MoE workspaces sglang-mxfp4" in mxfp4.source
+
+
+def test_a_calibration_from_before_the_capture_choices_were_keyed_reads_them_as_defaults(
+    synthetic,
+):
+    cal = _calibration(synthetic.run, Residual("a", "shared", 4, 100 * MIB, 101 * MIB))
+    data = calibration_json(cal)
+    for field in ("moe", "executables", "warmup_output"):
+        del data["lists"][0]["key"][field]
+    older = parse_calibration(data, "old.json")
+    assert ListBands(synthetic.run, "shared", older).band(3).lists == 1
+    moved = replace(synthetic.run, moe="sglang-mxfp4")
+    assert ListBands(moved, "shared", older).band(3).lists == 0
 
 
 def test_a_band_wider_than_two_percent_is_flagged_not_a_result(synthetic, monkeypatch):

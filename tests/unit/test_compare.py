@@ -81,6 +81,15 @@ def test_run_differences_name_both_values(data_dir):
     ]
 
 
+def test_packed_experts_are_a_difference_compare_names(data_dir):
+    import dataclasses
+
+    a = read_report(data_dir / "baseline").run
+    assert run_differences(a, dataclasses.replace(a, experts="packed")) == [
+        "expert weights differ: bf16 vs packed"
+    ]
+
+
 def test_a_different_graph_kind_or_order_is_a_mismatch_the_gate_refuses_unless_allowed(report_copy):
     import json
 

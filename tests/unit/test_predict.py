@@ -113,6 +113,10 @@ def test_the_free_memory_a_deeper_capture_needs_adds_the_executables_not_the_war
         ({"config_hash": "other"}, "differ in models"),
         ({"gpu_name": "NVIDIA B200"}, "differ in GPUs"),
         ({"buckets": [1, 2]}, "differ in bucket lists"),
+        ({"moe": "sglang-mxfp4"}, "differ in MoE workspaces"),
+        ({"executables": "per-signature"}, "differ in graph executables"),
+        ({"experts": "packed"}, "differ in expert weights"),
+        ({"extra": {"warmup_output": "freed"}}, "differ in warm-up outputs"),
     ],
 )
 def test_layer_prediction_refuses_reports_that_differ_in_more_than_layers(

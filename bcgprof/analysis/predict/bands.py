@@ -3,7 +3,8 @@
 A bucket-list prediction replays the graph pool exactly; what it does not replay, the graph
 executables (driver memory NVML reads in 2 MiB steps), is where its error lies. Its band comes
 from evidence, not a formula: every committed list capture of the same configuration as a traced
-profile (model, GPU, driver, torch, depth, dtype, phase, graph kind, weights), other than the
+profile (model, GPU, driver, torch, depth, dtype, phase, graph kind, weights and the capture's
+choices: experts, MoE workspace, executables, warm-up outputs), other than the
 profile's own list, predicted from that profile and compared with its measured device-used
 total, mode by mode. The band is the point plus or minus the largest absolute residual (their
 signs are mixed, so the evidence says how large the error is, not which way it goes), widened
@@ -37,6 +38,7 @@ from typing import Any, Optional
 
 from bcgprof.errors import BcgprofError
 from bcgprof.report import RunInfo
+from bcgprof.report.schema import CAPTURE_CHOICES, CHOICE_LABELS
 from bcgprof.report.write import atomic_write_text
 
 QUANTUM = 2 << 20  # NVML reports device memory in 2 MiB steps
@@ -53,8 +55,10 @@ KEY_FIELDS = (
     "phase",
     "graph",
     "weights",
-    # packed experts run another kernel: their lists are not evidence for bf16 ones
-    "experts",
+    # and the capture's choices (RunInfo.capture_choices): packed experts or another MoE workspace
+    # run other kernels, shared executables and freed warm-up outputs hold other memory, so their
+    # lists are not evidence for one another
+    *CAPTURE_CHOICES,
 )
 REGENERATE = "python benchmarks/calibrate_bands.py"
 
@@ -65,7 +69,10 @@ class CalibrationError(BcgprofError):
 
 def run_key(run: RunInfo) -> dict[str, str]:
     """What a held-out list must share with the profile for its residual to count (all as text)."""
-    return {name: str(getattr(run, name)) for name in KEY_FIELDS}
+    choices = run.capture_choices()
+    return {
+        name: choices[name] if name in choices else str(getattr(run, name)) for name in KEY_FIELDS
+    }
 
 
 @dataclass(frozen=True)
@@ -177,12 +184,31 @@ def calibration_json(cal: Calibration) -> dict[str, Any]:
     }
 
 
+def _choices_text(run: RunInfo) -> str:
+    """The capture's choices other than the defaults, for a band's source (" (MoE workspaces
+    sglang-mxfp4)"; empty with every default)."""
+    moved = [
+        f"{CHOICE_LABELS[name]} {value}"
+        for name, value in run.capture_choices().items()
+        if value != CAPTURE_CHOICES[name]
+    ]
+    return f" ({', '.join(moved)})" if moved else ""
+
+
+def _key_value(key: Any, name: str) -> Any:
+    """A key field of a calibration file (a capture choice it predates reads as the default)."""
+    if name in CAPTURE_CHOICES and name not in key:
+        return CAPTURE_CHOICES[name]
+    return key[name]
+
+
 def parse_calibration(data: Any, path: str = "") -> Calibration:
     """A :class:`Calibration` from :func:`calibration_json`'s content; refuses a malformed one."""
     try:
         lists = tuple(
             ListEvidence(
-                key={k: str(e["key"][k]) for k in KEY_FIELDS},
+                # a file written before a capture choice was keyed holds that choice's default
+                key={k: str(_key_value(e["key"], k)) for k in KEY_FIELDS},
                 model=str(e["model"]),
                 gpu=str(e["gpu"]),
                 profile=str(e["profile"]),
@@ -296,7 +322,7 @@ class ListBands:
         its buckets the profile lacks (their executables are their neighbours', so lists like it are
         the evidence too)."""
         # the mode: the band's own row
-        what = f"{self.run.model} on {self.run.gpu_name or 'its GPU'}"
+        what = f"{self.run.model}{_choices_text(self.run)} on {self.run.gpu_name or 'its GPU'}"
         if not self.residuals:
             step = buckets * QUANTUM
             return Band(

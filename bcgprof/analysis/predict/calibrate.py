@@ -57,8 +57,7 @@ LAYER_KEY = (
     "graph",
     "weights",
     "order",
-    "experts",
-)
+)  # and the capture's choices (RunInfo.capture_choices)
 
 
 def _name(report: Report, root: Path) -> str:
@@ -122,23 +121,23 @@ def held_out(
     prepared profile is kept, by report name, so that a caller predicting the same lists again
     replays from its cache."""
     name = _name(profile, root)
+    key, profiled = run_key(profile.run), set(profile.run.buckets)
+    lists = [
+        report
+        for report in sorted(reports, key=lambda r: _name(r, root))
+        if report.path != profile.path
+        and run_key(report.run) == key
+        and report.run.buckets != profile.run.buckets
+        and min(profiled) <= min(report.run.buckets) <= max(report.run.buckets) <= max(profiled)
+    ]
+    residuals: list[Residual] = []
+    if not lists:  # nothing held out: the profile is not replayed
+        return ListEvidence(key, profile.run.model, profile.run.gpu_name, name, ())
     prepared = {} if prepared is None else prepared
     if name not in prepared:
         prepared[name] = bucket_profile(profile)
-    key, p = run_key(profile.run), prepared[name]
-    profiled = set(profile.run.buckets)
-    residuals = []
-    for report in sorted(reports, key=lambda r: _name(r, root)):
-        if (
-            report.path == profile.path
-            or run_key(report.run) != key
-            or report.run.buckets == profile.run.buckets
-            or not min(profiled)
-            <= min(report.run.buckets)
-            <= max(report.run.buckets)
-            <= max(profiled)
-        ):
-            continue
+    p = prepared[name]
+    for report in lists:
         for mode in report.modes():
             if mode not in p.rows:
                 continue
@@ -174,6 +173,7 @@ _SAME_CAPTURE = {"weights": {Weights.ONE_LAYER.value: Weights.DUMMY.value}}
 def _layer_key(run: RunInfo) -> tuple:
     values = (str(getattr(run, f)) for f in LAYER_KEY)
     return tuple(_SAME_CAPTURE.get(f, {}).get(v, v) for f, v in zip(LAYER_KEY, values)) + (
+        tuple(sorted(run.capture_choices().items())),
         tuple(run.buckets),
     )
 

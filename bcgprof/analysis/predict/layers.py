@@ -53,6 +53,7 @@ from bcgprof.analysis.predict.prediction import (
 from bcgprof.analysis.predict.side_by_side import large, side_by_side
 from bcgprof.errors import BcgprofError, PredictionError
 from bcgprof.report import Report
+from bcgprof.report.schema import CHOICE_LABELS
 from bcgprof.report.traces import trace_name
 
 STEADY_LAYERS = 4  # from this depth on one layer's working set sets the pool
@@ -105,11 +106,11 @@ def predict_layers(
             ("weights", "weights"),
         ):
             if getattr(r.run, name) != getattr(first.run, name):
-                raise PredictionError(
-                    f"{first.path} and {r.path} differ in {label} ({getattr(first.run, name)!r} "
-                    f"vs {getattr(r.run, name)!r}); predict from captures that differ in the "
-                    "layer count only"
-                )
+                _differ(first, r, label, getattr(first.run, name), getattr(r.run, name))
+        mine, theirs = first.run.capture_choices(), r.run.capture_choices()
+        for name in mine:
+            if mine[name] != theirs[name]:
+                _differ(first, r, CHOICE_LABELS[name], mine[name], theirs[name])
     counts = [int(r.run.layers) for r in reports]
     # 0 is run.json's default when the field is absent: no depth to fit a line through
     if min(counts) < 1:
@@ -282,6 +283,13 @@ def predict_layers(
         modes=modes,
         basis=[str(r.path) for r in reports],
         notes=notes,
+    )
+
+
+def _differ(first: Report, other: Report, label: str, a: object, b: object) -> None:
+    raise PredictionError(
+        f"{first.path} and {other.path} differ in {label} ({a!r} vs {b!r}); predict from captures "
+        "that differ in the layer count only"
     )
 
 
