@@ -18,6 +18,7 @@ runner = CliRunner()
 REFERENCE = "reports/gpt-oss-20b-h200"
 # written before the ledger columns and sites.csv
 BEFORE_LEDGER = "reports/gpt-oss-20b-h200-unfused"
+SEED = "reports/gpt-oss-20b-h100-seed"  # per-bucket and shared only
 
 
 def run(*args):
@@ -214,6 +215,12 @@ def test_advise_refuses_a_mode_the_profile_lacks():
         run("advise", "--from", BEFORE_LEDGER, "--budget", "4GiB", "--mode", "shared-largest")
     )
     assert "has no shared-largest rows" in message
+
+
+def test_advise_names_the_modes_a_profile_holds_when_it_lacks_the_default():
+    message = refused(run("advise", "--from", SEED, "--budget", "2GiB"))
+    assert "no shared-largest rows" in message
+    assert "pass --mode shared or per-bucket, the modes it holds" in message
 
 
 def test_plot_draws_the_causes_panel_for_a_report_with_the_ledger(tmp_path):

@@ -126,9 +126,11 @@ def advise(
     if mode not in ADVISE_MODES:
         raise AdviceError(f"advise supports the modes {', '.join(ADVISE_MODES)}, not {mode!r}")
     if mode not in report.modes():
+        held = [m for m in ADVISE_MODES if m in report.modes()]
+        instead = f"pass --mode {' or '.join(held)}, the modes it holds, or " if held else ""
         raise AdviceError(
-            f"{report.path} has no {mode} rows to predict from; profile with --modes including "
-            f"{mode}"
+            f"{report.path} has no {mode} rows to predict from; {instead}profile with --modes "
+            f"including {mode}"
         )
     candidates = sorted(report.run.buckets)
     weights, requested_tokens, source = length_weights(candidates, lengths)
