@@ -16,7 +16,7 @@ from bcgprof.render.phase_views import phase_lines, phase_sheet
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report.schema import run_info_dict
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
-from bcgprof.vocab import Experts, ListMode, Mode, Moe, Source, words
+from bcgprof.vocab import Executables, Experts, ListMode, Mode, Moe, Source, words
 
 if TYPE_CHECKING:
     from bcgprof.analysis.estimate import Estimate
@@ -77,6 +77,9 @@ def run_line(report: Report) -> str:
     tp = f", TP {run.tp}" if run.tp and run.tp > 1 else ""
     experts = f", {run.experts} experts" if run.experts != Experts.BF16 else ""
     experts += f", {run.moe} MoE" if run.moe != Moe.FUSED_BF16 else ""
+    experts += (
+        f", {run.executables} executables" if run.executables != Executables.PER_SEGMENT else ""
+    )
     # a program's own capture: no layers, dtype or weights of bcgprof's
     if run.source == Source.RECORD:
         return (

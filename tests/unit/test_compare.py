@@ -170,3 +170,16 @@ def test_the_run_line_names_freed_warm_up_outputs_only(report_copy):
     data.setdefault("extra", {})["warmup_output"] = "freed"
     (path / "run.json").write_text(json.dumps(data))
     assert "weights; warm-up outputs freed)" in run_line(read_report(path))
+
+
+def test_the_run_line_names_shared_executables_only(report_copy):
+    import json
+
+    from bcgprof.render.views import run_line
+
+    path = report_copy("baseline")
+    assert "executables" not in run_line(read_report(path))  # one per segment, or before the field
+    data = json.loads((path / "run.json").read_text())
+    data["executables"] = "per-signature"
+    (path / "run.json").write_text(json.dumps(data))
+    assert "dummy weights, per-signature executables)" in run_line(read_report(path))
