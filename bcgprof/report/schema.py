@@ -227,7 +227,10 @@ class RunInfo:
             "experts": str(self.experts),
             "moe": str(self.moe),
             "executables": str(self.executables),
-            "warmup_output": str(self.extra.get("warmup_output", CAPTURE_CHOICES["warmup_output"])),
+            # any value but freed reads as held, as everywhere else
+            "warmup_output": (
+                WarmupOutput.FREED.value if self.warmup_outputs_freed else WarmupOutput.HELD.value
+            ),
         }
 
     @property
