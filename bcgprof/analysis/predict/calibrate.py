@@ -130,13 +130,13 @@ def held_out(
         and report.run.buckets != profile.run.buckets
         and min(profiled) <= min(report.run.buckets) <= max(report.run.buckets) <= max(profiled)
     ]
-    residuals: list[Residual] = []
     if not lists:  # nothing held out: the profile is not replayed
         return ListEvidence(key, profile.run.model, profile.run.gpu_name, name, ())
     prepared = {} if prepared is None else prepared
     if name not in prepared:
         prepared[name] = bucket_profile(profile)
     p = prepared[name]
+    residuals: list[Residual] = []
     for report in lists:
         for mode in report.modes():
             if mode not in p.rows:

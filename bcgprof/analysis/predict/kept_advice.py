@@ -75,9 +75,7 @@ def advice_key(
             return None  # held in memory, or not a file this cache can name
         digests[mode] = digest
     rows = hashlib.sha256(repr((report.run, report.buckets)).encode()).hexdigest()
-    w = np.ascontiguousarray(weights)
-    weighed = f"{w.dtype.str}{w.shape}:{hashlib.sha256(w.tobytes()).hexdigest()}"
-    return [code_digest(), rows, digests, question, weighed]
+    return [code_digest(), rows, digests, question, trace_cache.array_key(weights)]
 
 
 def _file_digest(source: object) -> Optional[str]:

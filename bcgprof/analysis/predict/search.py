@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -148,8 +147,7 @@ class Search:
         # the programmes' results are kept beside the traces' (none for traces held in memory)
         trace = self.replayer.bucket_sources.traces.get(mode)
         self._near = trace.path if trace is not None and trace.digest else None
-        w = np.ascontiguousarray(weights)
-        self._weighed = f"{w.dtype.str}{w.shape}:{hashlib.sha256(w.tobytes()).hexdigest()}"
+        self._weighed = trace_cache.array_key(weights)
 
     @property
     def size(self) -> int:

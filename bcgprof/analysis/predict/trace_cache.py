@@ -98,6 +98,11 @@ def writable() -> bool:
     return os.access(root, os.W_OK | os.X_OK)
 
 
+def array_key(array: Any) -> str:
+    """A numpy array as a cache key names it: dtype, shape, a SHA-256 of its values in C order."""
+    return f"{array.dtype.str}{array.shape}:{hashlib.sha256(array.tobytes()).hexdigest()}"
+
+
 @lru_cache(maxsize=1)
 def code_digest() -> str:
     """A digest of the sources of :data:`DERIVED_BY` (the package's version where a source cannot be
