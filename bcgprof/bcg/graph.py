@@ -75,13 +75,19 @@ def _detach_refs(value: Any) -> Any:
 
 
 def graph_node_count(graph: torch.cuda.CUDAGraph) -> Optional[int]:
-    """Nodes of a kept graph, through the CUDA Python bindings when they are installed."""
+    """Nodes of a kept graph (``keep_graph=True``), through the CUDA Python bindings when they are
+    installed; None otherwise. A graph torch did not keep has no raw graph to read, and is told
+    apart before the bindings are imported (their first import takes tens of milliseconds)."""
+    try:
+        raw = graph.raw_cuda_graph()
+    except Exception:
+        return None
     try:
         from cuda.bindings import runtime as cudart
     except ImportError:
         return None
     try:
-        err, _, count = cudart.cudaGraphGetNodes(graph.raw_cuda_graph(), 0)
+        err, _, count = cudart.cudaGraphGetNodes(raw, 0)
     except Exception:
         return None
     return int(count) if int(err) == 0 else None

@@ -117,8 +117,7 @@ def record(
     cost = result.merged.hook_cost()
     if cost["buckets"]:
         note(
-            f"bcgprof record: the hook's readings took {cost['total_ms']:.1f} ms of the program's "
-            "time over "
+            f"bcgprof record: the hook took {cost['total_ms']:.1f} ms of the program's time over "
             f"{cost['buckets']} bucket(s), {cost['median_ms']:.2f} ms a bucket (median)"
         )
     for group, traced in result.merged.traces.items():

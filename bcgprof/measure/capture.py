@@ -28,13 +28,19 @@ inside it), the warm-up's ``warmup``, ``warmup_output`` and ``warmup_repeat``, `
 :mod:`bcgprof.bcg.executables`).
 
 Invariant: a keyword of :func:`capture_buckets` changes one field of the options, and only a field
-of :data:`~bcgprof.options.LOOP_OPTIONS`. Cost: the bucket loop's
+of :data:`~bcgprof.options.LOOP_OPTIONS`. Python's garbage is collected before the loop starts,
+as ``torch.cuda.graph`` does: a ``CUDAGraph`` left in a reference cycle (by an earlier capture, a
+test, the caller) and freed by the collector in the middle of a capture destroys its graph on the
+capturing thread, which CUDA refuses ("operation not permitted when stream is capturing") and
+which ends that capture with "operation failed due to a previous error during capture".
+``bcgprof capture`` collects between its modes for the same reason. Cost: the bucket loop's
 (:mod:`bcgprof.measure.capturer`); with ``trace``, the allocator's history during the capture.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -85,6 +91,7 @@ def capture_buckets(
             f"capture options it reads are {', '.join(LOOP_OPTIONS)}"
         )
     opts = dataclasses.replace(options if options is not None else CaptureOptions(), **changes)
+    gc.collect()  # no graph of a cycle left to the collector to free during a capture (above)
     capturer = Capturer(fn, inputs, buckets, opts, mode=mode, shared_output=shared_output)
     recorder = None
     if trace:

@@ -271,6 +271,7 @@ class Recorder:
         setattr(cls, _WRAPPED, True)
 
     def graph_begins(self) -> None:
+        started = time.perf_counter()
         self._start_nvml()
         try:
             bucket = self._open_bucket()
@@ -278,17 +279,20 @@ class Recorder:
                 bucket = self._begin(
                     self._scope_group() or table.RecordGroup.GRAPHS, None, per_graph=True
                 )
+                started = time.perf_counter()  # _begin counted its own time
             if bucket.first_capture is None:
-                bucket.hook_s += self._trace("capture_begins")
+                self._trace("capture_begins")
                 bucket.first_capture = time.perf_counter()
             import torch
 
             if torch.cuda.is_initialized():
                 bucket.streams.add(int(torch.cuda.current_stream().cuda_stream))
+            bucket.hook_s += time.perf_counter() - started
         except Exception as e:
             self._warn("capture_begin", e)
 
     def graph_ends(self, graph: Any) -> None:
+        started = time.perf_counter()
         try:
             self.graph_count += 1
             pool = tuple(int(x) for x in graph.pool())
@@ -296,13 +300,15 @@ class Recorder:
             bucket = self._open_bucket()
             if bucket is None:
                 return
-            bucket.hook_s += self._trace("graph_ends", pool)
+            self._trace("graph_ends", pool)
             bucket.graphs += 1
             if bucket.nodes is not None:
                 from bcgprof.bcg.graph import graph_node_count
 
                 nodes = graph_node_count(graph)
                 bucket.nodes = None if nodes is None else bucket.nodes + nodes
+            # everything the hook did after the graph's capture ended, its readings excepted
+            bucket.hook_s += time.perf_counter() - started
             if bucket.per_graph:
                 self._end(bucket, None)
         except Exception as e:
@@ -323,7 +329,7 @@ class Recorder:
         if self._memory is None:
             import torch
 
-            from bcgprof.measure.memory import DeviceMemory
+            from bcgprof.measure.device import DeviceMemory
 
             self._memory = DeviceMemory(torch.device("cuda", torch.cuda.current_device()))
         return self._memory
@@ -418,7 +424,7 @@ class Recorder:
             self._trace("bucket_begins", group, size, per_graph)
         sampler = None
         if before is not None and self._memory is not None and self.sample_ms > 0:
-            from bcgprof.measure.memory import PeakSampler
+            from bcgprof.measure.device import PeakSampler
 
             sampler = PeakSampler(self._memory, self.sample_ms)
             sampler.start_window(before["used"])

@@ -48,13 +48,15 @@ class Merged:
     tp: int = 1
     complete: bool = True  # every rank has every bucket of every group it captured
     notes: list[str] = field(default_factory=list)
-    # what each bucket's readings cost its program
+    # what the hook's work in each bucket (readings, node counts, --trace) cost its program
     hook_ms: list[float] = field(default_factory=list)
     # group -> its allocator trace: {"pid", "written", "note"} (--trace)
     traces: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def hook_cost(self) -> dict[str, Any]:
-        """The readings' time in the program, over its buckets."""
+        """The hook's time in the program, over its buckets: its readings, its work when each
+        graph's capture begins and ends (node counts, ``--trace``), and first-use imports and
+        NVML's start in the first bucket of a process."""
         ms = sorted(self.hook_ms)
         return {
             "buckets": len(ms),

@@ -43,6 +43,6 @@ if [ "${SKIP_DEFAULT:-0}" != 1 ]; then
   $B gate --baseline $BASE --current "$OUT/default" --each-bucket --rel-tol 0 --abs-tol-mib 0 >> "$OUT/default-gate.log" 2>&1; echo "rc $?" >> "$OUT/default-gate.log"
 fi
 for f in loop traced child torchrun compiled native recorded-capture hook-gate overhead default default-gate; do
-  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|a bucket|error|report |baseline|readings took|trace|passed|failed" "$OUT/$f.log" | tail -6; }
+  [ -f "$OUT/$f.log" ] && { echo "--- $f"; grep -E "program:|rc |PASS|FAIL|ratio|a bucket|error|report |baseline|hook took|trace|passed|failed" "$OUT/$f.log" | tail -6; }
 done
 cat "$OUT/table.txt"

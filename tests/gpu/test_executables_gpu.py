@@ -123,9 +123,9 @@ def test_sharing_takes_less_device_memory_than_one_executable_per_segment():
     def outside_torch(result):
         return sum(r.non_torch_delta_bytes for r in result.records)
 
-    for result in (shared, each):
+    for name, result in (("per-signature", shared), ("per-segment", each)):
         failed = [(r.bucket, r.status, r.detail) for r in result.records if r.status != "ok"]
-        assert not failed, failed  # a bucket that failed has no executables to count
+        assert not failed, (name, failed)  # a bucket that failed has no executables to count
     assert sum(r.executables for r in shared.records) < sum(r.executables for r in each.records)
     assert outside_torch(shared) < outside_torch(each)
 

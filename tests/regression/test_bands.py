@@ -74,7 +74,8 @@ def test_the_held_out_lists_are_every_committed_list_a_traced_profile_can_predic
     interpolate), and no other traced report holds any out."""
     reports, _ = committed
     held = {e.profile: e for e in cal.lists}
-    for profile in (r for r in reports if calibrate._has_traces(r)):
+    profiles, _ = calibrate.profiles_of(reports, REPORTS)
+    for profile in profiles:
         key, profiled = run_key(profile.run), profile.run.buckets
         lists = {
             _name(r): r

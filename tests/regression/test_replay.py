@@ -18,6 +18,8 @@ COMMITTED = sorted(
     and json.loads(p.read_text()).get("tp") == 1
     and json.loads(p.read_text()).get("source", "capture") == "capture"
     and not any(p.parent.glob("traces-*.csv.gz"))
+    # a pair of phases in one pool is refused by the reader itself (its phases alone are read)
+    and len(json.loads(p.read_text()).get("phases") or []) <= 1
 )
 
 

@@ -60,3 +60,37 @@ def test_detach_refs_keeps_structure_and_leaves_host_tensors_alone():
     args = (cpu, [1, {"k": cpu}], "name", None)
     out = _detach_refs(args)
     assert out[0] is cpu and out[1][1]["k"] is cpu and out[2] == "name" and out[3] is None
+
+
+def test_a_graph_torch_did_not_keep_is_counted_without_the_cuda_bindings(monkeypatch):
+    """graph_node_count asks the graph for its raw handle first: a graph without one (torch keeps it
+    only with keep_graph=True) gives None before the bindings are imported or called."""
+    import sys
+    import types
+
+    from bcgprof.bcg.graph import graph_node_count
+
+    calls = []
+    runtime = types.ModuleType("cuda.bindings.runtime")
+    runtime.cudaGraphGetNodes = lambda raw, n: calls.append(raw) or (0, None, 42)
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.runtime = runtime
+    cuda = types.ModuleType("cuda")
+    cuda.bindings = bindings
+    for name, module in (
+        ("cuda", cuda),
+        ("cuda.bindings", bindings),
+        ("cuda.bindings.runtime", runtime),
+    ):
+        monkeypatch.setitem(sys.modules, name, module)
+
+    class NotKept:
+        def raw_cuda_graph(self):
+            raise RuntimeError("You cannot access the raw cudaGraph_t instance unless keep_graph")
+
+    class Kept:
+        def raw_cuda_graph(self):
+            return 1234
+
+    assert graph_node_count(NotKept()) is None and calls == []
+    assert graph_node_count(Kept()) == 42 and calls == [1234]

@@ -349,3 +349,48 @@ def test_the_line_reader_reads_each_appended_line_once_and_waits_for_a_torn_one(
     assert [line.get("bucket") for line in lines] == [None, 8, 16]
     (tmp_path / "1.jsonl").write_bytes(b'{"kind": "process", "pid": 1}\n')  # sorts first
     assert reader.read()[0]["pid"] == 1
+
+
+def test_a_buckets_hook_time_counts_what_the_hook_does_at_each_graphs_capture_end(
+    tmp_path, monkeypatch
+):
+    """hook_ms is the whole of the hook's time in a bucket: a slow node count (a first import of the
+    CUDA bindings, say) shows in it, where only the readings were counted before."""
+    import time
+
+    import bcgprof.bcg.graph as graph_module
+    from bcgprof.record.hook import Recorder
+    from bcgprof.record.rows import LineReader
+
+    def slow_count(graph):
+        time.sleep(0.05)
+        return 7
+
+    monkeypatch.setattr(graph_module, "graph_node_count", slow_count)
+
+    class Graph:  # torch.cuda.CUDAGraph's capture API, nothing captured
+        def capture_begin(self, pool=None, capture_error_mode="global"):
+            pass
+
+        def capture_end(self):
+            pass
+
+        def instantiate(self):
+            pass
+
+        def pool(self):
+            return (1, 1)
+
+    rec = Recorder(str(tmp_path), [], sample_ms=0)
+    rec.read = lambda: {"allocated": 0, "reserved": 0, "used": 0, "process": None, "free": 0,
+                        "pools": {}, "time": 0.0}  # fmt: skip
+    rec._described = True  # no process line: it would read torch's version and the device
+    rec.patch_graphs(Graph)
+    for _ in range(2):  # no bucket function: each graph is a bucket
+        g = Graph()
+        g.capture_begin()
+        g.capture_end()
+    rows = [line for line in LineReader(tmp_path).read() if line["kind"] == "bucket"]
+    assert [row["nodes"] for row in rows] == [7, 7]
+    assert all(row["hook_ms"] >= 50 for row in rows)
+    assert all(row["capture_ms"] < row["hook_ms"] + 50 for row in rows)

@@ -356,6 +356,46 @@ def test_the_python_api_takes_the_capture_options_and_changes_only_loop_fields()
         capture_buckets(lambda x: x, [torch.zeros(4)], [4], model="Qwen3-8B")
 
 
+def test_the_python_api_collects_garbage_cycles_before_its_first_capture(monkeypatch):
+    """A cycle left to Python's collector (it could hold an earlier capture's CUDAGraph, whose
+    destruction in the middle of a capture CUDA refuses) is gone before the capture loop exists."""
+    import gc
+    import weakref
+
+    import pytest
+    import torch
+
+    import bcgprof.measure.capture as capture_module
+
+    class Node:
+        pass
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capturer(*args, **kwargs):
+        seen.append(ref())
+        raise Stop
+
+    monkeypatch.setattr(capture_module, "Capturer", capturer)
+    enabled = gc.isenabled()
+    gc.disable()  # only capture_buckets' own collection may free the cycle
+    try:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        ref = weakref.ref(a)
+        del a, b
+        assert ref() is not None
+        with pytest.raises(Stop):
+            capture_module.capture_buckets(lambda x: x, [torch.zeros(4)], [4])
+    finally:
+        if enabled:
+            gc.enable()
+    assert seen == [None]
+
+
 def test_a_next_depth_that_cannot_start_early_leaves_this_one_alone(tmp_path, monkeypatch):
     """The next capture's directory cannot be made (a file is in the way): this capture finishes,
     nothing is handed on, and the next capture's own run will say why."""

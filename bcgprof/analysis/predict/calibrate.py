@@ -98,6 +98,36 @@ def _has_traces(report: Report) -> bool:
     return any((Path(report.path) / trace_name(m)).exists() for m in report.modes())
 
 
+def profiles_of(
+    reports: Sequence[Report], root: Path
+) -> tuple[list[Report], list[tuple[str, str]]]:
+    """The traced reports that are profiles, and those passed over (path, why): of traced reports
+    of one configuration and one bucket list, one only, the one holding the most modes (then by
+    name). A capture repeats to the byte, so a second capture of the same list (a pair's phase
+    captured alone beside the one-phase reference, say) predicts every held-out list exactly as the
+    first does: counted twice, its residuals would be evidence only once."""
+
+    def same(r: Report) -> tuple:
+        return (tuple(sorted(run_key(r.run).items())), tuple(r.run.buckets))
+
+    kept: dict[tuple, Report] = {}
+    for report in sorted(
+        (r for r in reports if _has_traces(r)), key=lambda r: (-len(r.modes()), _name(r, root))
+    ):
+        kept.setdefault(same(report), report)
+    chosen = {id(r) for r in kept.values()}
+    repeats = [
+        (
+            Path(r.path).as_posix(),
+            "repeats the configuration and bucket list of "
+            f"{_name(kept[same(r)], root)}, the profile of that list",
+        )
+        for r in reports
+        if _has_traces(r) and id(r) not in chosen
+    ]
+    return [r for r in reports if id(r) in chosen], repeats
+
+
 def _mode_rows(report: Report, mode: str) -> list:
     return sorted(
         (r for r in report.buckets if r.mode == mode and r.rank == 0), key=lambda r: r.order
@@ -239,7 +269,8 @@ def build(
     ``prepared``: as for :func:`held_out`."""
     root = Path(root)
     reports, skipped = _read_all(root)
-    profiles = [r for r in reports if _has_traces(r)]
+    profiles, repeats = profiles_of(reports, root)
+    skipped += repeats
     lists = tuple(
         e
         for e in (
