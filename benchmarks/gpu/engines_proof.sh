@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capturing as the engines capture: the GPU tests of the new paths, shared executables, SGLang's
 # MXFP4 MoE workspace, the seed side by side, and the zero-tolerance gate of the default capture.
-#   STAGES="tests persig default replay moe seed moe120 pair pairllama gap overhead record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
+#   STAGES="tests persig default replay moe seed moe120 pair pairllama gap overhead readcost record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
 # Each stage has its own time limit (LIMIT_<stage>, seconds); $OUT ends with summary.txt and
 # all.tar.gz (every log and report: a device call brings back a limited number of files).
 # Times on an H100 (2026-12-07): default 101 s, moe 235 s, seed 166 s; moe120 did not finish its
@@ -86,6 +86,10 @@ if stage overhead; then  # what bcgprof record costs a capture loop, alternated 
   run overhead "${LIMIT_overhead:-200}" python benchmarks/record_overhead.py --rounds "${ROUNDS:-3}" \
     --sizes "${SIZES:-16}" --out "$OUT/overhead"
   tail -n 6 "$OUT/overhead.log" >> "$SUMMARY"
+fi
+if stage readcost; then  # each part of one record reading, timed
+  run readcost "${LIMIT_readcost:-120}" python benchmarks/gpu/reading_cost.py
+  cat "$OUT/readcost.log" >> "$SUMMARY"
 fi
 if stage record; then  # bcgprof record's proof (its own script), without its default capture
   run record "${LIMIT_record:-300}" env SKIP_DEFAULT=1 SKIP_OVERHEAD=1 OUT="$OUT/rec" bash benchmarks/gpu/record_proof.sh
