@@ -33,8 +33,9 @@ as ``torch.cuda.graph`` does: a ``CUDAGraph`` left in a reference cycle (by an e
 test, the caller) and freed by the collector in the middle of a capture destroys its graph on the
 capturing thread, which CUDA refuses ("operation not permitted when stream is capturing") and
 which ends that capture with "operation failed due to a previous error during capture".
-``bcgprof capture`` collects between its modes for the same reason. Cost: the bucket loop's
-(:mod:`bcgprof.measure.capturer`); with ``trace``, the allocator's history during the capture.
+``bcgprof capture`` collects between its modes for the same reason. Cost: one full collection
+(milliseconds, more with a large heap), then the bucket loop's (:mod:`bcgprof.measure.capturer`);
+with ``trace``, the allocator's history during the capture.
 """
 
 from __future__ import annotations
