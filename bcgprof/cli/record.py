@@ -96,6 +96,7 @@ def record(
     from bcgprof.record.session import record as run_record
     from bcgprof.render import show_report
     from bcgprof.report import read_report
+    from bcgprof.report_format import fmt_bytes
 
     options = RecordOptions(
         command=list(program),
@@ -120,6 +121,15 @@ def record(
             f"bcgprof record: the hook took {cost['total_ms']:.1f} ms of the program's time over "
             f"{cost['buckets']} bucket(s), {cost['median_ms']:.2f} ms a bucket (median)"
         )
+    for span in sorted(result.merged.spans.values(), key=lambda x: (x.rank or 0, x.pid)):
+        if span.buckets > 1:
+            note(
+                f"bcgprof record: rank {span.rank}: device used "
+                f"{fmt_bytes(span.last - span.first, signed=True)} from its first bucket's start "
+                f"to its last's end: {fmt_bytes(span.in_rows, signed=True)} in its rows, "
+                f"{fmt_bytes(span.between, signed=True)} between them "
+                "(the program's work outside its captures, or another process's)"
+            )
     for group, traced in result.merged.traces.items():
         note(
             f"bcgprof record: allocator trace of {group} written (traces-{group}.csv.gz)"

@@ -35,6 +35,35 @@ class MergeError(ValueError):
 
 
 @dataclass
+class Span:
+    """One process's device-used readings across its buckets: before its first, after its last,
+    and the growth its buckets' rows hold. What the device gained between them (``between``) is in
+    no row: the program's own work outside its captures (compilation, eager calls, buffers it
+    allocates between buckets) or, device-wide readings being what they are, another process's."""
+
+    pid: int
+    first: int
+    last: int = 0
+    in_rows: int = 0
+    buckets: int = 0
+    rank: Optional[int] = None
+
+    @property
+    def between(self) -> int:
+        return self.last - self.first - self.in_rows
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "pid": self.pid,
+            "buckets": self.buckets,
+            "span_bytes": self.last - self.first,
+            "in_rows_bytes": self.in_rows,
+            "between_bytes": self.between,
+        }
+
+
+@dataclass
 class Merged:
     """What the lines say so far."""
 
@@ -52,6 +81,8 @@ class Merged:
     hook_ms: list[float] = field(default_factory=list)
     # group -> its allocator trace: {"pid", "written", "note"} (--trace)
     traces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # pid -> its device-used readings across its buckets
+    spans: dict[int, Span] = field(default_factory=dict)
 
     def hook_cost(self) -> dict[str, Any]:
         """The hook's time in the program, over its buckets: its readings, its work when each
@@ -183,6 +214,7 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 out.hook_ms.append(float(line["hook_ms"]))
             figures = _figures(line)
             buckets[key] = _combine(buckets[key], figures) if key in buckets else figures
+            _extend_span(out.spans, pid, line)
             first_seen.setdefault(key, n)
             if key not in status or status[key][0] == BucketStatus.OK:
                 status[key] = (str(line.get("status", "ok")), str(line.get("detail", "")))
@@ -230,7 +262,21 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     _drop_gaps(out)
     for trace in out.traces.values():
         trace["rank"] = ranks.get(trace["pid"])
+    for span in out.spans.values():
+        span.rank = ranks.get(span.pid)
     return out
+
+
+def _extend_span(spans: dict[int, Span], pid: int, line: dict[str, Any]) -> None:
+    """A bucket line read into its process's span (lines of one process come in time order); a
+    line without both readings (CUDA not yet started) has no place in it."""
+    before, after = line.get("before") or {}, line.get("after") or {}
+    if not isinstance(before.get("used"), int) or not isinstance(after.get("used"), int):
+        return
+    span = spans.setdefault(pid, Span(pid, first=before["used"]))
+    span.last = after["used"]
+    span.in_rows += after["used"] - before["used"]
+    span.buckets += 1
 
 
 def _assign_ranks(rank_of: dict[int, Optional[int]], out: Merged) -> dict[int, int]:

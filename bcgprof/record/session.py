@@ -197,6 +197,10 @@ def _run_info(
             "engine_log": engine_lines[:MAX_KEPT],
             "notes": merged.notes[:32],
             "hook_cost": merged.hook_cost(),
+            "between_buckets": [
+                span.as_json()
+                for span in sorted(merged.spans.values(), key=lambda x: (x.rank or 0, x.pid))[:64]
+            ],
             "traces": merged.traces if options.trace else None,
         },
     }

@@ -87,6 +87,7 @@ CHILDREN = {
     "sglang": recording(program=("--child",)),
     "vllm": recording(program=("--engine", "vllm")),
     "bucket": recording(*BUCKET, program=("--engine", "bucket")),
+    "between": recording(*BUCKET, program=("--engine", "bucket", "--between", "5")),
     "plain": recording(program=("--engine", "plain")),
     "crash": recording(program=("--crash-after", "2")),
     "never-captures": _a_program_that_never_captures,
@@ -164,6 +165,19 @@ def test_a_bucket_option_groups_a_programs_own_function_and_without_one_each_gra
         (2, 6 * MIB),
         (3, 4 * MIB),
     ]
+
+
+@pytest.mark.prestart("between")
+def test_what_the_program_took_between_its_buckets_is_reported_apart_from_the_rows(prestarted):
+    proc, folder = prestarted("between")
+    assert proc.returncode == 0, proc.stderr
+    report = read_report(folder / "r")
+    (span,) = report.run.extra["recorded"]["between_buckets"]
+    # 5 MiB after each of the first two buckets; what follows the last is after the span
+    assert span["between_bytes"] == 10 * MIB and span["buckets"] == 3
+    assert span["in_rows_bytes"] == sum(r.device_used_delta_bytes for r in report.buckets)
+    assert span["span_bytes"] == span["in_rows_bytes"] + span["between_bytes"]
+    assert "+10.00 MiB between them" in proc.stderr
 
 
 @pytest.mark.prestart("crash")

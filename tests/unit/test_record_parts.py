@@ -190,6 +190,34 @@ def test_calls_of_one_size_in_one_process_make_one_row_and_sizes_keep_their_capt
     assert first.pool_bytes == 6 * MIB and merged.sequences == {"prefill": [64, 32]}
 
 
+def test_what_the_device_gained_between_a_processs_buckets_is_kept_apart_from_its_rows():
+    """A process's span runs from its first bucket's start to its last's end: its rows' growth plus
+    what the device gained between buckets (the program's own work there), per process."""
+    merged = merge(
+        [
+            _bucket(5, "graphs", 64, _reading(0, 0, 100 * MIB), _reading(0, 0, 130 * MIB)),
+            # 50 MiB taken between the two buckets: in no row
+            _bucket(5, "graphs", 32, _reading(0, 0, 180 * MIB), _reading(0, 0, 190 * MIB)),
+            _bucket(5, "graphs", 16, {}, _reading(0, 0, 400 * MIB)),  # CUDA not started before
+            _bucket(6, "graphs", 64, _reading(0, 0, 0), _reading(0, 0, 8 * MIB), rank=1),
+        ]
+    )
+    spans = {pid: span.as_json() for pid, span in merged.spans.items()}
+    assert spans[5] == {
+        "rank": 0,
+        "pid": 5,
+        "buckets": 2,
+        "span_bytes": 90 * MIB,
+        "in_rows_bytes": 40 * MIB,
+        "between_bytes": 50 * MIB,
+    }
+    assert (
+        sum(r.device_used_delta_bytes for r in merged.rows if r.pid == 5 and r.bucket > 16)
+        == (spans[5]["in_rows_bytes"])
+    )
+    assert spans[6]["rank"] == 1 and spans[6]["between_bytes"] == 0
+
+
 def test_graphs_without_a_bucket_function_are_numbered_and_processes_take_free_ranks():
     r = _reading(0, 0, 0)
     merged = merge(

@@ -105,6 +105,7 @@ def main():
     p.add_argument("--child", action="store_true")
     p.add_argument("--crash-after", type=int, default=0)
     p.add_argument("--serve", action="store_true")
+    p.add_argument("--between", type=int, default=0, help="MiB the program takes after each bucket")
     a = p.parse_args()
     State.crash_after = a.crash_after
     install()
@@ -124,6 +125,7 @@ def main():
 
         for size in (8, 4, 2):
             plainlib.capture_size(size, forward)
+            State.used += a.between * MIB  # the program's own work between its buckets
     if a.child:
         ctx = multiprocessing.get_context("spawn")
         proc = ctx.Process(target=child, args=(1,))
