@@ -121,7 +121,7 @@ def record(
             f"bcgprof record: the hook took {cost['total_ms']:.1f} ms of the program's time over "
             f"{cost['buckets']} bucket(s), {cost['median_ms']:.2f} ms a bucket (median)"
         )
-    for span in sorted(result.merged.spans.values(), key=lambda x: (x.rank or 0, x.pid)):
+    for span in result.merged.spans_by_rank():
         if span.buckets > 1:
             note(
                 f"bcgprof record: rank {span.rank}: device used "

@@ -96,6 +96,10 @@ class Merged:
             "max_ms": round(ms[-1], 3) if ms else None,
         }
 
+    def spans_by_rank(self) -> list[Span]:
+        """The processes' spans, lowest rank first."""
+        return sorted(self.spans.values(), key=lambda span: (span.rank or 0, span.pid))
+
     @property
     def buckets(self) -> list[int]:
         return sorted({b for seq in self.sequences.values() for b in seq})

@@ -197,10 +197,7 @@ def _run_info(
             "engine_log": engine_lines[:MAX_KEPT],
             "notes": merged.notes[:32],
             "hook_cost": merged.hook_cost(),
-            "between_buckets": [
-                span.as_json()
-                for span in sorted(merged.spans.values(), key=lambda x: (x.rank or 0, x.pid))[:64]
-            ],
+            "between_buckets": [span.as_json() for span in merged.spans_by_rank()[:64]],
             "traces": merged.traces if options.trace else None,
         },
     }

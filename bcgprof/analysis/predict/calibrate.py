@@ -110,10 +110,9 @@ def profiles_of(
     def same(r: Report) -> tuple:
         return (tuple(sorted(run_key(r.run).items())), tuple(r.run.buckets))
 
+    traced = [r for r in reports if _has_traces(r)]  # each report's trace files looked up once
     kept: dict[tuple, Report] = {}
-    for report in sorted(
-        (r for r in reports if _has_traces(r)), key=lambda r: (-len(r.modes()), _name(r, root))
-    ):
+    for report in sorted(traced, key=lambda r: (-len(r.modes()), _name(r, root))):
         kept.setdefault(same(report), report)
     chosen = {id(r) for r in kept.values()}
     repeats = [
@@ -122,10 +121,10 @@ def profiles_of(
             "repeats the configuration and bucket list of "
             f"{_name(kept[same(r)], root)}, the profile of that list",
         )
-        for r in reports
-        if _has_traces(r) and id(r) not in chosen
+        for r in traced
+        if id(r) not in chosen
     ]
-    return [r for r in reports if id(r) in chosen], repeats
+    return [r for r in traced if id(r) in chosen], repeats
 
 
 def _mode_rows(report: Report, mode: str) -> list:
