@@ -6,7 +6,7 @@ prints, from the program's own output, the capture loop's wall time and the free
 goal: a time ratio of at most 1.05 and the same free-memory figure to the byte; ``--trace`` states
 what recording the allocator's history adds.
 
-    python benchmarks/record_overhead.py --rounds 3 --out /tmp/overhead [--trace]
+    python benchmarks/record_overhead.py --rounds 3 --out /tmp/overhead [--repeat 25] [--trace]
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ PROGRAM = ROOT / "examples" / "record" / "graph_loop.py"
 LINE = re.compile(r"program: capture loop took (\d+) bytes of free memory in ([0-9.]+) s")
 
 
-def once(recorded: bool, out: Path, sizes: int, trace: bool = False) -> tuple[int, float]:
-    cmd = [sys.executable, str(PROGRAM), str(sizes)]
+def once(
+    recorded: bool, out: Path, sizes: int, repeat: int, trace: bool = False
+) -> tuple[int, float]:
+    cmd = [sys.executable, str(PROGRAM), str(sizes), str(repeat)]
     if recorded:
         cmd = [sys.executable, "-m", "bcgprof", "record", *(["--trace"] if trace else []),
                "--bucket", "loops:capture_one:size", "--out", str(out), "--", *cmd]  # fmt: skip
@@ -44,15 +46,17 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("/tmp/bcgprof-record-overhead"))
     p.add_argument("--sizes", type=int, default=32,
                    help="buckets the program captures (multiples of 256 tokens)")  # fmt: skip
+    p.add_argument("--repeat", type=int, default=1,
+                   help="times the program's layers run in a row (longer graphs)")  # fmt: skip
     p.add_argument("--trace", action="store_true",
                    help="also run under bcgprof record --trace")  # fmt: skip
     a = p.parse_args()
     plain, hooked, traced = [], [], []
     for i in range(a.rounds):
-        plain.append(once(False, a.out, a.sizes))
-        hooked.append(once(True, a.out / f"round-{i}", a.sizes))
+        plain.append(once(False, a.out, a.sizes, a.repeat))
+        hooked.append(once(True, a.out / f"round-{i}", a.sizes, a.repeat))
         if a.trace:
-            traced.append(once(True, a.out / f"traced-{i}", a.sizes, trace=True))
+            traced.append(once(True, a.out / f"traced-{i}", a.sizes, a.repeat, trace=True))
     print(f"{'run':<10} {'free memory taken (bytes)':>26} {'capture loop (s)':>17}")
     for name, runs in (("plain", plain), ("recorded", hooked), ("traced", traced)):
         for took, seconds in runs:

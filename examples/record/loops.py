@@ -8,13 +8,15 @@ import torch
 HIDDEN = 4096
 
 
-def build(layers: int = 8) -> torch.nn.Module:
+def build(layers: int = 8, repeat: int = 1) -> torch.nn.Module:
+    """``layers`` blocks of two linears, run ``repeat`` times in a row (the same weights each time: a
+    deeper capture, as long as an engine's, for the memory of ``layers``)."""
     torch.manual_seed(0)
     blocks = []
     for _ in range(layers):
         blocks += [torch.nn.Linear(HIDDEN, 4 * HIDDEN, bias=False), torch.nn.GELU(),
                    torch.nn.Linear(4 * HIDDEN, HIDDEN, bias=False)]
-    return torch.nn.Sequential(*blocks).to("cuda", torch.bfloat16).eval()
+    return torch.nn.Sequential(*blocks * repeat).to("cuda", torch.bfloat16).eval()
 
 
 def capture_one(size, model, static, pool, stream, graphs):
@@ -36,9 +38,9 @@ def free_bytes() -> int:
 
 
 @torch.inference_mode()
-def run(sizes) -> int:
+def run(sizes, repeat: int = 1) -> int:
     """Capture every size; print and return the free memory the capture loop took (before minus after)."""
-    model = build()
+    model = build(repeat=repeat)
     static = torch.randn(max(sizes), HIDDEN, device="cuda", dtype=torch.bfloat16)
     pool, stream, graphs = torch.cuda.graph_pool_handle(), torch.cuda.Stream(), {}
     before, started = free_bytes(), time.perf_counter()
