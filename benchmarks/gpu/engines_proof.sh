@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Capturing as the engines capture: the GPU tests of the new paths, shared executables, SGLang's
 # MXFP4 MoE workspace, the seed side by side, and the zero-tolerance gate of the default capture.
-#   STAGES="tests persig default replay moe seed moe120 pair pairllama gap overhead readcost record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
+#   STAGES="tests persig default replay moe seed moe120 pair pairllama gap overhead readcost hookprof record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
 # Each stage has its own time limit (LIMIT_<stage>, seconds); $OUT ends with summary.txt and
 # all.tar.gz (every log and report: a device call brings back a limited number of files).
 # Times on an H100 (2026-12-07): default 101 s, moe 235 s, seed 166 s; moe120 did not finish its
 # floor mode in 360 s. On an H200: pair 227 s, pairllama 141 s, default 127 s, moe 278 s, gap 39 s,
-# overhead 91 s.
+# overhead 91 s. On an H100 at c7e4945: record 191 s, default 149 s, overhead 92 s, readcost 37 s,
+# moe120 433 s, gap 38 s; tests (tests/gpu) more than 250 s.
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -30,7 +31,7 @@ run() {
   return $rc
 }
 if stage tests; then
-  run tests "${LIMIT_tests:-240}" python -m pytest -q -p no:cacheprovider ${TESTS:-tests/gpu}
+  run tests "${LIMIT_tests:-420}" python -m pytest -q -p no:cacheprovider ${TESTS:-tests/gpu}
   tail -n 15 "$OUT/tests.log" | grep -E "passed|failed|error|Error" | tail -n 4 | tee -a "$SUMMARY"
 fi
 if stage persig; then
@@ -90,6 +91,10 @@ fi
 if stage readcost; then  # each part of one record reading, timed
   run readcost "${LIMIT_readcost:-120}" python benchmarks/gpu/reading_cost.py
   cat "$OUT/readcost.log" >> "$SUMMARY"
+fi
+if stage hookprof; then  # the hook's added time, function by function (cProfile)
+  run hookprof "${LIMIT_hookprof:-150}" python benchmarks/gpu/hook_profile.py --rounds 2 --sizes "${SIZES:-16}"
+  cat "$OUT/hookprof.log" >> "$SUMMARY"
 fi
 if stage record; then  # bcgprof record's proof (its own script), without its default capture
   run record "${LIMIT_record:-300}" env SKIP_DEFAULT=1 SKIP_OVERHEAD=1 OUT="$OUT/rec" bash benchmarks/gpu/record_proof.sh
