@@ -69,7 +69,7 @@ def main() -> int:
                                   torch.empty(1, device=device), torch.cuda.synchronize()))
     from bcgprof.buckets import parse_buckets
     from bcgprof.measure.capture import Capturer
-    from bcgprof.measure.memory import DeviceMemory
+    from bcgprof.measure.device import DeviceMemory
     from bcgprof.measure.workload import build_workload
     from bcgprof.spec import resolve_model
 

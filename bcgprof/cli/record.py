@@ -125,7 +125,7 @@ def record(
         if span.buckets > 1:
             note(
                 f"bcgprof record: rank {span.rank}: device used "
-                f"{fmt_bytes(span.last - span.first, signed=True)} from its first bucket's start "
+                f"{fmt_bytes(span.total, signed=True)} from its first bucket's start "
                 f"to its last's end: {fmt_bytes(span.in_rows, signed=True)} in its rows, "
                 f"{fmt_bytes(span.between, signed=True)} between them "
                 "(the program's work outside its captures, or another process's)"

@@ -33,7 +33,8 @@ from bcgprof.errors import CaptureError, NoGPUError, failure_status, one_line
 from bcgprof.measure import sites
 from bcgprof.measure.break_repeat import BreakRepeater
 from bcgprof.measure.capture_result import BucketCapture, CaptureResult, default_refill
-from bcgprof.measure.memory import DeviceMemory, PeakSampler, read, settle, storage_in_pool
+from bcgprof.measure.device import DeviceMemory, PeakSampler
+from bcgprof.measure.memory import read, settle, storage_in_pool
 from bcgprof.measure.streams import capture_stream
 from bcgprof.measure.tracing import AllocatorRecorder
 from bcgprof.measure.warmup_repeat import RepeatPlan, plan_repeat, repeat_run

@@ -14,12 +14,10 @@ from typing import Any, Optional
 
 import torch
 
-from bcgprof.measure.device import DeviceMemory, PeakSampler
+from bcgprof.measure.device import DeviceMemory
 from bcgprof.report.ledger import Reading
 
 __all__ = [
-    "DeviceMemory",
-    "PeakSampler",
     "PoolState",
     "pool_bytes",
     "pool_state",

@@ -140,7 +140,7 @@ def run_mode(opts: CaptureOptions, mode: str, report_dir: Path, emit: Emit, grou
 
     from bcgprof.buckets import parse_buckets
     from bcgprof.measure.capture import Capturer
-    from bcgprof.measure.memory import DeviceMemory
+    from bcgprof.measure.device import DeviceMemory
     from bcgprof.measure.workload import build_workload
     from bcgprof.report import ReportWriter
     from bcgprof.spec import resolve_model

@@ -86,7 +86,7 @@ def run_info(opts: CaptureOptions, spec, buckets: list[int], dev):
     import torch
 
     from bcgprof import __version__
-    from bcgprof.measure.memory import DeviceMemory
+    from bcgprof.measure.device import DeviceMemory
     from bcgprof.report import RunInfo
 
     torch.cuda.set_device(dev)

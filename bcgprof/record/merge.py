@@ -49,15 +49,20 @@ class Span:
     rank: Optional[int] = None
 
     @property
+    def total(self) -> int:
+        """Device used after the last bucket minus before the first."""
+        return self.last - self.first
+
+    @property
     def between(self) -> int:
-        return self.last - self.first - self.in_rows
+        return self.total - self.in_rows
 
     def as_json(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
             "pid": self.pid,
             "buckets": self.buckets,
-            "span_bytes": self.last - self.first,
+            "span_bytes": self.total,
             "in_rows_bytes": self.in_rows,
             "between_bytes": self.between,
         }

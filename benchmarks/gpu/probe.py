@@ -3,7 +3,7 @@ import time
 
 import torch
 
-from bcgprof.measure.memory import DeviceMemory
+from bcgprof.measure.device import DeviceMemory
 
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
 p = torch.cuda.get_device_properties(0)

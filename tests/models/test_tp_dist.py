@@ -212,13 +212,13 @@ def _fake_workload(spec, *, tp_rank, **kwargs):
 
 def _rank_loop(rank: int, world: int, init_file: str, out: str, results: str) -> None:
     import bcgprof.measure.capture
-    import bcgprof.measure.memory
+    import bcgprof.measure.device
     import bcgprof.measure.workload
 
     torch.set_num_threads(1)
     bcgprof.measure.capture.Capturer = FakeCapturer
     bcgprof.measure.workload.build_workload = _fake_workload
-    bcgprof.measure.memory.DeviceMemory = lambda device: SimpleNamespace(source="fake", reason=None)
+    bcgprof.measure.device.DeviceMemory = lambda device: SimpleNamespace(source="fake", reason=None)
     FakeCapturer.FAIL = {(1, 2)}  # rank 1 runs out of memory on bucket 2 of the shared mode
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     group = tpdist.RankGroup(rank, world, torch.device("cpu"), dist.new_group(backend="gloo"))
