@@ -85,8 +85,8 @@ if stage gap; then  # where torch.compile's program memory goes, phase by phase
 fi
 if stage overhead; then  # what bcgprof record costs a capture loop, alternated with plain runs
   run overhead "${LIMIT_overhead:-200}" python benchmarks/record_overhead.py --rounds "${ROUNDS:-3}" \
-    --sizes "${SIZES:-16}" --repeat "${REPEAT:-1}" --out "$OUT/overhead"
-  tail -n 6 "$OUT/overhead.log" >> "$SUMMARY"
+    --sizes "${SIZES:-16}" --repeat "${REPEAT:-1}" ${OVERHEAD_ARGS:-} --out "$OUT/overhead"
+  grep -E "^(plain|recorded|traced|no-sampler) |buckets:|ratio" "$OUT/overhead.log" >> "$SUMMARY"
 fi
 if stage readcost; then  # each part of one record reading, timed
   run readcost "${LIMIT_readcost:-120}" python benchmarks/gpu/reading_cost.py
