@@ -86,7 +86,7 @@ fi
 if stage overhead; then  # what bcgprof record costs a capture loop, alternated with plain runs
   run overhead "${LIMIT_overhead:-200}" python benchmarks/record_overhead.py --rounds "${ROUNDS:-3}" \
     --sizes "${SIZES:-16}" --repeat "${REPEAT:-1}" ${OVERHEAD_ARGS:-} --out "$OUT/overhead"
-  grep -E "^(plain|recorded|traced|no-sampler) |buckets:|ratio" "$OUT/overhead.log" >> "$SUMMARY"
+  grep -E "^(plain|recorded|traced|no-sampler) |^  |buckets:|ratio" "$OUT/overhead.log" >> "$SUMMARY"
 fi
 if stage readcost; then  # each part of one record reading, timed
   run readcost "${LIMIT_readcost:-120}" python benchmarks/gpu/reading_cost.py

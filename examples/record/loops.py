@@ -44,12 +44,16 @@ def run(sizes, repeat: int = 1) -> int:
     static = torch.randn(max(sizes), HIDDEN, device="cuda", dtype=torch.bfloat16)
     pool, stream, graphs = torch.cuda.graph_pool_handle(), torch.cuda.Stream(), {}
     before, started = free_bytes(), time.perf_counter()
+    times = {}  # each capture_one's wall time, ms (the warm-ups queued, the graph captured)
     for size in sorted(sizes, reverse=True):
+        t = time.perf_counter()
         capture_one(size, model, static, pool, stream, graphs)
+        times[size] = (time.perf_counter() - t) * 1e3
     took, seconds = before - free_bytes(), time.perf_counter() - started
     for size, (graph, out) in graphs.items():  # the graphs replay as captured
         graph.replay()
         torch.testing.assert_close(out, model(static[:size]), rtol=0, atol=0)
     print(f"program: capture loop took {took} bytes of free memory in {seconds:.3f} s ({len(graphs)} graphs)",
           flush=True)
+    print("program: ms a size " + " ".join(f"{size}:{ms:.2f}" for size, ms in times.items()), flush=True)
     return took
