@@ -40,6 +40,7 @@ class RecordGroup(StrEnum):
     PREFILL = "prefill"  # prefill (extend) graphs, by token count
     DECODE = "decode"  # decode graphs, by batch size
     DRAFT = "draft"  # a speculative draft model's graphs
+    VERIFY = "verify"  # a speculative target model's verify graphs (SGLang's TARGET_VERIFY)
     FULL = "full"  # vLLM's FULL graphs (one graph per batch, attention inside)
     PIECEWISE = "piecewise"  # vLLM's PIECEWISE graphs (pieces between attention calls)
     ESTIMATE = "estimate"  # graphs an engine captures only to estimate capture memory, then frees

@@ -38,22 +38,22 @@ def record(
         "--bucket",
         metavar="MODULE:QUALNAME:ARG",
         help="A function that captures one bucket, and the argument "
-        "holding its size (arg.attr, or arg[0] for the first "
-        "tensor's leading dimension); repeatable.",
+        "holding its size (arg.attr, arg[0] for the first tensor's "
+        "leading dimension, a|b for the first the call has); repeatable.",
     ),
     adapters: bool = typer.Option(True, "--adapters/--no-adapters", help=ADAPTERS_HELP),
     stop_after_capture: bool = typer.Option(
         False,
         "--stop-after-capture",
         help="Stop the program (SIGINT, SIGTERM, SIGKILL) once its capture "
-        "phase is over: an adapter's phase function returned in every "
-        "process, or --idle seconds passed without a new bucket.",
+        "is over: no phase function running and the engine printed that it "
+        "serves (SGLang, vLLM), or --idle seconds passed without a new bucket.",
     ),
     idle: float = typer.Option(
         10.0,
         "--idle",
-        help="Seconds without a new bucket after which "
-        "--stop-after-capture stops a program no adapter knows.",
+        help="Seconds without a new bucket or phase after which "
+        "--stop-after-capture stops a program that printed no serving line.",
     ),
     model: str = typer.Option(
         "",

@@ -5,10 +5,10 @@ adapter names has finished importing. ``torch.cuda.CUDAGraph.capture_begin``, ``
 ``instantiate`` are patched at class level (torch 2.11 to 2.13 offer no capture hooks; every graph
 made from Python, ``torch.cuda.graph``, ``make_graphed_callables``, cudagraph trees and engines' own
 segment loops, goes through them). A *bucket* is one call of an adapter's bucket function (the
-outermost, when they nest), or else one graph. Around it the hook reads the allocator
-(``torch.cuda.memory_stats``, the graph pools' segments from ``torch.cuda.memory_snapshot``) and the
-device (NVML, or ``cudaMemGetInfo``), samples NVML on a thread while the bucket runs, and appends
-one line (:mod:`bcgprof.record.rows`).
+outermost, when they nest), one descriptor of a factory adapter's loop, or else one graph. Around
+it the hook reads the allocator (``torch.cuda.memory_stats``, the graph pools' segments from
+``torch.cuda.memory_snapshot``) and the device (NVML, or ``cudaMemGetInfo``), samples NVML on a
+thread while the bucket runs, and appends one line (:mod:`bcgprof.record.rows`).
 
 Invariant: the program runs as it would without the hook. No reading synchronises the device, calls
 ``empty_cache``, resets peak statistics or allocates device memory; every hook error is caught and
@@ -90,6 +90,8 @@ def _wrap(owner: Any, name: str, adapter: table.Adapter, rec: Recorder) -> None:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if adapter.role == table.FACTORY:
+            return rec.call_with_factory(fn, adapter, cls, signature, args, kwargs)
         token = rec.enter(adapter, cls, signature, args, kwargs)
         try:
             result = fn(*args, **kwargs)
@@ -127,6 +129,27 @@ class _Bucket:
         self.graphs = 0
         self.nodes: Optional[int] = 0
         self.streams: set[int] = set()
+
+
+class _FactoryLoop:
+    """A factory adapter's loop in progress: the bucket of its current descriptor."""
+
+    def __init__(self, adapter: table.Adapter, cls: Optional[type], instance: Any):
+        self.adapter = adapter
+        self.cls = cls
+        self.instance = instance
+        self.descriptor: Any = None
+        self.bucket: Optional[_Bucket] = None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two descriptors name one bucket (equal, or the same object where == fails)."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
 
 
 class Recorder:
@@ -204,6 +227,10 @@ class Recorder:
         self._start_nvml()
         try:
             if adapter.role == table.PHASE:
+                # a capture phase inside a scope (vLLM V2's estimate runs capture_model) is the
+                # scope's, not the program's: its end is not the end of the capture phase
+                if self._scope_group() is not None:
+                    return None
                 self.lines.write(PHASE, event="begin", name=adapter.name, engine=adapter.engine)
                 return ("phase", adapter)
             try:
@@ -240,6 +267,63 @@ class Recorder:
                 self._end(token, error)
         except Exception as e:
             self._warn("leaving a bucket", e)
+
+    def call_with_factory(
+        self,
+        fn: Callable[..., Any],
+        adapter: table.Adapter,
+        cls: Optional[type],
+        signature: inspect.Signature,
+        args: tuple,
+        kwargs: dict,
+    ) -> Any:
+        """Run a factory adapter's loop with its factory argument wrapped: each call of the factory
+        with a descriptor unlike the last begins a bucket (ending the last one), and the loop's
+        return ends the open one. A loop without the factory argument, or inside a bucket, runs
+        as it is."""
+        try:
+            bound = signature.bind_partial(*args, **kwargs)
+            factory = bound.arguments.get(adapter.factory)
+        except TypeError:
+            factory = None
+        if not callable(factory) or self._open_bucket() is not None:
+            return fn(*args, **kwargs)
+        state = _FactoryLoop(adapter, cls, bound.arguments.get("self"))
+
+        def each(*fargs: Any, **fkwargs: Any) -> Any:
+            self._factory_called(state, fargs, fkwargs)
+            return factory(*fargs, **fkwargs)
+
+        functools.update_wrapper(each, factory)
+        bound.arguments[adapter.factory] = each
+        try:
+            result = fn(*bound.args, **bound.kwargs)
+        except BaseException as e:
+            self._factory_ends(state, e)
+            raise
+        self._factory_ends(state, None)
+        return result
+
+    def _factory_called(self, state: _FactoryLoop, args: tuple, kwargs: dict) -> None:
+        try:
+            descriptor = args[0] if args else next(iter(kwargs.values()), None)
+            if state.bucket is not None and _same(descriptor, state.descriptor):
+                return
+            self._factory_ends(state, None)
+            arguments = {"desc": descriptor, "self": state.instance}
+            group = self._scope_group() or table.group_of(state.adapter, state.cls, arguments)
+            state.descriptor = descriptor
+            state.bucket = self._begin(group, table.size_of(state.adapter.size, arguments))
+        except Exception as e:
+            self._warn(f"entering {state.adapter.name}'s bucket", e)
+
+    def _factory_ends(self, state: _FactoryLoop, error: Optional[BaseException]) -> None:
+        bucket, state.bucket = state.bucket, None
+        if bucket is not None:
+            try:
+                self._end(bucket, error)
+            except Exception as e:
+                self._warn("leaving a bucket", e)
 
     # ------------------------------------------------------------ graphs
 

@@ -8,7 +8,10 @@
   loop) and, since v0.21, ``CUDA graph pool memory: X GiB (actual), Y GiB (estimated)``.
 
 Each match becomes a dict with the engine, the phase where the line names one, and the figure in
-bytes (``GiB`` and SGLang's ``GB`` both as 2**30 bytes). Standard library only.
+bytes (``GiB`` and SGLang's ``GB`` both as 2**30 bytes). The line a server prints once it serves
+(SGLang's ``The server is fired up and ready to roll!``, vLLM's ``Starting vLLM API server``), after
+every model runner and draft model has captured, tells ``--stop-after-capture`` that the capture is
+over. Standard library only.
 """
 
 from __future__ import annotations
@@ -42,6 +45,17 @@ _PATTERNS = (
     ),
 )
 MAX_KEPT = 64  # engine lines kept in run.json
+_SERVING = (
+    ("sglang", "The server is fired up and ready to roll"),
+    ("vllm", "Starting vLLM API server"),
+)
+
+
+def serving_engine(line: str) -> Optional[str]:
+    """The engine whose line this is that says its server serves (its capture over), or None."""
+    if len(line) > 4096:
+        return None
+    return next((engine for engine, text in _SERVING if text in line), None)
 
 
 def engine_figure(line: str) -> Optional[dict[str, Any]]:

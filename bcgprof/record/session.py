@@ -12,8 +12,10 @@ Every ``POLL_S``, and at once when the program ends, the lines the processes app
 Ctrl-C and after a crash.
 
 With ``stop_after_capture`` the program is stopped (SIGINT, then SIGTERM, then SIGKILL to its
-process group) once an engine's capture phase has ended in every process that began one, or, for a
-program no adapter knows, once ``idle_s`` pass without a new bucket after the first. The program
+process group) once no capture phase is open and either the engine printed that it serves
+(:func:`~bcgprof.record.logs.serving_engine`) or ``idle_s`` passed without a new bucket or phase
+after the first: a draft model's runners capture after the target's phase has ended, and an
+engine's phase functions are not the whole of its capture. The program
 starts with SIGINT at its default action and unblocked, as a terminal starts a program, whatever
 bcgprof's own process inherited: a SIGINT ignored there (a job a script put in the background, a CI
 runner) would otherwise pass to the program through exec, and the stop's first signal would do
@@ -39,7 +41,7 @@ from typing import IO, Any, Optional
 
 from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
-from bcgprof.record.logs import MAX_KEPT, engine_figure
+from bcgprof.record.logs import MAX_KEPT, engine_figure, serving_engine
 from bcgprof.record.merge import Merged, MergeError, merge
 from bcgprof.record.rows import LineReader, spool_of
 from bcgprof.report.schema import RunInfo
@@ -150,19 +152,30 @@ class _Tee(threading.Thread):
     """Copies one of the program's streams to ours, a line at a time, keeping the engines'
     figures."""
 
-    def __init__(self, source: IO[bytes], sink: IO[bytes], found: list[dict[str, Any]]):
+    def __init__(
+        self,
+        source: IO[bytes],
+        sink: IO[bytes],
+        found: list[dict[str, Any]],
+        serving: list[str],
+    ):
         super().__init__(daemon=True)
-        self.source, self.sink, self.found = source, sink, found
+        self.source, self.sink, self.found, self.serving = source, sink, found, serving
 
     def run(self) -> None:
         for raw in iter(self.source.readline, b""):
             with contextlib.suppress(OSError, ValueError):
                 self.sink.write(raw)
                 self.sink.flush()
+            line = raw.decode("utf-8", "replace")
             if len(self.found) < MAX_KEPT:
-                figure = engine_figure(raw.decode("utf-8", "replace"))
+                figure = engine_figure(line)
                 if figure is not None:
                     self.found.append(figure)
+            if not self.serving:
+                engine = serving_engine(line)
+                if engine is not None:
+                    self.serving.append(engine)
 
 
 def _run_info(
@@ -282,15 +295,17 @@ def record(
             f"cannot start {options.command[0]!r}: {e.strerror or e}; check the command after --"
         ) from None
     tees = []
+    serving: list[str] = []  # the engine that said it serves, once it did
     if options.scan_logs:
         tees = [
-            _Tee(proc.stdout, sys.stdout.buffer, engine_lines),  # type: ignore[arg-type]
-            _Tee(proc.stderr, sys.stderr.buffer, engine_lines),  # type: ignore[arg-type]
+            _Tee(proc.stdout, sys.stdout.buffer, engine_lines, serving),  # type: ignore[arg-type]
+            _Tee(proc.stderr, sys.stderr.buffer, engine_lines, serving),  # type: ignore[arg-type]
         ]
         for t in tees:
             t.start()
     stopped = interrupted = False
-    rows_seen, last_change = 0, time.monotonic()
+    seen: tuple = (0, 0, 0)  # rows, phases begun and ended so far
+    last_change = time.monotonic()
     state: tuple = ()
     lines = LineReader(spool)
     try:
@@ -308,14 +323,23 @@ def record(
             if now_state != state:
                 state = now_state
                 _write(out, options, merged, engine_lines, RunStatus.RUNNING, started)
-            if len(merged.rows) != rows_seen:
-                rows_seen, last_change = len(merged.rows), time.monotonic()
-                if progress is not None:
-                    progress(f"{rows_seen} bucket(s) recorded in {', '.join(merged.groups)}")
-            if options.stop_after_capture and _capture_over(merged, last_change, options.idle_s):
+            now_seen = (
+                len(merged.rows),
+                merged.phases_open + merged.phases_ended,
+                merged.phases_ended,
+            )
+            if now_seen != seen:
+                if now_seen[0] != seen[0] and progress is not None:
+                    progress(f"{now_seen[0]} bucket(s) recorded in {', '.join(merged.groups)}")
+                seen, last_change = now_seen, time.monotonic()
+            quiet_s = time.monotonic() - last_change
+            if options.stop_after_capture and _capture_over(
+                merged, bool(serving), quiet_s, options.idle_s
+            ):
                 stopped = True
                 if progress is not None:
-                    progress("capture phase over: stopping the program")
+                    why = f"{serving[0]} serves" if serving else f"{quiet_s:.0f} s with no capture"
+                    progress(f"capture phase over ({why}): stopping the program")
                 _stop(proc)
                 break
     except KeyboardInterrupt:
@@ -348,12 +372,12 @@ def record(
     return RecordResult(out, status, 0 if stopped else code, merged, engine_lines, stopped)
 
 
-def _capture_over(merged: Merged, last_change: float, idle_s: float) -> bool:
-    if merged.phases_ended and not merged.phases_open:
-        return True
-    if merged.phases_open:
+def _capture_over(merged: Merged, serving: bool, quiet_s: float, idle_s: float) -> bool:
+    """Whether a recording with ``--stop-after-capture`` may stop the program: no capture phase
+    open, something captured, and the engine said it serves or nothing new came for ``idle_s``."""
+    if merged.phases_open or not (merged.rows or merged.phases_ended):
         return False
-    return bool(merged.rows) and time.monotonic() - last_change >= idle_s
+    return serving or quiet_s >= idle_s
 
 
 def _write(

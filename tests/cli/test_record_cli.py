@@ -105,7 +105,7 @@ def test_sglang_runners_a_child_process_and_the_engine_line_make_one_report(pres
     report = read_report(folder / "r")
     run = report.run
     assert (
-        run.source == "record" and run.status == "complete" and run.modes == ["decode", "prefill"]
+        run.source == "record" and run.status == "complete" and run.modes == ["prefill", "decode"]
     )
     rows = {(r.mode, r.rank, r.bucket): r for r in report.buckets}
     assert sorted(rows) == sorted(
@@ -186,7 +186,8 @@ def test_a_crashed_program_leaves_a_valid_partial_report_and_its_exit_code(prest
     assert proc.returncode == 1
     report = read_report(folder / "r")
     assert report.run.status == "partial" and "exited with code 1" in report.run.message
-    assert [(r.bucket, r.status) for r in report.buckets] == [(8, "ok"), (4, "ok"), (2, "error")]
+    # the prefill runner captures first (as SGLang's), two segments a size: the third capture fails
+    assert [(r.bucket, r.status) for r in report.buckets] == [(32, "ok"), (16, "error")]
     assert "stand-in failure" in report.buckets[-1].detail
 
 
@@ -211,6 +212,73 @@ def test_stop_after_capture_ends_a_server_once_its_capture_phase_is_over(tmp_pat
     assert read_report(tmp_path / "r").run.status == "complete"
     assert "capture phase over" in proc.stderr
     assert "KeyboardInterrupt" in proc.stderr
+
+
+def test_stop_after_capture_waits_for_the_server_so_a_draft_models_graphs_are_kept(tmp_path):
+    """SGLang's draft worker captures after the target's phase has ended (its draft model loads in
+    between: --gap): the recording ends at the line that says the server serves, with the target's
+    prefill, its verify graphs and the draft's graphs, not at the target's phase end."""
+    start = time.monotonic()
+    proc = record(
+        tmp_path / "r",
+        "--stop-after-capture",
+        "--idle",
+        "60",
+        program=("--engine", "sglang-spec", "--gap", "2", "--serve"),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 40  # the server line, not --idle, ended it
+    assert "capture phase over (sglang serves)" in proc.stderr
+    report = read_report(tmp_path / "r")
+    assert report.run.modes == ["prefill", "verify", "draft"]
+    rows = [(r.mode, r.bucket) for r in report.buckets]
+    assert [b for g, b in rows if g == "draft"] == [64, 2, 1]  # the draft's prefill, then EAGLE's
+    assert [b for g, b in rows if g == "verify"] == [8, 4, 2, 1]
+
+
+def test_vllm_v2_buckets_are_its_descriptors_and_its_estimate_does_not_end_the_capture(tmp_path):
+    """vLLM's model runner V2 captures every size in one loop (a bucket per descriptor) and its
+    estimate runs the whole capture_model: the recording goes on to the real capture and the
+    speculator's graphs, and ends when the server serves."""
+    proc = record(
+        tmp_path / "r",
+        "--stop-after-capture",
+        "--idle",
+        "60",
+        program=("--engine", "vllm-v2", "--gap", "2", "--serve"),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "capture phase over (vllm serves)" in proc.stderr
+    report = read_report(tmp_path / "r")
+    assert report.run.modes == ["estimate", "piecewise", "full", "draft"]
+    by_group: dict[str, list[int]] = {}
+    for r in report.buckets:
+        by_group.setdefault(r.mode, []).append(r.bucket)
+    assert by_group == {
+        "estimate": [64, 8, 4, 2, 1],
+        "piecewise": [64],
+        "full": [8, 4, 2, 1],
+        "draft": [4, 2],
+    }
+    assert all(r.segments == 1 for r in report.buckets)  # the warm-ups captured nothing
+    assert report.run.extra["recorded"]["engine_log"][0]["engine"] == "vllm"
+
+
+def test_stop_after_capture_ends_a_program_no_adapter_knows_after_idle_seconds(tmp_path):
+    proc = record(
+        tmp_path / "r",
+        "--stop-after-capture",
+        "--idle",
+        "1",
+        *BUCKET,
+        program=("--engine", "bucket", "--serve"),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "capture phase over (1 s with no capture)" in proc.stderr
+    assert [r.bucket for r in read_report(tmp_path / "r").buckets] == [8, 4, 2]
 
 
 def _interruptible() -> None:

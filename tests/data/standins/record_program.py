@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 import torch
 
@@ -54,7 +55,10 @@ def reading():
     }
 
 
-def forward(size):
+def forward(size, graph=True):
+    """A capture of ``size`` (or, with ``graph=False``, a warm-up, which takes nothing)."""
+    if not graph:
+        return
     State.calls += 1
     if State.crash_after and State.calls > State.crash_after:
         raise RuntimeError("stand-in failure")
@@ -78,6 +82,17 @@ def install():
     )
 
 
+def model_runner(draft=False, speculative=False, logged_gb=0.0):
+    """SGLang's ModelRunner, as far as its graph capture reads it."""
+    return SimpleNamespace(
+        is_draft_worker=draft,
+        speculative=speculative,
+        logged_gb=logged_gb,
+        prefill_runner=None,
+        decode_runner=None,
+    )
+
+
 def sglang(sizes, logged_gb):
     from sglang.srt.model_executor.model_runner_components.cuda_graph_setup import (
         capture_cuda_graphs,
@@ -85,10 +100,59 @@ def sglang(sizes, logged_gb):
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
     from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
 
-    capture_cuda_graphs(
-        [DecodeCudaGraphRunner(sizes, forward), PrefillCudaGraphRunner([16, 32], forward)],
-        logged_gb,
+    target = model_runner(logged_gb=logged_gb)
+    target.prefill_runner = PrefillCudaGraphRunner([16, 32], forward, target)
+    target.decode_runner = DecodeCudaGraphRunner(sizes, forward, target)
+    capture_cuda_graphs(model_runner=target)
+
+
+def sglang_speculative(sizes, gap_s):
+    """A speculative server: the target's runners (its decode runner captures verify graphs), then,
+    once the draft model has loaded (``gap_s``), the draft worker's prefill runner and its EAGLE
+    runner, which captures outside any phase function."""
+    from sglang.srt.model_executor.model_runner_components.cuda_graph_setup import (
+        capture_cuda_graphs,
     )
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+    from sglang.srt.model_executor.runner.mixed_cuda_graph_runner import MixedCudaGraphRunner
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    target = model_runner(speculative=True, logged_gb=0.25)
+    target.prefill_runner = MixedCudaGraphRunner([16, 32], forward, target)
+    target.decode_runner = DecodeCudaGraphRunner(sizes, forward, target)
+    capture_cuda_graphs(model_runner=target)
+    time.sleep(gap_s)
+    draft = model_runner(draft=True, speculative=True)
+    from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
+
+    draft.prefill_runner = PrefillCudaGraphRunner([64], forward, draft)
+    capture_cuda_graphs(model_runner=draft, capture_decode_cuda_graph=False)
+    EAGLEDraftCudaGraphRunner([1, 2], forward, draft).capture()
+
+
+def vllm_v2(sizes, gap_s):
+    """vLLM's model runner V2: the estimate (the whole capture, in a scope), the capture, and a
+    draft model's graphs through a speculator's manager."""
+    from vllm.v1.worker.gpu.cudagraph_utils import (
+        BatchExecutionDescriptor,
+        CudaGraphManager,
+        profile_cudagraph_memory,
+    )
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+    from vllm.v1.worker.gpu.spec_decode.cudagraph import PrefillSpeculatorCudaGraphManager
+    from vllm.v1.worker.gpu_model_runner import CUDAGraphMode
+
+    descs = [BatchExecutionDescriptor(CUDAGraphMode.PIECEWISE, 64)] + [
+        BatchExecutionDescriptor(CUDAGraphMode.FULL, s) for s in sorted(sizes, reverse=True)
+    ]
+    runner = GPUModelRunner(CudaGraphManager(descs), forward)
+    profile_cudagraph_memory(runner)
+    time.sleep(gap_s)  # the KV cache is allocated from what the estimate left
+    runner.capture_model(0.25)
+    speculator = PrefillSpeculatorCudaGraphManager(
+        [BatchExecutionDescriptor(CUDAGraphMode.FULL, s) for s in (4, 2)]
+    )
+    speculator.capture(forward)
 
 
 def child(rank):
@@ -96,12 +160,17 @@ def child(rank):
     install()
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
 
-    DecodeCudaGraphRunner([1, 2, 4, 8], forward).capture()
+    DecodeCudaGraphRunner([1, 2, 4, 8], forward, model_runner()).capture()
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--engine", choices=["sglang", "vllm", "plain", "bucket"], default="sglang")
+    p.add_argument(
+        "--engine",
+        choices=["sglang", "sglang-spec", "vllm", "vllm-v2", "plain", "bucket"],
+        default="sglang",
+    )
+    p.add_argument("--gap", type=float, default=0.0, help="seconds before a draft model's graphs")
     p.add_argument("--child", action="store_true")
     p.add_argument("--crash-after", type=int, default=0)
     p.add_argument("--serve", action="store_true")
@@ -111,6 +180,10 @@ def main():
     install()
     if a.engine == "sglang":
         sglang([1, 2, 4, 8], 0.5)
+    elif a.engine == "sglang-spec":
+        sglang_speculative([1, 2, 4, 8], a.gap)
+    elif a.engine == "vllm-v2":
+        vllm_v2([1, 2, 4, 8], a.gap)
     elif a.engine == "vllm":
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -134,6 +207,11 @@ def main():
         if proc.exitcode:
             sys.exit(proc.exitcode)
     if a.serve:
+        if a.engine.startswith("sglang"):
+            print("[2026-12-07 10:00:00] The server is fired up and ready to roll!", flush=True)
+        elif a.engine.startswith("vllm"):
+            print("INFO [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000")
+            sys.stdout.flush()
         time.sleep(300)
 
 

@@ -1,7 +1,8 @@
 class CudaGraphRunnerBase:
-    def __init__(self, sizes, forward):
+    def __init__(self, sizes, forward, model_runner=None):
         self.capture_bs = sizes
         self.forward = forward
+        self.model_runner = model_runner
 
     def capture(self):
         for size in reversed(self.capture_bs):  # largest first, as SGLang's runners

@@ -6,6 +6,6 @@ class PrefillCudaGraphRunner(CudaGraphRunnerBase):
         for num_tokens in reversed(self.capture_bs):
             self.capture_one_shape(num_tokens)
 
-    def capture_one_shape(self, size):
+    def capture_one_shape(self, size, *, prefix_num_chunks=0):
         self.forward(size)  # a prefill runner's segments: one capture per segment
         self.forward(size)
