@@ -61,3 +61,38 @@ def refused(result, code=2) -> str:
     assert "Traceback" not in result.stdout + result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit)
     return lines[0]
+
+
+def stand_in_recorder(spool: Path):
+    """A ``bcgprof record`` recorder appending to ``spool`` with stand-in readings (every figure 0,
+    no process line, no NVML), and a function that captures one graph through a graph class of its
+    own (torch.cuda.CUDAGraph's capture API, nothing captured), patched by this recorder: the patch
+    is per class, so each caller's captures reach its own recorder."""
+    from bcgprof.record.hook import Recorder
+
+    class Graph:
+        def capture_begin(self, pool=None, capture_error_mode="global"):
+            pass
+
+        def capture_end(self):
+            pass
+
+        def instantiate(self):
+            pass
+
+        def pool(self):
+            return (1, 1)
+
+    rec = Recorder(str(spool), [], sample_ms=0)
+    rec.read = lambda: {"allocated": 0, "reserved": 0, "used": 0, "process": None, "free": 0,
+                        "pools": {}, "time": 0.0}  # fmt: skip
+    rec._described = True  # no process line: it would read torch's version and the device
+    rec._start_nvml = lambda: None  # type: ignore[method-assign]
+    rec.patch_graphs(Graph)
+
+    def capture() -> None:
+        g = Graph()
+        g.capture_begin()
+        g.capture_end()
+
+    return rec, capture

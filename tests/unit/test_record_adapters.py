@@ -5,17 +5,18 @@ descriptor loop, a phase inside an estimate, and the rule that stops a server af
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
 
 from bcgprof.record import adapters as table
-from bcgprof.record.hook import Recorder, _wrap
+from bcgprof.record.hook import _wrap
 from bcgprof.record.logs import serving_engine
 from bcgprof.record.merge import Merged
 from bcgprof.record.rows import LineReader
 from bcgprof.record.session import _capture_over
+
+from helpers import stand_in_recorder
 
 MODE = enum.Enum("CUDAGraphMode", "NONE PIECEWISE FULL")
 FORWARD = enum.Enum("ForwardMode", "EXTEND DECODE TARGET_VERIFY")
@@ -79,40 +80,8 @@ def test_vllm_v2_groups_come_from_the_descriptor_and_a_speculators_manager_is_th
     assert table.size_of(loop.size, {"desc": full}) == 8
 
 
-def recorder(tmp_path) -> tuple[Recorder, Callable[[], None]]:
-    """A recorder with stand-in readings, and a capture through its own patched graph class (the
-    patch is per class: a class of each test's own keeps each test's recorder)."""
-
-    class Graph:  # torch.cuda.CUDAGraph's capture API; nothing is captured
-        def capture_begin(self, pool=None, capture_error_mode="global"):
-            pass
-
-        def capture_end(self):
-            pass
-
-        def instantiate(self):
-            pass
-
-        def pool(self):
-            return (1, 1)
-
-    rec = Recorder(str(tmp_path), [], sample_ms=0)
-    rec.read = lambda: {"allocated": 0, "reserved": 0, "used": 0, "process": None, "free": 0,
-                        "pools": {}, "time": 0.0}  # fmt: skip
-    rec._described = True  # no process line: it would read torch's version and the device
-    rec._start_nvml = lambda: None  # type: ignore[method-assign]
-    rec.patch_graphs(Graph)
-
-    def capture() -> None:
-        g = Graph()
-        g.capture_begin()
-        g.capture_end()
-
-    return rec, capture
-
-
 def test_a_descriptor_loop_makes_a_bucket_per_descriptor_and_a_failure_ends_its_bucket(tmp_path):
-    rec, capture = recorder(tmp_path)
+    rec, capture = stand_in_recorder(tmp_path)
     descs = [SimpleNamespace(cg_mode=MODE.FULL, num_tokens=n) for n in (8, 4, 2)]
 
     class CudaGraphManager:
@@ -154,7 +123,7 @@ def test_a_descriptor_loop_makes_a_bucket_per_descriptor_and_a_failure_ends_its_
 
 def test_a_capture_phase_inside_an_estimate_is_not_a_phase_of_the_program(tmp_path):
     """vLLM V2's estimate runs capture_model: its end must not end the recording."""
-    rec, capture = recorder(tmp_path)
+    rec, capture = stand_in_recorder(tmp_path)
 
     class Runner:
         def capture_model(self):

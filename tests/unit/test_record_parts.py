@@ -16,6 +16,8 @@ from bcgprof.record.session import RecordOptions, _run_info
 from bcgprof.report import ReportWriter, read_report
 from bcgprof.vocab import RunStatus
 
+from helpers import stand_in_recorder
+
 MIB = 2**20
 
 
@@ -387,7 +389,6 @@ def test_a_buckets_hook_time_counts_what_the_hook_does_at_each_graphs_capture_en
     import time
 
     import bcgprof.bcg.graph as graph_module
-    from bcgprof.record.hook import Recorder
     from bcgprof.record.rows import LineReader
 
     def slow_count(graph):
@@ -395,29 +396,9 @@ def test_a_buckets_hook_time_counts_what_the_hook_does_at_each_graphs_capture_en
         return 7
 
     monkeypatch.setattr(graph_module, "graph_node_count", slow_count)
-
-    class Graph:  # torch.cuda.CUDAGraph's capture API, nothing captured
-        def capture_begin(self, pool=None, capture_error_mode="global"):
-            pass
-
-        def capture_end(self):
-            pass
-
-        def instantiate(self):
-            pass
-
-        def pool(self):
-            return (1, 1)
-
-    rec = Recorder(str(tmp_path), [], sample_ms=0)
-    rec.read = lambda: {"allocated": 0, "reserved": 0, "used": 0, "process": None, "free": 0,
-                        "pools": {}, "time": 0.0}  # fmt: skip
-    rec._described = True  # no process line: it would read torch's version and the device
-    rec.patch_graphs(Graph)
+    _, capture = stand_in_recorder(tmp_path)  # the patched graph class keeps its recorder
     for _ in range(2):  # no bucket function: each graph is a bucket
-        g = Graph()
-        g.capture_begin()
-        g.capture_end()
+        capture()
     rows = [line for line in LineReader(tmp_path).read() if line["kind"] == "bucket"]
     assert [row["nodes"] for row in rows] == [7, 7]
     assert all(row["hook_ms"] >= 50 for row in rows)
