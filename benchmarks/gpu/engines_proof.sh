@@ -2,7 +2,8 @@
 # Capturing as the engines capture: the GPU tests of the new paths, shared executables, SGLang's
 # MXFP4 MoE workspace, the seed side by side, and the zero-tolerance gate of the default capture.
 #   STAGES="tests persig default replay moe seed moe120 pair pairllama gap overhead readcost hookprof record" OUT=/tmp/engines bash benchmarks/gpu/engines_proof.sh
-# Each stage has its own time limit (LIMIT_<stage>, seconds); $OUT ends with summary.txt and
+# The overhead stage takes ROUNDS, SIZES, REPEAT (25: graphs as long as an engine's) and OVERHEAD_ARGS
+# (--no-sampler, --trace). Each stage has its own time limit (LIMIT_<stage>, seconds); $OUT ends with summary.txt and
 # all.tar.gz (every log and report: a device call brings back a limited number of files).
 # Times on an H100 (2026-12-07): default 101 s, moe 235 s, seed 166 s; moe120 did not finish its
 # floor mode in 360 s. On an H200: pair 227 s, pairllama 141 s, default 127 s, moe 278 s, gap 39 s,
