@@ -44,7 +44,9 @@ class Adapter:
     # a RecordGroup word, BY_CLASS, or arg:NAME(.attr) for vLLM's runtime mode
     group: str = RecordGroup.GRAPHS
     note: str = ""
-    factory: str = ""  # FACTORY: the argument holding the factory, called (descriptor, ...)
+    # FACTORY: the argument holding the factory, called (descriptor, ...); size and group read
+    # the descriptor as `desc`
+    factory: str = ""
 
     def covers(self, module: str) -> bool:
         return (

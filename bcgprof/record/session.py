@@ -304,7 +304,7 @@ def record(
         for t in tees:
             t.start()
     stopped = interrupted = False
-    seen: tuple = (0, 0, 0)  # rows, phases begun and ended so far
+    seen: tuple = (0, 0, 0)  # rows, phases open, phases ended: a change restarts the quiet time
     last_change = time.monotonic()
     state: tuple = ()
     lines = LineReader(spool)
@@ -313,25 +313,15 @@ def record(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=POLL_S)  # returns as soon as the program ends
             merged = merge(lines.read())
-            now_state = (
-                len(merged.rows),
-                merged.phases_open,
-                merged.phases_ended,
-                len(engine_lines),
-                len(merged.processes),
-            )
+            activity = (len(merged.rows), merged.phases_open, merged.phases_ended)
+            now_state = (*activity, len(engine_lines), len(merged.processes))
             if now_state != state:
                 state = now_state
                 _write(out, options, merged, engine_lines, RunStatus.RUNNING, started)
-            now_seen = (
-                len(merged.rows),
-                merged.phases_open + merged.phases_ended,
-                merged.phases_ended,
-            )
-            if now_seen != seen:
-                if now_seen[0] != seen[0] and progress is not None:
-                    progress(f"{now_seen[0]} bucket(s) recorded in {', '.join(merged.groups)}")
-                seen, last_change = now_seen, time.monotonic()
+            if activity != seen:
+                if activity[0] != seen[0] and progress is not None:
+                    progress(f"{activity[0]} bucket(s) recorded in {', '.join(merged.groups)}")
+                seen, last_change = activity, time.monotonic()
             quiet_s = time.monotonic() - last_change
             if options.stop_after_capture and _capture_over(
                 merged, bool(serving), quiet_s, options.idle_s
