@@ -122,6 +122,19 @@ def _label(options: RecordOptions) -> tuple[str, str]:
     return label[:200], "rec-" + hashlib.sha256(label.encode()).hexdigest()[:16]
 
 
+def _remove_report(out: Path, existed: bool) -> None:
+    """Undo what :func:`record` wrote before its program started: the folder, or, where the user
+    gave an empty one, what is in it."""
+    if not existed:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
 def _site(spool: Path) -> Path:
     site = spool / SITE
     site.mkdir(parents=True, exist_ok=True)
@@ -274,11 +287,18 @@ def record(
     user = check_options(options)
     out = options.out
     spool = spool_of(out)
-    site = _site(spool)
+    existed = out.exists()  # and empty: check_options refused anything else
     started = _now()
     engine_lines: list[dict[str, Any]] = []
     merged = Merged()
-    ReportWriter(out, _run_info(options, merged, engine_lines, RunStatus.RUNNING, started), [])
+    try:
+        site = _site(spool)
+        ReportWriter(out, _run_info(options, merged, engine_lines, RunStatus.RUNNING, started), [])
+    except OSError as e:  # a file on the way, a read-only or special file system
+        raise BcgprofError(
+            f"--out {out} cannot be created: {e.strerror or e}; give a new folder somewhere "
+            "writable"
+        ) from None
     pipe = subprocess.PIPE if options.scan_logs else None
     try:
         proc = subprocess.Popen(
@@ -289,8 +309,8 @@ def record(
             start_new_session=True,
             preexec_fn=_interruptible,
         )
-    except OSError as e:
-        shutil.rmtree(site, ignore_errors=True)
+    except OSError as e:  # nothing ran: leave --out as it was (absent or empty)
+        _remove_report(out, existed)
         raise BcgprofError(
             f"cannot start {options.command[0]!r}: {e.strerror or e}; check the command after --"
         ) from None

@@ -337,6 +337,35 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expect):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and expect in proc.stderr
+    assert not (tmp_path / "r").exists()  # nothing ran, so no report claims to be running
+
+
+@pytest.mark.parametrize("given_empty", [False, True])
+def test_a_program_that_cannot_start_leaves_out_as_it_was(tmp_path, given_empty):
+    out = tmp_path / "r"
+    if given_empty:
+        out.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bcgprof", "record", "--out", str(out), "--", str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "cannot start" in proc.stderr
+    assert (out.is_dir() and not any(out.iterdir())) if given_empty else not out.exists()
+
+
+def test_an_out_folder_that_cannot_be_created_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("")
+    out, program = tmp_path / "afile" / "r", [sys.executable, "-c", "1"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bcgprof", "record", "--out", str(out), "--", *program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "cannot be created" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_an_out_folder_that_is_not_empty_is_refused_before_the_program_runs(tmp_path):
