@@ -384,10 +384,14 @@ def record(
 
 def _capture_over(merged: Merged, serving: bool, quiet_s: float, idle_s: float) -> bool:
     """Whether a recording with ``--stop-after-capture`` may stop the program: no capture phase
-    open, something captured, and the engine said it serves or nothing new came for ``idle_s``."""
-    if merged.phases_open or not (merged.rows or merged.phases_ended):
+    open, and the engine said it serves (engines capture before they serve, so a server that
+    captured nothing, its CUDA graphs disabled, is over too), or something was captured and nothing
+    new came for ``idle_s``."""
+    if merged.phases_open:
         return False
-    return serving or quiet_s >= idle_s
+    if serving:
+        return True
+    return bool(merged.rows or merged.phases_ended) and quiet_s >= idle_s
 
 
 def _write(

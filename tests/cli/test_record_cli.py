@@ -266,6 +266,23 @@ def test_vllm_v2_buckets_are_its_descriptors_and_its_estimate_does_not_end_the_c
     assert report.run.extra["recorded"]["engine_log"][0]["engine"] == "vllm"
 
 
+def test_stop_after_capture_ends_a_server_that_captured_nothing_once_it_serves(tmp_path):
+    """Engines capture before they serve: a server with its CUDA graphs disabled is over when it
+    says it serves, with an empty partial report, rather than recorded until Ctrl-C."""
+    start = time.monotonic()
+    proc = record(
+        tmp_path / "r",
+        "--stop-after-capture",
+        program=("--engine", "sglang-off", "--serve"),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 40  # the program sleeps 300 s once it serves
+    assert "capture phase over (sglang serves)" in proc.stderr
+    run = read_report(tmp_path / "r").run
+    assert run.status == "partial" and run.message == "no graph was captured"
+
+
 def test_stop_after_capture_ends_a_program_no_adapter_knows_after_idle_seconds(tmp_path):
     proc = record(
         tmp_path / "r",

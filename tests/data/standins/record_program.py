@@ -167,7 +167,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument(
         "--engine",
-        choices=["sglang", "sglang-spec", "vllm", "vllm-v2", "plain", "bucket"],
+        choices=["sglang", "sglang-spec", "sglang-off", "vllm", "vllm-v2", "plain", "bucket"],
         default="sglang",
     )
     p.add_argument("--gap", type=float, default=0.0, help="seconds before a draft model's graphs")
@@ -190,6 +190,8 @@ def main():
         runner = GPUModelRunner([1, 2, 4, 8], forward)
         runner.profile_cudagraph_memory()
         runner.capture_model(0.25)
+    elif a.engine == "sglang-off":  # a server with its CUDA graphs disabled: it captures nothing
+        pass
     elif a.engine == "plain":
         for size in (8, 4, 2):
             forward(size)
