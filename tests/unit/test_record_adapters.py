@@ -171,4 +171,7 @@ def test_a_server_is_stopped_when_it_serves_or_is_quiet_and_never_inside_a_phase
     inside = Merged(rows=[object()], phases_open=1)  # type: ignore[list-item]
     assert not _capture_over(inside, serving=True, quiet_s=60.0, idle_s=10.0)
     nothing = Merged()
-    assert not _capture_over(nothing, serving=True, quiet_s=60.0, idle_s=10.0)
+    # a program still loading its model is quiet too: quiet counts once something was captured
+    assert not _capture_over(nothing, serving=False, quiet_s=60.0, idle_s=10.0)
+    # but engines capture before they serve: a server that serves with nothing captured is over
+    assert _capture_over(nothing, serving=True, quiet_s=0.0, idle_s=10.0)
