@@ -78,6 +78,39 @@ class RecordResult:
     stopped: bool
 
 
+SKIPS_THE_HOOK = {"I": "-I", "E": "-E", "S": "-S"}  # ignore PYTHONPATH, or skip site entirely
+
+
+def hook_skipping_flags(command: list[str]) -> list[str]:
+    """The interpreter flags of a ``python`` command that keep bcgprof's ``sitecustomize`` from
+    loading (``-I`` and ``-E`` ignore PYTHONPATH, ``-S`` skips the site module), read up to the
+    script, ``-m`` or ``-c``. A process started so is not recorded (nor are its ``multiprocessing``
+    children, which inherit the flags), and nothing it prints says so."""
+    if not command or not Path(command[0]).name.startswith("python"):
+        return []
+    found: list[str] = []
+    words = iter(command[1:])
+    for word in words:
+        if not word.startswith("-") or word.startswith("--") or word == "-":
+            break  # the script (or stdin), or a long option: no more interpreter flags to read
+        for i, letter in enumerate(word[1:], start=1):
+            if letter in "mc":  # the rest of the command is the program's
+                return found
+            if letter in "WX":  # -W ignore, -X dev: the rest of the word, or the next, is a value
+                if i == len(word) - 1:
+                    next(words, None)
+                break
+            if letter in SKIPS_THE_HOOK and SKIPS_THE_HOOK[letter] not in found:
+                found.append(SKIPS_THE_HOOK[letter])
+    return found
+
+
+def _nothing_captured(skipped: list[str]) -> str:
+    if not skipped:
+        return "no graph was captured"
+    return f"no graph was captured: python {' '.join(skipped)} did not load the hook"
+
+
 def check_options(options: RecordOptions) -> list[table.Adapter]:
     """Everything that can be refused before the program starts."""
     if not options.command:
@@ -285,6 +318,12 @@ def record(
     """Run ``options.command`` under the hook and write its report to ``options.out`` (see the
     module)."""
     user = check_options(options)
+    skipped = hook_skipping_flags(options.command)
+    if skipped and progress is not None:
+        progress(
+            f"warning: {' '.join(skipped)} keeps Python from loading the hook (PYTHONPATH or site "
+            "ignored): this process records nothing; drop the flag to record it"
+        )
     out = options.out
     spool = spool_of(out)
     existed = out.exists()  # and empty: check_options refused anything else
@@ -373,7 +412,7 @@ def record(
         message = (
             ""
             if status == RunStatus.COMPLETE
-            else "; ".join(merged.notes[:3]) or "no graph was captured"
+            else "; ".join(merged.notes[:3]) or _nothing_captured(skipped)
         )
     else:
         status = RunStatus.PARTIAL if merged.rows else RunStatus.FAILED

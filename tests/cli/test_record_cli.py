@@ -372,6 +372,20 @@ def test_a_program_that_cannot_start_leaves_out_as_it_was(tmp_path, given_empty)
     assert (out.is_dir() and not any(out.iterdir())) if given_empty else not out.exists()
 
 
+def test_a_python_started_with_minus_i_is_warned_of_and_its_empty_report_says_why(tmp_path):
+    program = [sys.executable, "-I", "-c", "import torch"]  # the hook would load with torch
+    proc = subprocess.run(
+        [sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--", *program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: -I keeps Python from loading the hook" in proc.stderr
+    run = read_report(tmp_path / "r").run
+    assert run.status == "partial" and "python -I did not load the hook" in run.message
+
+
 def test_an_out_folder_that_cannot_be_created_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("")
     out, program = tmp_path / "afile" / "r", [sys.executable, "-c", "1"]

@@ -14,7 +14,7 @@ from bcgprof.record.hook import _wrap
 from bcgprof.record.logs import serving_engine
 from bcgprof.record.merge import Merged
 from bcgprof.record.rows import LineReader
-from bcgprof.record.session import _capture_over
+from bcgprof.record.session import _capture_over, hook_skipping_flags
 
 from helpers import stand_in_recorder
 
@@ -175,3 +175,21 @@ def test_a_server_is_stopped_when_it_serves_or_is_quiet_and_never_inside_a_phase
     assert not _capture_over(nothing, serving=False, quiet_s=60.0, idle_s=10.0)
     # but engines capture before they serve: a server that serves with nothing captured is over
     assert _capture_over(nothing, serving=True, quiet_s=0.0, idle_s=10.0)
+
+
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        (["python", "-I", "serve.py"], ["-I"]),
+        (["python3.12", "-IS", "-m", "vllm.entrypoints.cli.main"], ["-I", "-S"]),
+        (["/usr/bin/python3", "-W", "ignore", "-E", "serve.py"], ["-E"]),
+        (["python", "-u", "-SmX"], ["-S"]),  # -m ends the interpreter's flags: X is its module
+        (["python", "-Wignore::DeprecationWarning", "serve.py"], []),  # a value, not -I or -E
+        (["python", "-X", "importtime", "serve.py", "-I"], []),  # -I after the script is its own
+        (["python", "-m", "sglang.launch_server", "-S"], []),
+        (["python", "-c", "import x", "-E"], []),
+        (["torchrun", "-I", "train.py"], []),  # not Python's own flags
+    ],
+)
+def test_interpreter_flags_that_keep_the_hook_out_are_found_where_python_reads_them(command, flags):
+    assert hook_skipping_flags(command) == flags
