@@ -115,9 +115,13 @@ def explain(
     from bcgprof.render.analysis import explain_view
     from bcgprof.report import read_report
 
-    render(
-        explain_view(explain_report(read_report(report))), format.value, stdout_console(), wide=wide
-    )
+    loaded = read_report(report)
+    if not loaded.buckets:
+        why = f" ({loaded.run.status}: {loaded.run.message})" if loaded.run.message else ""
+        raise BcgprofError(
+            f"{report} has no bucket rows to explain{why}; explain a report with rows"
+        )
+    render(explain_view(explain_report(loaded)), format.value, stdout_console(), wide=wide)
     flush_stdout()
 
 

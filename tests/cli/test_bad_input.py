@@ -138,6 +138,12 @@ def test_a_gate_cannot_pass_without_figures(write_report, rows):
     assert "no figures in common" in refused(gate(left, right, "--allow-mismatch"))
 
 
+def test_explain_of_a_report_without_rows_says_so_in_one_line(write_report):
+    empty = write_report("empty", [], buckets=[], modes=[], status="partial", message="no graph")
+    line = refused(run("explain", empty))
+    assert "has no bucket rows to explain (partial: no graph)" in line
+
+
 def test_a_report_reduced_to_status_columns_cannot_pass(data_dir, tmp_path):
     """Issue 9, item 1: it passed `gate --each-bucket` with 16 improvements."""
     bad = corrupt.make(
