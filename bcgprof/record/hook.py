@@ -543,6 +543,7 @@ class Recorder:
             BUCKET,
             group=bucket.group,
             size=bucket.size,
+            alone=bucket.per_graph,
             rank=_rank(),
             status=status,
             detail=detail,

@@ -82,6 +82,9 @@ class Merged:
     tp: int = 1
     complete: bool = True  # every rank has every bucket of every group it captured
     notes: list[str] = field(default_factory=list)
+    bucket_calls: int = 0  # bucket lines of a bucket function's call or a descriptor, sized
+    unsized_calls: int = 0  # ... whose size argument gave no positive int (numbered rows)
+    graphs_alone: int = 0  # bucket lines of a graph captured outside every bucket (a row each)
     # what the hook's work in each bucket (readings, node counts, --trace) cost its program
     hook_ms: list[float] = field(default_factory=list)
     # group -> its allocator trace: {"pid", "written", "note"} (--trace)
@@ -218,6 +221,12 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             if not isinstance(size, int) or size < 1:
                 ordinals[(pid, group)] = ordinals.get((pid, group), 0) + 1
                 size = ordinals[(pid, group)]
+                if line.get("alone", True):
+                    out.graphs_alone += 1
+                else:
+                    out.unsized_calls += 1
+            else:
+                out.bucket_calls += 1
             key = (pid, group, size)
             if isinstance(line.get("hook_ms"), (int, float)):
                 out.hook_ms.append(float(line["hook_ms"]))

@@ -405,6 +405,10 @@ def record(
         shutil.rmtree(site, ignore_errors=True)
     code = proc.returncode if proc.returncode is not None else -1
     merged = merge(lines.read())
+    for text in _bucket_notes(merged, options.buckets):
+        merged.notes.append(text)
+        if progress is not None:
+            progress(f"warning: {text}")
     if interrupted:
         status, message = RunStatus.INTERRUPTED, "interrupted (Ctrl-C): the rows recorded so far"
     elif stopped or code == 0:
@@ -419,6 +423,24 @@ def record(
         message = f"the program exited with code {code}"
     _write(out, options, merged, engine_lines, status, started, message)
     return RecordResult(out, status, 0 if stopped else code, merged, engine_lines, stopped)
+
+
+def _bucket_notes(merged: Merged, user_buckets: list[str]) -> list[str]:
+    """What the rows' bucketing missed: calls whose size argument gave no size (their rows are
+    numbered, not sized), and ``--bucket`` functions around none of the program's captures."""
+    notes = []
+    if merged.unsized_calls:
+        notes.append(
+            f"{merged.unsized_calls} bucket call(s) gave no positive int from their size argument: "
+            "their rows are numbered in capture order; check --bucket's ARG"
+        )
+    if user_buckets and merged.graphs_alone and not (merged.bucket_calls or merged.unsized_calls):
+        notes.append(
+            f"--bucket {', '.join(user_buckets)}: no call of it enclosed a capture, so the "
+            f"{merged.graphs_alone} graph(s) are a row each; check MODULE and QUALNAME (the "
+            "program must call it through that module or class)"
+        )
+    return notes
 
 
 def _capture_over(merged: Merged, serving: bool, quiet_s: float, idle_s: float) -> bool:

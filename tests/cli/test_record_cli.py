@@ -283,6 +283,32 @@ def test_stop_after_capture_ends_a_server_that_captured_nothing_once_it_serves(t
     assert run.status == "partial" and run.message == "no graph was captured"
 
 
+@pytest.mark.parametrize(
+    "spec, warning",
+    [
+        ("plainlib:capture_sizes:size", "no call of it enclosed a capture, so the 3 graph(s)"),
+        ("plainlib:capture_size:bs", "3 bucket call(s) gave no positive int"),
+    ],
+)
+def test_a_bucket_option_that_groups_nothing_is_warned_of(tmp_path, spec, warning):
+    """A misspelt function (its graphs a row each) or size argument (rows numbered): the rows are
+    valid but not what was asked, so stderr and run.json say why."""
+    proc = record(tmp_path / "r", "--bucket", spec, program=("--engine", "bucket"), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: {warning}" in proc.stderr or f"warning: --bucket {spec}: {warning}" in (
+        proc.stderr
+    )
+    report = read_report(tmp_path / "r")
+    assert [r.bucket for r in report.buckets] == [1, 2, 3]  # numbered, not sized
+    assert any(warning in note for note in report.run.extra["recorded"]["notes"])
+
+
+def test_a_bucket_option_that_groups_every_capture_is_not_warned_of(tmp_path):
+    proc = record(tmp_path / "r", *BUCKET, program=("--engine", "bucket"), timeout=60)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    assert [r.bucket for r in read_report(tmp_path / "r").buckets] == [8, 4, 2]
+
+
 def test_stop_after_capture_ends_a_program_no_adapter_knows_after_idle_seconds(tmp_path):
     proc = record(
         tmp_path / "r",
