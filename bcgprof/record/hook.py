@@ -281,6 +281,7 @@ class Recorder:
         with a descriptor unlike the last begins a bucket (ending the last one), and the loop's
         return ends the open one. A loop without the factory argument, or inside a bucket, runs
         as it is."""
+        self._start_nvml()  # as enter does: the loop shows this process captures
         try:
             bound = signature.bind_partial(*args, **kwargs)
             factory = bound.arguments.get(adapter.factory)
