@@ -26,6 +26,8 @@ from bcgprof.vocab import RecordGroup
 BUCKET, SCOPE, PHASE, FACTORY = "bucket", "scope", "phase", "factory"
 # the group from the runner: its forward mode, its classes' names (Prefill, Decode)
 BY_CLASS = "by-class"
+# the engine of an adapter made from --bucket MODULE:QUALNAME:ARG
+USER = "user"
 # the words of a class (or a base class) whose graphs are a speculative draft model's
 DRAFT_WORDS = ("draft", "eagle", "speculator")
 
@@ -186,7 +188,7 @@ def parse_bucket_option(text: str) -> Adapter:
             "alternatives a|b)"
         )
     module, name, size = m.groups()
-    return Adapter("user", module, name, size=size, note="--bucket")
+    return Adapter(USER, module, name, size=size, note="--bucket")
 
 
 def group_of(adapter: Adapter, owner: Optional[type], arguments: dict[str, Any]) -> str:

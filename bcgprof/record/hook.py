@@ -117,8 +117,10 @@ class _Bucket:
         sampler: Any,
         per_graph: bool,
         hook_s: float,
+        by: str,
     ):
         self.group = group
+        self.by = by  # the bucket function: "--bucket" or ENGINE:NAME of an adapter; "" alone
         self.size = size
         self.before = before
         self.sampler = sampler
@@ -245,7 +247,7 @@ class Recorder:
             if self._open_bucket() is not None:
                 return None
             group = self._scope_group() or group
-            return self._begin(group, table.size_of(adapter.size, arguments))
+            return self._begin(group, table.size_of(adapter.size, arguments), by=_by(adapter))
         except Exception as e:
             self._warn(f"entering {adapter.name}", e)
             return None
@@ -314,7 +316,9 @@ class Recorder:
             arguments = {"desc": descriptor, "self": state.instance}
             group = self._scope_group() or table.group_of(state.adapter, state.cls, arguments)
             state.descriptor = descriptor
-            state.bucket = self._begin(group, table.size_of(state.adapter.size, arguments))
+            state.bucket = self._begin(
+                group, table.size_of(state.adapter.size, arguments), by=_by(state.adapter)
+            )
         except Exception as e:
             self._warn(f"entering {state.adapter.name}'s bucket", e)
 
@@ -499,7 +503,9 @@ class Recorder:
                     tracer.active = None
         return time.perf_counter() - started
 
-    def _begin(self, group: str, size: Optional[int], per_graph: bool = False) -> _Bucket:
+    def _begin(
+        self, group: str, size: Optional[int], per_graph: bool = False, by: str = ""
+    ) -> _Bucket:
         started = time.perf_counter()
         before = self.read()
         # who this process is, once, with its first reading
@@ -513,7 +519,8 @@ class Recorder:
 
             sampler = PeakSampler(self._memory, self.sample_ms)
             sampler.start_window(before["used"])
-        bucket = _Bucket(group, size, before, sampler, per_graph, time.perf_counter() - started)
+        hook_s = time.perf_counter() - started
+        bucket = _Bucket(group, size, before, sampler, per_graph, hook_s, by)
         self._stack().append(bucket)
         return bucket
 
@@ -545,6 +552,7 @@ class Recorder:
             group=bucket.group,
             size=bucket.size,
             alone=bucket.per_graph,
+            by=bucket.by,
             rank=_rank(),
             status=status,
             detail=detail,
@@ -571,6 +579,12 @@ def _start_nvml() -> None:
         pynvml.nvmlInit()
     except Exception:
         pass
+
+
+def _by(adapter: table.Adapter) -> str:
+    """The name a bucket line gives its bucket function: ``--bucket`` for the user's, else the
+    adapter's ``ENGINE:NAME``."""
+    return "--bucket" if adapter.engine == table.USER else f"{adapter.engine}:{adapter.name}"
 
 
 def _rank() -> Optional[int]:

@@ -83,7 +83,8 @@ class Merged:
     complete: bool = True  # every rank has every bucket of every group it captured
     notes: list[str] = field(default_factory=list)
     bucket_calls: int = 0  # bucket lines of a bucket function's call or a descriptor, sized
-    unsized_calls: int = 0  # ... whose size argument gave no positive int (numbered rows)
+    # ... whose size argument gave no positive int (numbered rows), by bucket function
+    unsized_calls: dict[str, int] = field(default_factory=dict)
     graphs_alone: int = 0  # bucket lines of a graph captured outside every bucket (a row each)
     # what the hook's work in each bucket (readings, node counts, --trace) cost its program
     hook_ms: list[float] = field(default_factory=list)
@@ -224,7 +225,8 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 if line.get("alone", True):
                     out.graphs_alone += 1
                 else:
-                    out.unsized_calls += 1
+                    by = str(line.get("by") or "--bucket")
+                    out.unsized_calls[by] = out.unsized_calls.get(by, 0) + 1
             else:
                 out.bucket_calls += 1
             key = (pid, group, size)

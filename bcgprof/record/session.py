@@ -429,10 +429,15 @@ def _bucket_notes(merged: Merged, user_buckets: list[str]) -> list[str]:
     """What the rows' bucketing missed: calls whose size argument gave no size (their rows are
     numbered, not sized), and ``--bucket`` functions around none of the program's captures."""
     notes = []
-    if merged.unsized_calls:
+    for by, calls in sorted(merged.unsized_calls.items()):
+        if by == "--bucket":
+            who, hint = "--bucket's function", "check --bucket's ARG"
+        else:
+            who = f"adapter {by}"
+            hint = "its size rule does not fit this program; give --bucket MODULE:QUALNAME:ARG"
         notes.append(
-            f"{merged.unsized_calls} bucket call(s) gave no positive int from their size argument: "
-            "their rows are numbered in capture order; check --bucket's ARG"
+            f"{calls} call(s) of {who} gave no positive int from the size argument: their rows "
+            f"are numbered in capture order; {hint}"
         )
     if user_buckets and merged.graphs_alone and not (merged.bucket_calls or merged.unsized_calls):
         notes.append(

@@ -12,7 +12,7 @@ from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
 from bcgprof.record.logs import GIB, engine_figure
 from bcgprof.record.merge import merge
-from bcgprof.record.session import RecordOptions, _run_info
+from bcgprof.record.session import RecordOptions, _bucket_notes, _run_info
 from bcgprof.report import ReportWriter, read_report
 from bcgprof.vocab import RunStatus
 
@@ -237,6 +237,31 @@ def test_graphs_without_a_bucket_function_are_numbered_and_processes_take_free_r
         (13, 1, 1),
     ]
     assert merged.tp == 3 and any("said rank 0" in n for n in merged.notes)
+
+
+def test_unsized_bucket_calls_are_warned_of_by_the_function_that_made_them():
+    """A --bucket's size argument and an adapter's size rule fail for different reasons (a typo
+    in ARG; an engine version the table does not know), so each warning names its own remedy."""
+    r = _reading(0, 0, 0)
+    merged = merge(
+        [
+            _bucket(11, "compiled", None, r, r, alone=False, by="torch:record_function"),
+            _bucket(11, "compiled", None, r, r, alone=False, by="torch:record_function"),
+            _bucket(11, "graphs", None, r, r, alone=False, by="--bucket"),
+            _bucket(11, "graphs", 8, r, r, alone=False, by="--bucket"),
+            _bucket(11, "graphs", None, r, r, alone=True),
+        ]
+    )
+    assert merged.unsized_calls == {"torch:record_function": 2, "--bucket": 1}
+    assert merged.graphs_alone == 1 and merged.bucket_calls == 1
+    notes = _bucket_notes(merged, ["m:f:bs"])
+    assert notes == [
+        "1 call(s) of --bucket's function gave no positive int from the size argument: their "
+        "rows are numbered in capture order; check --bucket's ARG",
+        "2 call(s) of adapter torch:record_function gave no positive int from the size argument: "
+        "their rows are numbered in capture order; its size rule does not fit this program; "
+        "give --bucket MODULE:QUALNAME:ARG",
+    ]
 
 
 def test_merged_rows_read_back_as_a_valid_recorded_report(tmp_path):
