@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 SPOOL = ".record"  # the folder of a report where recorded processes append their lines
+# the empty file the bootstrap (site/sitecustomize.py, which keeps its own copy of the name) makes
+# in the spool when a process of the program first loads it
+SITE_LOADED = "site-loaded"
 PROCESS, BUCKET, PHASE, TRACE = "process", "bucket", "phase", "trace"
 MAX_LINE = 1 << 16  # a bucket line is about 1 KB; longer lines are not bcgprof's
 

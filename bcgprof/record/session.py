@@ -43,7 +43,7 @@ from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
 from bcgprof.record.logs import MAX_KEPT, engine_figure, serving_engine
 from bcgprof.record.merge import Merged, MergeError, merge
-from bcgprof.record.rows import LineReader, spool_of
+from bcgprof.record.rows import SITE_LOADED, LineReader, spool_of
 from bcgprof.report.schema import RunInfo
 from bcgprof.report.write import ReportWriter
 from bcgprof.version import __version__
@@ -105,10 +105,19 @@ def hook_skipping_flags(command: list[str]) -> list[str]:
     return found
 
 
-def _nothing_captured(skipped: list[str]) -> str:
-    if not skipped:
-        return "no graph was captured"
-    return f"no graph was captured: python {' '.join(skipped)} did not load the hook"
+def _nothing_captured(skipped: list[str], loaded: bool) -> str:
+    """The message of a recording with no rows: why, where the recording can tell."""
+    if skipped:
+        return f"no graph was captured: python {' '.join(skipped)} did not load the hook"
+    if not loaded:
+        return f"no graph was captured: {NOT_LOADED}"
+    return "no graph was captured"
+
+
+NOT_LOADED = (
+    "no Python process of the program loaded the hook (not a Python program, or a launcher that "
+    "resets PYTHONPATH or starts python with -I, -E or -S)"
+)
 
 
 def check_options(options: RecordOptions) -> list[table.Adapter]:
@@ -409,6 +418,9 @@ def record(
         merged.notes.append(text)
         if progress is not None:
             progress(f"warning: {text}")
+    loaded = (spool / SITE_LOADED).exists()
+    if not (loaded or skipped or merged.rows) and progress is not None:
+        progress(f"warning: {NOT_LOADED}")
     if interrupted:
         status, message = RunStatus.INTERRUPTED, "interrupted (Ctrl-C): the rows recorded so far"
     elif stopped or code == 0:
@@ -416,7 +428,7 @@ def record(
         message = (
             ""
             if status == RunStatus.COMPLETE
-            else "; ".join(merged.notes[:3]) or _nothing_captured(skipped)
+            else "; ".join(merged.notes[:3]) or _nothing_captured(skipped, loaded)
         )
     else:
         status = RunStatus.PARTIAL if merged.rows else RunStatus.FAILED

@@ -412,6 +412,28 @@ def test_a_python_started_with_minus_i_is_warned_of_and_its_empty_report_says_wh
     assert run.status == "partial" and "python -I did not load the hook" in run.message
 
 
+def test_a_launcher_that_resets_pythonpath_is_told_apart_from_a_program_that_captured_nothing(
+    tmp_path,
+):
+    """A shell script that sets PYTHONPATH afresh hides the hook from every Python it starts, and
+    record cannot see the flag or the variable in the command: the report says no process loaded
+    the hook, not only that nothing was captured."""
+    script = tmp_path / "serve.sh"
+    script.write_text(f'PYTHONPATH={tmp_path} exec "{sys.executable}" -c "import torch"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--"]
+        + ["sh", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: no Python process of the program loaded the hook" in proc.stderr
+    run = read_report(tmp_path / "r").run
+    assert run.status == "partial"
+    assert run.message.startswith("no graph was captured: no Python process of the program loaded")
+
+
 def test_an_out_folder_that_cannot_be_created_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("")
     out, program = tmp_path / "afile" / "r", [sys.executable, "-c", "1"]
@@ -455,7 +477,10 @@ def test_the_hook_loads_with_torch_and_starts_nothing_in_a_process_that_never_ca
     assert "before torch False ran" in proc.stdout
     # patched, yet no thread of the hook's until a capture
     assert "after torch True 1" in proc.stdout
-    assert read_report(folder / "r").run.status == "partial"  # no graph was captured
+    run = read_report(folder / "r").run
+    # the hook loaded and nothing was captured: no hint of a hook that did not load
+    assert run.status == "partial" and run.message == "no graph was captured"
+    assert "loaded the hook" not in proc.stderr
 
 
 @pytest.mark.prestart("trace-refused")

@@ -5,9 +5,12 @@ It imports only the standard library. It first runs the ``sitecustomize`` this o
 then, with ``BCGPROF_RECORD_DIR`` set, it adds an import finder that waits for torch's CUDA-graph
 module and for the modules the engine adapters name: when one of them has finished loading it hands
 it to :mod:`bcgprof.record.hook`. Until then, each import costs one string comparison per watched
-prefix; a process that never imports torch never loads the hook.
+prefix; a process that never imports torch never loads the hook. The first process to load this
+file also leaves an empty file (``site-loaded``) in that folder, so that a recording with no rows
+can tell a program that captured nothing from one whose processes never loaded the hook.
 """
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import os
@@ -60,10 +63,22 @@ class _AfterImport:
         return spec
 
 
+# made by the first process that loads this file; its absence at the end tells bcgprof record that
+# no process of the program loaded the hook (a launcher that reset PYTHONPATH, python -I)
+_LOADED = "site-loaded"
+
+
+def _mark_loaded(spool: str) -> None:
+    # one system call a process: after the first, O_EXCL fails at once
+    with contextlib.suppress(OSError):
+        os.close(os.open(os.path.join(spool, _LOADED), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+
+
 try:
     _chain()
 finally:
     if os.environ.get("BCGPROF_RECORD_DIR"):
+        _mark_loaded(os.environ["BCGPROF_RECORD_DIR"])
         _watch = ["torch.cuda.graphs"] + [
             w for w in os.environ.get("BCGPROF_RECORD_WATCH", "").split(",") if w
         ]
