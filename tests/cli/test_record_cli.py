@@ -47,6 +47,17 @@ def record(
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **popen)
 
 
+def run_record(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """``bcgprof record --out OUT ARGS...`` in this environment (the program after ``--`` in
+    ARGS), as a user types it."""
+    return subprocess.run(
+        [sys.executable, "-m", "bcgprof", "record", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def recording(*args: str, program: tuple = ()):
     """A child of CHILDREN: ``record(folder / "r", *args, program=program)``."""
     return lambda folder: Command(
@@ -372,12 +383,7 @@ def test_ctrl_c_leaves_an_interrupted_valid_report(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expect):
-    proc = subprocess.run(
-        [sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_record(tmp_path / "r", *args)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and expect in proc.stderr
     assert not (tmp_path / "r").exists()  # nothing ran, so no report claims to be running
@@ -388,24 +394,14 @@ def test_a_program_that_cannot_start_leaves_out_as_it_was(tmp_path, given_empty)
     out = tmp_path / "r"
     if given_empty:
         out.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "bcgprof", "record", "--out", str(out), "--", str(tmp_path / "no")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_record(out, "--", str(tmp_path / "no"))
     assert proc.returncode == 2 and "cannot start" in proc.stderr
     assert (out.is_dir() and not any(out.iterdir())) if given_empty else not out.exists()
 
 
 def test_a_python_started_with_minus_i_is_warned_of_and_its_empty_report_says_why(tmp_path):
     program = [sys.executable, "-I", "-c", "import torch"]  # the hook would load with torch
-    proc = subprocess.run(
-        [sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--", *program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_record(tmp_path / "r", "--", *program)
     assert proc.returncode == 0, proc.stderr
     assert "warning: -I keeps Python from loading the hook" in proc.stderr
     run = read_report(tmp_path / "r").run
@@ -420,13 +416,7 @@ def test_a_launcher_that_resets_pythonpath_is_told_apart_from_a_program_that_cap
     the hook, not only that nothing was captured."""
     script = tmp_path / "serve.sh"
     script.write_text(f'PYTHONPATH={tmp_path} exec "{sys.executable}" -c "import torch"\n')
-    proc = subprocess.run(
-        [sys.executable, "-m", "bcgprof", "record", "--out", str(tmp_path / "r"), "--"]
-        + ["sh", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_record(tmp_path / "r", "--", "sh", str(script))
     assert proc.returncode == 0, proc.stderr
     assert "warning: no Python process of the program loaded the hook" in proc.stderr
     run = read_report(tmp_path / "r").run
@@ -437,12 +427,7 @@ def test_a_launcher_that_resets_pythonpath_is_told_apart_from_a_program_that_cap
 def test_an_out_folder_that_cannot_be_created_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("")
     out, program = tmp_path / "afile" / "r", [sys.executable, "-c", "1"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bcgprof", "record", "--out", str(out), "--", *program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_record(out, "--", *program)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "cannot be created" in proc.stderr and "Traceback" not in proc.stderr
 
