@@ -26,8 +26,8 @@ from bcgprof.vocab import RecordGroup
 BUCKET, SCOPE, PHASE, FACTORY = "bucket", "scope", "phase", "factory"
 # the group from the runner: its forward mode, its classes' names (Prefill, Decode)
 BY_CLASS = "by-class"
-# the engine of an adapter made from --bucket MODULE:QUALNAME:ARG
-USER = "user"
+# the engine of an adapter made from --bucket MODULE:QUALNAME:ARG, and its label in bucket lines
+USER, USER_LABEL = "user", "--bucket"
 # the words of a class (or a base class) whose graphs are a speculative draft model's
 DRAFT_WORDS = ("draft", "eagle", "speculator")
 
@@ -49,6 +49,11 @@ class Adapter:
     # FACTORY: the argument holding the factory, called (descriptor, ...); size and group read
     # the descriptor as `desc`
     factory: str = ""
+
+    @property
+    def label(self) -> str:
+        """How a bucket line names the function that made it: ``--bucket``, else ENGINE:NAME."""
+        return USER_LABEL if self.engine == USER else f"{self.engine}:{self.name}"
 
     def covers(self, module: str) -> bool:
         return (

@@ -120,7 +120,7 @@ class _Bucket:
         by: str,
     ):
         self.group = group
-        self.by = by  # the bucket function: "--bucket" or ENGINE:NAME of an adapter; "" alone
+        self.by = by  # the bucket function's Adapter.label; "" for a graph alone
         self.size = size
         self.before = before
         self.sampler = sampler
@@ -247,7 +247,7 @@ class Recorder:
             if self._open_bucket() is not None:
                 return None
             group = self._scope_group() or group
-            return self._begin(group, table.size_of(adapter.size, arguments), by=_by(adapter))
+            return self._begin(group, table.size_of(adapter.size, arguments), by=adapter.label)
         except Exception as e:
             self._warn(f"entering {adapter.name}", e)
             return None
@@ -317,7 +317,7 @@ class Recorder:
             group = self._scope_group() or table.group_of(state.adapter, state.cls, arguments)
             state.descriptor = descriptor
             state.bucket = self._begin(
-                group, table.size_of(state.adapter.size, arguments), by=_by(state.adapter)
+                group, table.size_of(state.adapter.size, arguments), by=state.adapter.label
             )
         except Exception as e:
             self._warn(f"entering {state.adapter.name}'s bucket", e)
@@ -579,12 +579,6 @@ def _start_nvml() -> None:
         pynvml.nvmlInit()
     except Exception:
         pass
-
-
-def _by(adapter: table.Adapter) -> str:
-    """The name a bucket line gives its bucket function: ``--bucket`` for the user's, else the
-    adapter's ``ENGINE:NAME``."""
-    return "--bucket" if adapter.engine == table.USER else f"{adapter.engine}:{adapter.name}"
 
 
 def _rank() -> Optional[int]:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from bcgprof.record.adapters import USER_LABEL
 from bcgprof.record.rows import BUCKET, PHASE, PROCESS, TRACE
 from bcgprof.report.ledger import Reading, ledger
 from bcgprof.report.limits import MAX_TP
@@ -225,7 +226,7 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 if line.get("alone", True):
                     out.graphs_alone += 1
                 else:
-                    by = str(line.get("by") or "--bucket")
+                    by = str(line.get("by") or USER_LABEL)
                     out.unsized_calls[by] = out.unsized_calls.get(by, 0) + 1
             else:
                 out.bucket_calls += 1

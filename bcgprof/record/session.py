@@ -105,6 +105,12 @@ def hook_skipping_flags(command: list[str]) -> list[str]:
     return found
 
 
+NOT_LOADED = (
+    "no Python process of the program loaded the hook (not a Python program, or a launcher that "
+    "resets PYTHONPATH or starts python with -I, -E or -S)"
+)
+
+
 def _nothing_captured(skipped: list[str], loaded: bool) -> str:
     """The message of a recording with no rows: why, where the recording can tell."""
     if skipped:
@@ -112,12 +118,6 @@ def _nothing_captured(skipped: list[str], loaded: bool) -> str:
     if not loaded:
         return f"no graph was captured: {NOT_LOADED}"
     return "no graph was captured"
-
-
-NOT_LOADED = (
-    "no Python process of the program loaded the hook (not a Python program, or a launcher that "
-    "resets PYTHONPATH or starts python with -I, -E or -S)"
-)
 
 
 def check_options(options: RecordOptions) -> list[table.Adapter]:
@@ -442,7 +442,7 @@ def _bucket_notes(merged: Merged, user_buckets: list[str]) -> list[str]:
     numbered, not sized), and ``--bucket`` functions around none of the program's captures."""
     notes = []
     for by, calls in sorted(merged.unsized_calls.items()):
-        if by == "--bucket":
+        if by == table.USER_LABEL:
             who, hint = "--bucket's function", "check --bucket's ARG"
         else:
             who = f"adapter {by}"
