@@ -14,8 +14,11 @@ Invariant: the program runs as it would without the hook. No reading synchronise
 ``empty_cache``, resets peak statistics or allocates device memory; every hook error is caught and
 printed once, and the program goes on. Cost: two readings per bucket (a snapshot walk of the
 allocator's segments, three NVML queries) and, while a bucket runs, one NVML query per sampling
-interval on a background thread; nothing at all outside buckets. With ``--trace``, the group's
-allocator history too (:mod:`bcgprof.record.history`, which states its own cost).
+interval on a background thread; nothing at all outside buckets but one system call when a
+process first patches torch's graphs (the spool's ``torch-hooked`` mark, which tells an empty
+recording whose hooked processes never imported torch from one that captured nothing). With
+``--trace``, the group's allocator history too (:mod:`bcgprof.record.history`, which states its
+own cost).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bcgprof.record import adapters as table
-from bcgprof.record.rows import BUCKET, PHASE, PROCESS, LineWriter
+from bcgprof.record.rows import BUCKET, PHASE, PROCESS, TORCH_HOOKED, LineWriter, mark
 
 # how graphs are seen: torch.cuda.CUDAGraph's methods patched at class level
 HOOK_PATH = "class-patch"
@@ -358,6 +361,7 @@ class Recorder:
             functools.update_wrapper(fn, real)
             setattr(cls, name, fn)
         setattr(cls, _WRAPPED, True)
+        mark(self.lines.spool, TORCH_HOOKED)
 
     def graph_begins(self) -> None:
         started = time.perf_counter()

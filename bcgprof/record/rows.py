@@ -10,6 +10,7 @@ of the last; a torn last line (a killed process) is skipped. Standard library on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -19,12 +20,21 @@ SPOOL = ".record"  # the folder of a report where recorded processes append thei
 # the empty file the bootstrap (site/sitecustomize.py, which keeps its own copy of the name) makes
 # in the spool when a process of the program first loads it
 SITE_LOADED = "site-loaded"
+# the empty file the hook makes when it first patches torch's CUDA graphs in a program's process
+TORCH_HOOKED = "torch-hooked"
 PROCESS, BUCKET, PHASE, TRACE = "process", "bucket", "phase", "trace"
 MAX_LINE = 1 << 16  # a bucket line is about 1 KB; longer lines are not bcgprof's
 
 
 def spool_of(report: Path) -> Path:
     return Path(report) / SPOOL
+
+
+def mark(spool: Path, name: str) -> None:
+    """Leave the empty file ``name`` in the spool, once: one system call a process (after the
+    first, ``O_EXCL`` fails at once); never raises."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(Path(spool) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
 
 
 class LineWriter:

@@ -43,7 +43,7 @@ from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
 from bcgprof.record.logs import MAX_KEPT, engine_figure, serving_engine
 from bcgprof.record.merge import Merged, MergeError, merge
-from bcgprof.record.rows import SITE_LOADED, LineReader, spool_of
+from bcgprof.record.rows import SITE_LOADED, TORCH_HOOKED, LineReader, spool_of
 from bcgprof.report.schema import RunInfo
 from bcgprof.report.write import ReportWriter
 from bcgprof.version import __version__
@@ -109,15 +109,22 @@ NOT_LOADED = (
     "no Python process of the program loaded the hook (not a Python program, or a launcher that "
     "resets PYTHONPATH or starts python with -I, -E or -S)"
 )
+NO_TORCH = (
+    "no process that loaded the hook imported torch (a program whose processes that import torch "
+    "were started without the hook: a parent that resets PYTHONPATH or runs python -I for them)"
+)
 
 
-def _nothing_captured(skipped: list[str], loaded: bool) -> str:
-    """The message of a recording with no rows: why, where the recording can tell."""
+def _nothing_captured(skipped: list[str], spool: Path) -> tuple[str, str]:
+    """The message of a recording with no rows, and the warning it gives (or ""): why nothing was
+    captured, where the marks the bootstrap and the hook leave in the spool can tell."""
     if skipped:
-        return f"no graph was captured: python {' '.join(skipped)} did not load the hook"
-    if not loaded:
-        return f"no graph was captured: {NOT_LOADED}"
-    return "no graph was captured"
+        return f"no graph was captured: python {' '.join(skipped)} did not load the hook", ""
+    if not (spool / SITE_LOADED).exists():
+        return f"no graph was captured: {NOT_LOADED}", NOT_LOADED
+    if not (spool / TORCH_HOOKED).exists():
+        return f"no graph was captured: {NO_TORCH}", NO_TORCH
+    return "no graph was captured", ""
 
 
 def check_options(options: RecordOptions) -> list[table.Adapter]:
@@ -418,18 +425,14 @@ def record(
         merged.notes.append(text)
         if progress is not None:
             progress(f"warning: {text}")
-    loaded = (spool / SITE_LOADED).exists()
-    if not (loaded or skipped or merged.rows) and progress is not None:
-        progress(f"warning: {NOT_LOADED}")
+    empty, why_empty = _nothing_captured(skipped, spool)
+    if why_empty and not merged.rows and progress is not None:
+        progress(f"warning: {why_empty}")
     if interrupted:
         status, message = RunStatus.INTERRUPTED, "interrupted (Ctrl-C): the rows recorded so far"
     elif stopped or code == 0:
         status = RunStatus.COMPLETE if merged.complete and merged.rows else RunStatus.PARTIAL
-        message = (
-            ""
-            if status == RunStatus.COMPLETE
-            else "; ".join(merged.notes[:3]) or _nothing_captured(skipped, loaded)
-        )
+        message = "" if status == RunStatus.COMPLETE else "; ".join(merged.notes[:3]) or empty
     else:
         status = RunStatus.PARTIAL if merged.rows else RunStatus.FAILED
         message = f"the program exited with code {code}"

@@ -424,6 +424,25 @@ def test_a_launcher_that_resets_pythonpath_is_told_apart_from_a_program_that_cap
     assert run.message.startswith("no graph was captured: no Python process of the program loaded")
 
 
+def test_a_parent_whose_torch_child_is_started_without_the_hook_is_told_apart(tmp_path):
+    """The parent loads the hook but never imports torch; the child that does is started with
+    PYTHONPATH reset (as a launcher of engine workers may do): the report says no process with the
+    hook imported torch, not only that nothing was captured."""
+    child = [sys.executable, "-c", "import torch"]
+    parent = (
+        "import os, subprocess\n"
+        f"env = dict(os.environ, PYTHONPATH={str(tmp_path)!r})\n"
+        f"subprocess.run({child!r}, env=env, check=True)\n"
+    )
+    proc = run_record(tmp_path / "r", "--", sys.executable, "-c", parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: no process that loaded the hook imported torch" in proc.stderr
+    assert "no Python process of the program loaded the hook" not in proc.stderr
+    run = read_report(tmp_path / "r").run
+    assert run.status == "partial"
+    assert run.message.startswith("no graph was captured: no process that loaded the hook imported")
+
+
 def test_an_out_folder_that_cannot_be_created_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("")
     out, program = tmp_path / "afile" / "r", [sys.executable, "-c", "1"]
