@@ -45,7 +45,11 @@ class RecordGroup(StrEnum):
     PIECEWISE = "piecewise"  # vLLM's PIECEWISE graphs (pieces between attention calls)
     ESTIMATE = "estimate"  # graphs an engine captures only to estimate capture memory, then frees
     COMPILED = "compiled"  # torch.compile's cudagraph trees
+    ENCODER = "encoder"  # a multimodal encoder's graphs, by token budget (vLLM)
     GRAPHS = "graphs"  # no adapter knew the phase: one row per graph, or per --bucket call
+    # graphs (or bucket calls) without a size in a group that has sized rows: one row each,
+    # numbered in capture order, so that a number never merges with a bucket's size
+    UNBUCKETED = "unbucketed"
 
 
 class Source(StrEnum):

@@ -113,10 +113,17 @@ ADAPTERS: tuple[Adapter, ...] = (
     ),
     Adapter(
         "sglang",
-        "sglang.srt.model_executor.model_runner",
+        "sglang.srt.",
         "init_device_graphs",
         role=PHASE,
-        note="older layout: ModelRunner builds its runners",
+        note="ModelRunner builds its runners (older layout; a free function in device_graphs)",
+    ),
+    Adapter(
+        "sglang",
+        "sglang.srt.",
+        "create_device_graphs",
+        role=PHASE,
+        note="device_graphs: a model runner's graph runners, built and captured",
     ),
     # vLLM V1: gpu_model_runner.py
     Adapter(
@@ -137,6 +144,15 @@ ADAPTERS: tuple[Adapter, ...] = (
     ),
     Adapter(
         "vllm", "vllm.v1.worker.", "capture_model", role=PHASE, note="GPUModelRunner.capture_model"
+    ),
+    # vLLM: encoder_cudagraph.py, a multimodal encoder's graphs (one per token budget and path)
+    Adapter(
+        "vllm",
+        "vllm.v1.worker.",
+        "_capture_budget_graph",
+        size="token_budget",
+        group=RecordGroup.ENCODER,
+        note="EncoderCudaGraphManager, one token budget",
     ),
     # vLLM's model runner V2: gpu/cudagraph_utils.py
     Adapter(

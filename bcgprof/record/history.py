@@ -148,6 +148,13 @@ class GroupTracer:
         if group in self.done or group in self.others:
             return
         if self.active is not None:  # the group's next bucket
+            if per_graph or size is None:  # its captures would fall in the next bucket's window
+                self.refuse(
+                    group,
+                    "a graph without a size (captured outside its bucket function, or in a call "
+                    "whose size argument could not be read) came amid its buckets",
+                )
+                return
             self.active.bucket, self.active.bucket_pool = size, None
             return
         if per_graph or size is None:

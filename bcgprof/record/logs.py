@@ -5,7 +5,11 @@
   GB. avail mem=Y GB.`` X is the free memory before its graph runner was built minus after, in GiB
   (printed as "GB").
 * vLLM: ``Graph capturing finished in N secs, took X GiB`` (free memory before and after the capture
-  loop) and, since v0.21, ``CUDA graph pool memory: X GiB (actual), Y GiB (estimated)``.
+  loop), since v0.21 ``CUDA graph pool memory: X GiB (actual), Y GiB (estimated)``, and, before the
+  KV cache is sized, ``Estimated CUDA graph memory: X GiB total`` (its estimate's captures).
+
+A figure of free memory before minus after is negative where the device gained free memory (a cache
+emptied during the capture); it is kept with its sign.
 
 Each match becomes a dict with the engine, the phase where the line names one, and the figure in
 bytes (``GiB`` and SGLang's ``GB`` both as 2**30 bytes). The line a server prints once it serves
@@ -25,15 +29,20 @@ _PATTERNS = (
         "sglang",
         re.compile(
             r"Capture (?:(?P<target>target|draft) )?(?P<phase>[a-z_-]+ )?cuda graph end\..*?"
-            r"mem usage=(?P<x>[0-9.]+) GB",
+            r"mem usage=(?P<x>-?[0-9.]+) GB",
             re.IGNORECASE,
         ),
         "mem usage",
     ),
     (
         "vllm",
-        re.compile(r"Graph capturing finished in (?P<t>[0-9.]+) secs?, took (?P<x>[0-9.]+) GiB"),
+        re.compile(r"Graph capturing finished in (?P<t>[0-9.]+) secs?, took (?P<x>-?[0-9.]+) GiB"),
         "took",
+    ),
+    (
+        "vllm",
+        re.compile(r"Estimated CUDA graph memory: (?P<x>[0-9.]+) GiB total"),
+        "estimate",
     ),
     (
         "vllm",

@@ -6,7 +6,10 @@ report's own checks hold as for a capture: non-torch is device used less torch r
 outside the pool is torch reserved less the pool's growth, and the pool's live and free bytes plus
 those two sum to device used. The pool is every graph pool the process's captures
 had used by the bucket's end, read before and after over that same set. Calls of one bucket function
-with one size in one process (a runner that captures a size in several calls) make one row.
+with one size in one process (a runner that captures a size in several calls) make one row. A line
+without a size (a graph outside every bucket function, a call whose size could not be read) is
+numbered in capture order; in a group that also has sized lines it is a row of ``unbucketed``, so
+that a number never merges with a bucket's size.
 
 Ranks come from torch.distributed, or the launcher's RANK; a process without either takes the next
 rank no other process of the report has. A group's capture order (``extra.sequences``) is the
@@ -26,7 +29,7 @@ from bcgprof.record.rows import BUCKET, PHASE, PROCESS, TRACE
 from bcgprof.report.ledger import Reading, ledger
 from bcgprof.report.limits import MAX_TP
 from bcgprof.report.schema import BucketRecord
-from bcgprof.vocab import BucketStatus
+from bcgprof.vocab import BucketStatus, RecordGroup
 
 MAX_RECORDED_BUCKETS = 4096
 
@@ -86,6 +89,8 @@ class Merged:
     bucket_calls: int = 0  # bucket lines of a bucket function's call or a descriptor, sized
     # ... whose size argument gave no positive int (numbered rows), by bucket function
     unsized_calls: dict[str, int] = field(default_factory=dict)
+    # group -> its lines without a size made rows of UNBUCKETED (the group has sized rows)
+    unbucketed: dict[str, int] = field(default_factory=dict)
     graphs_alone: int = 0  # bucket lines of a graph captured outside every bucket (a row each)
     # what the hook's work in each bucket (readings, node counts, --trace) cost its program
     hook_ms: list[float] = field(default_factory=list)
@@ -191,6 +196,15 @@ def _combine(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     """The report rows the lines of every process make (see the module docstring)."""
     out = Merged()
+    lines = list(lines)
+    # groups with sized rows: a line without a size there is numbered apart, in UNBUCKETED, so that
+    # its number never merges with a bucket's size (a graph outside a --bucket function, a lone
+    # graph inside vLLM's estimate)
+    sized = {
+        str(line.get("group"))
+        for line in lines
+        if line["kind"] == BUCKET and _sized(line.get("size")) is not None
+    }
     rank_of: dict[int, Optional[int]] = {}
     buckets: dict[tuple[int, str, int], dict[str, Any]] = {}  # (pid, group, size) -> figures
     status: dict[tuple[int, str, int], tuple[str, str]] = {}
@@ -218,9 +232,12 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             if line.get("rank") is not None:
                 rank_of[pid] = line["rank"]
             rank_of.setdefault(pid, None)
-            size = line.get("size")
+            size = _sized(line.get("size"))
             # one row per graph: its place among the group's graphs
-            if not isinstance(size, int) or size < 1:
+            if size is None:
+                if group in sized:
+                    out.unbucketed[group] = out.unbucketed.get(group, 0) + 1
+                    group = RecordGroup.UNBUCKETED.value
                 ordinals[(pid, group)] = ordinals.get((pid, group), 0) + 1
                 size = ordinals[(pid, group)]
                 if line.get("alone", True):
@@ -280,12 +297,23 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 f"rank {rank} captured {len(sizes)} of {group}'s {len(out.sequences[group])} "
                 "buckets"
             )
+    for group, count in out.unbucketed.items():
+        out.notes.append(
+            f"{count} graph(s) of {group} without a size (captured outside its bucket function, "
+            f"or by a call whose size could not be read) are rows of "
+            f"{RecordGroup.UNBUCKETED.value}, numbered in capture order"
+        )
     _drop_gaps(out)
     for trace in out.traces.values():
         trace["rank"] = ranks.get(trace["pid"])
     for span in out.spans.values():
         span.rank = ranks.get(span.pid)
     return out
+
+
+def _sized(size: Any) -> Optional[int]:
+    """A bucket line's size, where it has one (a positive int)."""
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 1 else None
 
 
 def _extend_span(spans: dict[int, Span], pid: int, line: dict[str, Any]) -> None:

@@ -148,13 +148,24 @@ def test_sglang_runners_a_child_process_and_the_engine_line_make_one_report(pres
 
 @pytest.mark.prestart("vllm")
 def test_vllm_estimate_captures_are_their_own_group(prestarted):
+    """The estimate's buckets are a group of their own; a graph it captures outside its bucket
+    function is numbered apart (a row of unbucketed), never merged into its bucket 1; the
+    encoder's graphs are a row per token budget, its two paths' captures summed."""
     proc, folder = prestarted("vllm")
     assert proc.returncode == 0, proc.stderr
     report = read_report(folder / "r")
-    assert report.run.modes == ["estimate", "full"]
+    assert report.run.modes == ["estimate", "unbucketed", "full", "encoder"]
+    rows = {(r.mode, r.bucket): r for r in report.buckets}
     assert [r.bucket for r in report.buckets if r.mode == "estimate"] == [1, 2]
+    assert rows["estimate", 1].segments == 1 and rows["estimate", 1].pool_delta_bytes == MIB
+    assert rows["unbucketed", 1].segments == 1
     assert [r.bucket for r in report.buckets if r.mode == "full"] == [8, 4, 2, 1]
-    assert report.run.extra["recorded"]["engine_log"][0]["engine"] == "vllm"
+    # budget 256: two captures of 256 // 64 = 4 MiB each
+    assert [r.bucket for r in report.buckets if r.mode == "encoder"] == [256, 128]
+    assert rows["encoder", 256].segments == 2 and rows["encoder", 256].pool_delta_bytes == 8 * MIB
+    logged = report.run.extra["recorded"]["engine_log"]
+    assert [(e["engine"], e["what"]) for e in logged] == [("vllm", "estimate"), ("vllm", "took")]
+    assert any("rows of unbucketed" in n for n in report.run.extra["recorded"]["notes"])
 
 
 @pytest.mark.prestart("bucket", "plain")

@@ -89,6 +89,21 @@ def test_a_bucket_option_names_its_module_and_function():
             None,
         ),
         ("CUDA graph pool memory: 1.25 GiB (actual), 3.80 GiB (estimated)", "vllm", 1.25, None),
+        (
+            "INFO [gpu_model_runner.py:6639] Estimated CUDA graph memory: 1.58 GiB total",
+            "vllm",
+            1.58,
+            None,
+        ),
+        # free memory before minus after: negative where the capture left more free
+        (
+            "Capture target prefill CUDA graph end. elapsed=1.0 s, mem usage=-0.05 GB, avail mem=9 "
+            "GB.",
+            "sglang",
+            -0.05,
+            "prefill",
+        ),
+        ("Graph capturing finished in 7 secs, took -0.02 GiB", "vllm", -0.02, None),
     ],
 )
 def test_engine_log_lines_give_their_figure_in_bytes(line, engine, figure, phase):
@@ -237,6 +252,30 @@ def test_graphs_without_a_bucket_function_are_numbered_and_processes_take_free_r
         (13, 1, 1),
     ]
     assert merged.tp == 3 and any("said rank 0" in n for n in merged.notes)
+
+
+def test_graphs_without_a_size_never_merge_into_a_bucket_of_their_number():
+    """A --bucket function's rows are sized, a graph outside it is numbered: in one group, graph 2
+    and bucket 2 would be one row. Numbered lines of a group with sized rows are rows of
+    unbucketed; a group with no sized rows keeps its numbered rows (a program with no bucket
+    function)."""
+    a, b = _reading(0, 0, 0), _reading(2 * MIB, 2 * MIB, 4 * MIB)
+    merged = merge(
+        [
+            _bucket(5, "graphs", 2, a, b, alone=False, by="--bucket"),
+            _bucket(5, "graphs", None, b, b, alone=True),
+            _bucket(5, "graphs", None, b, b, alone=True),
+            _bucket(5, "compiled", None, b, b, alone=True),
+        ]
+    )
+    assert [(r.mode, r.bucket, r.segments) for r in merged.rows] == [
+        ("graphs", 2, 2),
+        ("unbucketed", 1, 2),
+        ("unbucketed", 2, 2),
+        ("compiled", 1, 2),
+    ]
+    assert merged.rows[0].pool_delta_bytes == 2 * MIB
+    assert any(n.startswith("2 graph(s) of graphs without a size") for n in merged.notes)
 
 
 def test_unsized_bucket_calls_are_warned_of_by_the_function_that_made_them():

@@ -245,6 +245,7 @@ def test_the_history_is_off_outside_the_group_and_a_size_captured_again_at_once_
         ("expandable", "expandable_segments"),
         ("size again later", "bucket 8 was captured again after other buckets"),
         ("no graph", "captured no graph"),
+        ("a graph alone amid", "a graph without a size"),
     ],
 )
 def test_a_group_that_cannot_be_replayed_gets_no_trace_and_a_note(tmp_path, case, why):
@@ -265,6 +266,11 @@ def test_a_group_that_cannot_be_replayed_gets_no_trace_and_a_note(tmp_path, case
     elif case == "no graph":
         token = program.rec.enter(program.adapter, None, program.signature, (4,), {})
         program.rec.leave(token, None)
+    elif case == "a graph alone amid":
+        program.rec.graph_begins()  # outside the bucket function: its row is numbered
+        _second(program.memory)
+        program.rec.graph_ends(Graph(POOL))
+        program.bucket(4, _eager, lambda m: None)
     assert not (program.report / "traces-graphs.csv.gz").exists()
     notes = [t["note"] for t in program.traces() if t["state"] == "none"]
     assert len(notes) == 1 and why in notes[0] and notes[0].startswith("no trace of graphs: ")

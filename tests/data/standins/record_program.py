@@ -185,11 +185,14 @@ def main():
     elif a.engine == "vllm-v2":
         vllm_v2([1, 2, 4, 8], a.gap)
     elif a.engine == "vllm":
+        from vllm.v1.worker.encoder_cudagraph import EncoderCudaGraphManager
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         runner = GPUModelRunner([1, 2, 4, 8], forward)
         runner.profile_cudagraph_memory()
-        runner.capture_model(0.25)
+        # an encoder of two paths: each token budget is captured twice (one row, the two summed)
+        encoder = EncoderCudaGraphManager([128, 256], ["global", "local"], forward)
+        runner.capture_model(0.25, encoder)
     elif a.engine == "sglang-off":  # a server with its CUDA graphs disabled: it captures nothing
         pass
     elif a.engine == "plain":
