@@ -297,12 +297,6 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 f"rank {rank} captured {len(sizes)} of {group}'s {len(out.sequences[group])} "
                 "buckets"
             )
-    for group, count in out.unbucketed.items():
-        out.notes.append(
-            f"{count} graph(s) of {group} without a size (captured outside its bucket function, "
-            f"or by a call whose size could not be read) are rows of "
-            f"{RecordGroup.UNBUCKETED.value}, numbered in capture order"
-        )
     _drop_gaps(out)
     for trace in out.traces.values():
         trace["rank"] = ranks.get(trace["pid"])

@@ -442,7 +442,8 @@ def record(
 
 def _bucket_notes(merged: Merged, user_buckets: list[str]) -> list[str]:
     """What the rows' bucketing missed: calls whose size argument gave no size (their rows are
-    numbered, not sized), and ``--bucket`` functions around none of the program's captures."""
+    numbered, not sized), graphs without a size in a group with sized rows (rows of
+    ``unbucketed``), and ``--bucket`` functions around none of the program's captures."""
     notes = []
     for by, calls in sorted(merged.unsized_calls.items()):
         if by == table.USER_LABEL:
@@ -453,6 +454,12 @@ def _bucket_notes(merged: Merged, user_buckets: list[str]) -> list[str]:
         notes.append(
             f"{calls} call(s) of {who} gave no positive int from the size argument: their rows "
             f"are numbered in capture order; {hint}"
+        )
+    for group, count in merged.unbucketed.items():
+        notes.append(
+            f"{count} graph(s) of {group} without a size (captured outside its bucket function, "
+            f"or by a call whose size could not be read) are rows of {RecordGroup.UNBUCKETED}, "
+            "numbered in capture order apart from its sized rows"
         )
     if user_buckets and merged.graphs_alone and not (merged.bucket_calls or merged.unsized_calls):
         notes.append(

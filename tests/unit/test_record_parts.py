@@ -275,7 +275,8 @@ def test_graphs_without_a_size_never_merge_into_a_bucket_of_their_number():
         ("compiled", 1, 2),
     ]
     assert merged.rows[0].pool_delta_bytes == 2 * MIB
-    assert any(n.startswith("2 graph(s) of graphs without a size") for n in merged.notes)
+    notes = _bucket_notes(merged, ["loops:capture_one:size"])
+    assert any(n.startswith("2 graph(s) of graphs without a size") for n in notes)
 
 
 def test_unsized_bucket_calls_are_warned_of_by_the_function_that_made_them():
@@ -300,6 +301,17 @@ def test_unsized_bucket_calls_are_warned_of_by_the_function_that_made_them():
         "2 call(s) of adapter torch:record_function gave no positive int from the size argument: "
         "their rows are numbered in capture order; its size rule does not fit this program; "
         "give --bucket MODULE:QUALNAME:ARG",
+        # the unsized call and the graph alone share graphs with bucket 8: numbered apart
+        "2 graph(s) of graphs without a size (captured outside its bucket function, or by a call "
+        "whose size could not be read) are rows of unbucketed, numbered in capture order apart "
+        "from its sized rows",
+    ]
+    assert sorted((r.mode, r.bucket) for r in merged.rows) == [
+        ("compiled", 1),
+        ("compiled", 2),
+        ("graphs", 8),
+        ("unbucketed", 1),
+        ("unbucketed", 2),
     ]
 
 
