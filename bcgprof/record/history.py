@@ -19,13 +19,14 @@ as rank 0; among the others, the first to begin a bucket of a group claims it (a
 at a time.
 
 Invariant: a trace file on disk is one a replay may trust, or none. A group gets no trace, and a
-``trace`` line says why, when: it has no bucket function (one row per graph, numbered, not sized);
-it is torch.compile's (cudagraph trees move the pool's blocks by checkpoints, not allocator calls);
-the allocator runs with settings the replay does not model (expandable segments); its captures use
-more than one pool; its pool held segments before its first bucket (a replay starts from an empty
-pool); the process's other capture pools hold bytes (the rows' pool figure counts every pool the
-process's captures used); a size comes back after other sizes; or a step fails. A file already
-written for it is then removed.
+``trace`` line says why, when: it has no bucket function (one row per graph, numbered, not sized:
+said at its first such graph, and superseded by the trace of a bucket function's sized buckets that
+follow); a graph without a size comes amid its buckets; it is torch.compile's (cudagraph trees move
+the pool's blocks by checkpoints, not allocator calls); the allocator runs with settings the replay
+does not model (expandable segments); its captures use more than one pool; its pool held segments
+before its first bucket (a replay starts from an empty pool); the process's other capture pools
+hold bytes (the rows' pool figure counts every pool the process's captures used); a size comes back
+after other sizes; or a step fails. A file already written for it is then removed.
 
 Cost: two history reads a bucket, each a ``_snapshot()``: it takes the allocator's lock and copies
 its segments, their blocks and the history since the last read into Python objects on the host; it
@@ -93,6 +94,7 @@ class GroupTracer:
         self.done: set[str] = set()  # groups this process traced or gave up
         self.stopped: set[str] = set()  # groups whose trace ended with its file written
         self.others: set[str] = set()  # groups another process traces
+        self.unsized: set[str] = set()  # groups with a graph without a size, said once
 
     # ------------------------------------------------------------ torch, or its stand-in
 
@@ -158,13 +160,24 @@ class GroupTracer:
             self.active.bucket, self.active.bucket_pool = size, None
             return
         if per_graph or size is None:
-            self._give_up(
-                group,
-                "its graphs were captured outside a bucket function (one row per graph, numbered, "
-                "not sized); name the function that captures one bucket with --bucket"
-                if per_graph
-                else "its bucket function's size argument could not be read",
-            )
+            # no trace yet, and none given up: a bucket function's sized buckets may still come
+            # (the graph's row is then one of unbucketed), and their trace's line then counts;
+            # a graph that left segments in their pool gets it refused when they start
+            if group not in self.unsized:
+                self.unsized.add(group)
+                self.write_line(
+                    TRACE,
+                    group=group,
+                    state=NONE,
+                    note=f"no trace of {group}: "
+                    + (
+                        "its graphs were captured outside a bucket function (one row per graph, "
+                        "numbered, not sized); name the function that captures one bucket with "
+                        "--bucket"
+                        if per_graph
+                        else "its bucket function's size argument could not be read"
+                    ),
+                )
             return
         if group == RecordGroup.COMPILED:
             self._give_up(

@@ -14,8 +14,8 @@ that a number never merges with a bucket's size.
 Ranks come from torch.distributed, or the launcher's RANK; a process without either takes the next
 rank no other process of the report has. A group's capture order (``extra.sequences``) is the
 order of its buckets' first appearance, lowest rank first. With ``--trace``, each ``trace`` line
-says whether a group's allocator trace was written and by which process, or why it has none (the
-latest line of a group counts).
+says whether a group's allocator trace was written and by which process, or why it has none (a
+process's latest line of a group counts, and a process that wrote the trace beats the others).
 """
 
 from __future__ import annotations
@@ -216,11 +216,18 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             out.processes.append({k: v for k, v in line.items() if k != "kind"})
             rank_of.setdefault(pid, line.get("rank"))
         elif kind == TRACE:
-            out.traces[str(line.get("group"))] = {
+            # a process's latest line of a group counts, and a process that wrote the group's
+            # trace beats one that said why it has none (a rank that traces nothing, a graph
+            # without a size seen before the group's first bucket)
+            group = str(line.get("group"))
+            traced = {
                 "pid": pid,
                 "written": line.get("state") == "written",
                 "note": str(line.get("note") or "")[:300],
             }
+            known = out.traces.get(group)
+            if known is None or known["pid"] == pid or not known["written"]:
+                out.traces[group] = traced
         elif kind == PHASE:
             if line.get("event") == "begin":
                 out.phases_open += 1

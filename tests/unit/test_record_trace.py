@@ -297,6 +297,58 @@ def test_graphs_without_a_bucket_function_torch_compile_and_other_ranks_are_not_
     assert ranked.traces() == [] and ranked.memory.switches == 0
 
 
+@pytest.mark.parametrize(
+    "held, why",
+    [
+        (None, ""),
+        (OTHER_POOL, "the process's other graph pools held 4194304 bytes at bucket 8"),
+        (POOL, "held 4194304 bytes of segments before its first bucket"),
+    ],
+)
+def test_a_graph_without_a_size_before_the_first_bucket_leaves_the_group_traceable(
+    tmp_path, held, why
+):
+    """A graph captured before a --bucket function's first call (a warm-up graph) is a row of
+    unbucketed, and the buckets' trace is written after all, unless that graph's segments are
+    still held (in their pool: a replay starts from an empty one; in another: the rows' pool
+    figure counts it), each refusal saying so rather than asking for --bucket."""
+    program = Program(tmp_path)
+    program.rec.graph_begins()
+    if held is not None:
+        program.memory.segment(SECOND_SEG, 4 * MIB, held)
+    program.rec.graph_ends(Graph(held or OTHER_POOL))
+    program.bucket(8, _eager, _first)
+    program.bucket(4, _eager, _second)
+    notes = [t["note"] for t in program.traces() if t["state"] == "none"]
+    assert "outside a bucket function" in notes[0]
+    report = program.write_report()
+    traced = report.run.extra["recorded"]["traces"]["graphs"]
+    assert [(r.mode, r.bucket) for r in report.buckets] == [
+        ("unbucketed", 1),
+        ("graphs", 8),
+        ("graphs", 4),
+    ]
+    if held is None:
+        assert traced["written"] is True
+        assert read_columns(program.report / "traces-graphs.csv.gz").head["buckets"] == [8, 4]
+    else:
+        assert traced["written"] is False and why in traced["note"]
+        assert not (program.report / "traces-graphs.csv.gz").exists()
+
+
+def test_a_process_that_wrote_a_groups_trace_beats_one_that_said_it_has_none():
+    def line(pid, state):
+        return {"kind": "trace", "pid": pid, "group": "graphs", "state": state, "note": state}
+
+    for lines in (
+        [line(1, "written"), line(2, "none")],
+        [line(2, "none"), line(1, "written")],
+    ):
+        assert merge(lines).traces["graphs"]["written"] is True
+    # the process that wrote it, refusing it later (its file removed), has the last word
+    assert merge([line(1, "written"), line(1, "none")]).traces["graphs"]["written"] is False
+
+
 def test_one_process_claims_a_group_and_the_others_leave_it(tmp_path):
     first = Program(tmp_path)
     spool = spool_of(first.report)
