@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 from bcgprof.analysis.predict.needs_free import measured_needs_free_bytes
 from bcgprof.render.model import BAD, GOOD, STRONG, WARNING, Column, Line, Sheet, View
 from bcgprof.render.phase_views import phase_lines, phase_sheet
+from bcgprof.render.recorded_views import recorded_lines
 from bcgprof.report import SUMMARY_RECOMPUTED, BucketRecord, Report, SummaryRecord, records_to_csv
 from bcgprof.report.schema import run_info_dict
 from bcgprof.report_format import fmt_bytes, fmt_int, fmt_ms, fmt_pct, fmt_ratio, fmt_seconds
@@ -378,6 +379,8 @@ def show_view(
     foot = [Line(verdict)] if verdict and section != "buckets" else []
     if phases and section != "buckets":
         foot += phase_lines(phases)
+    if section != "buckets":
+        foot += recorded_lines(report)
     return View(
         head=[Line(f": {run_line(report)}", lead=str(report.path))] + _status_lines(report),
         sheets=sheets,

@@ -479,3 +479,40 @@ def test_a_buckets_hook_time_counts_what_the_hook_does_at_each_graphs_capture_en
     assert [row["nodes"] for row in rows] == [7, 7]
     assert all(row["hook_ms"] >= 50 for row in rows)
     assert all(row["capture_ms"] < row["hook_ms"] + 50 for row in rows)
+
+
+def test_show_sets_the_programs_logged_figures_and_each_ranks_span_beside_the_rows(tmp_path):
+    """What the engine logged is its own figure (free memory before and after); show prints it
+    beside the recording's own span, and skips run.json entries of the wrong shape."""
+    from bcgprof.render.recorded_views import recorded_lines
+    from bcgprof.render.views import show_view
+
+    a, b = _reading(0, 0, 0), _reading(2 * MIB, 2 * MIB, 4 * MIB)
+    merged = merge([_bucket(5, "decode", 4, a, b), _bucket(5, "decode", 2, b, b)])
+    logged = [
+        engine_figure("Capture target decode CUDA graph end. elapsed=1 s, mem usage=0.50 GB, x"),
+        {"engine": "vllm", "what": "took", "bytes": "lots"},  # hand-edited: skipped
+        "not a figure",
+    ]
+    run = _run_info(
+        RecordOptions(command=["python", "serve.py"], out=tmp_path / "r"),
+        merged,
+        logged,  # type: ignore[arg-type]
+        RunStatus.COMPLETE,
+        "now",
+    )
+    ReportWriter(tmp_path / "r", run, merged.rows)
+    report = read_report(tmp_path / "r")
+    texts = [line.lead + line.text for line in recorded_lines(report)]
+    assert texts == [
+        "the program logged: sglang decode mem usage 0.50 GiB",
+        "rank 0: device used +4.00 MiB from its first bucket's start to its last's end, "
+        "+4.00 MiB in its rows",
+    ]
+    assert [line.text for line in show_view(report, "summary").foot][-2:] == [
+        ": sglang decode mem usage 0.50 GiB",
+        texts[1],
+    ]
+    assert recorded_lines(_recorded(tmp_path / "none", "decode"))[0].text.startswith("rank 0")
+    report.run.extra["recorded"] = {"engine_log": {"not": "a list"}, "between_buckets": [1]}
+    assert recorded_lines(report) == []
