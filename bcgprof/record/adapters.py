@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from bcgprof.buckets import MAX_BUCKET_SIZE
 from bcgprof.errors import BcgprofError
 from bcgprof.vocab import RecordGroup
 
@@ -254,7 +255,7 @@ def _lookup(path: str, arguments: dict[str, Any]) -> Any:
 
 def size_of(spec: str, arguments: dict[str, Any]) -> Optional[int]:
     """The bucket size ``spec`` names among a call's bound arguments (the first alternative that
-    gives one); None when none is a positive int."""
+    gives one); None when none is an int from 1 to :data:`~bcgprof.buckets.MAX_BUCKET_SIZE`."""
     for alternative in spec.split("|"):
         size = _size_of_one(alternative, arguments)
         if size is not None:
@@ -286,7 +287,9 @@ def _size_of_one(spec: str, arguments: dict[str, Any]) -> Optional[int]:
         size = int(value)
     except (TypeError, ValueError):
         return None
-    return size if size >= 1 else None
+    # a bucket is at most MAX_BUCKET_SIZE tokens or sequences: a larger figure is not a size (an
+    # argument holding bytes, an address), and its row is numbered rather than refused by the report
+    return size if 1 <= size <= MAX_BUCKET_SIZE else None
 
 
 def _tree_static_inputs(arguments: dict[str, Any]) -> set[int]:

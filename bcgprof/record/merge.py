@@ -20,10 +20,12 @@ process's latest line of a group counts, and a process that wrote the trace beat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from bcgprof.buckets import MAX_BUCKET_SIZE
 from bcgprof.record.adapters import USER_LABEL
 from bcgprof.record.rows import BUCKET, PHASE, PROCESS, TRACE
 from bcgprof.report.ledger import Reading, ledger
@@ -89,6 +91,9 @@ class Merged:
     bucket_calls: int = 0  # bucket lines of a bucket function's call or a descriptor, sized
     # ... whose size argument gave no positive int (numbered rows), by bucket function
     unsized_calls: dict[str, int] = field(default_factory=dict)
+    # lines of a shape the hook does not write, skipped; the first one's reason
+    malformed: int = 0
+    malformed_first: str = ""
     # group -> its lines without a size made rows of UNBUCKETED (the group has sized rows)
     unbucketed: dict[str, int] = field(default_factory=dict)
     graphs_alone: int = 0  # bucket lines of a graph captured outside every bucket (a row each)
@@ -196,7 +201,7 @@ def _combine(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     """The report rows the lines of every process make (see the module docstring)."""
     out = Merged()
-    lines = list(lines)
+    lines = _well_formed(lines, out)
     # groups with sized rows: a line without a size there is numbered apart, in UNBUCKETED, so that
     # its number never merges with a bucket's size (a graph outside a --bucket function, a lone
     # graph inside vLLM's estimate)
@@ -310,6 +315,97 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     for span in out.spans.values():
         span.rank = ranks.get(span.pid)
     return out
+
+
+# ----------------------------------------------------------------- lines of the wrong shape
+
+_BYTES_MAX = 1 << 60  # far above any device's memory: a larger figure is not a reading
+# groups the hook writes (UNBUCKETED is the merge's own)
+_GROUPS = frozenset(g.value for g in RecordGroup) - {RecordGroup.UNBUCKETED.value}
+_STATUSES = frozenset(s.value for s in BucketStatus)
+
+
+def _well_formed(lines: Iterable[dict[str, Any]], out: Merged) -> list[dict[str, Any]]:
+    """The lines of the shape the hook writes; the others are skipped and counted with the first
+    one's reason (``out.malformed``). The hook writes only well-formed lines, but the spool lies in
+    the report, where the recorded program (or anything) can write: a line of another shape must
+    cost its own row, never the report."""
+    kept = []
+    for line in lines:
+        problem = _line_problem(line)
+        if problem is None:
+            kept.append(line)
+        else:
+            out.malformed += 1
+            out.malformed_first = out.malformed_first or problem
+    return kept
+
+
+def _line_problem(line: dict[str, Any]) -> Optional[str]:
+    kind = line["kind"]
+    if kind == BUCKET:
+        if line.get("group") not in _GROUPS:
+            return f"bucket line of unknown group {str(line.get('group'))[:40]!r}"
+        size = line.get("size")
+        if size is not None and not (_count(size) and size <= MAX_BUCKET_SIZE):
+            return f"bucket size {str(size)[:40]} is not an int from 1 to {MAX_BUCKET_SIZE}"
+        if line.get("status", BucketStatus.OK.value) not in _STATUSES:
+            return f"bucket status {str(line.get('status'))[:40]!r}"
+        for side in ("before", "after"):
+            if _reading_problem(line.get(side)):
+                return f"bucket reading {side!r} of the wrong shape"
+        for key in ("graphs", "nodes", "device_peak", "rank"):
+            if line.get(key) is not None and not _count(line[key]):
+                return f"bucket field {key!r} is not a count"
+        for key in ("warmup_ms", "capture_ms", "hook_ms"):
+            if line.get(key) is not None and not _finite(line[key]):
+                return f"bucket field {key!r} is not a finite number"
+        pools = line.get("graph_pools", [])
+        if not (isinstance(pools, list) and all(isinstance(p, str) for p in pools)):
+            return "bucket field 'graph_pools' is not a list of pool names"
+    elif kind == PROCESS:
+        if line.get("rank") is not None and not _count(line["rank"]):
+            return "process rank is not a count"
+        for key in ("gpu", "driver", "torch", "cuda", "memory_source", "hook_path"):
+            if not isinstance(line.get(key, ""), str):
+                return f"process field {key!r} is not text"
+        engines = line.get("engines", {})
+        if not (
+            isinstance(engines, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in engines.items())
+        ):
+            return "process field 'engines' is not a table of versions"
+    elif kind == TRACE and line.get("group") not in _GROUPS:
+        return f"trace line of unknown group {str(line.get('group'))[:40]!r}"
+    return None
+
+
+def _reading_problem(reading: Any) -> bool:
+    if reading is None:
+        return False
+    if not isinstance(reading, dict):
+        return True
+    for key in ("allocated", "reserved", "used", "process", "free"):
+        if reading.get(key) is not None and not _count(reading[key], low=0):
+            return True
+    pools = reading.get("pools", {})
+    return not isinstance(pools, dict) or not all(
+        isinstance(v, (list, tuple)) and len(v) == 2 and all(_count(x, low=0) for x in v)
+        for v in pools.values()
+    )
+
+
+def _count(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < _BYTES_MAX
+
+
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < 1e12
+    )
 
 
 def _sized(size: Any) -> Optional[int]:

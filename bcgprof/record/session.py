@@ -39,11 +39,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Optional
 
+from bcgprof.buckets import MAX_BUCKET_SIZE
 from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
 from bcgprof.record.logs import MAX_KEPT, engine_figure, serving_engine
 from bcgprof.record.merge import Merged, MergeError, merge
-from bcgprof.record.rows import SITE_LOADED, TORCH_HOOKED, LineReader, spool_of
+from bcgprof.record.rows import SITE_LOADED, SPOOL, TORCH_HOOKED, LineReader, spool_of
 from bcgprof.report.schema import RunInfo
 from bcgprof.report.write import ReportWriter
 from bcgprof.version import __version__
@@ -452,14 +453,20 @@ def _bucket_notes(merged: Merged, user_buckets: list[str]) -> list[str]:
             who = f"adapter {by}"
             hint = "its size rule does not fit this program; give --bucket MODULE:QUALNAME:ARG"
         notes.append(
-            f"{calls} call(s) of {who} gave no positive int from the size argument: their rows "
-            f"are numbered in capture order; {hint}"
+            f"{calls} call(s) of {who} gave no positive int (at most {MAX_BUCKET_SIZE}) from the "
+            f"size argument: their rows are numbered in capture order; {hint}"
         )
     for group, count in merged.unbucketed.items():
         notes.append(
             f"{count} graph(s) of {group} without a size (captured outside its bucket function, "
             f"or by a call whose size could not be read) are rows of {RecordGroup.UNBUCKETED}, "
             "numbered in capture order apart from its sized rows"
+        )
+    if merged.malformed:
+        notes.append(
+            f"{merged.malformed} line(s) in the recording's {SPOOL} folder were not of the hook's "
+            f"shape and were skipped (the first: {merged.malformed_first}); the program or "
+            "something else wrote there"
         )
     if user_buckets and merged.graphs_alone and not (merged.bucket_calls or merged.unsized_calls):
         notes.append(

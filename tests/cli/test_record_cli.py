@@ -309,7 +309,7 @@ def test_stop_after_capture_ends_a_server_that_captured_nothing_once_it_serves(t
     "spec, warning",
     [
         ("plainlib:capture_sizes:size", "no call of it enclosed a capture, so the 3 graph(s)"),
-        ("plainlib:capture_size:bs", "3 call(s) of --bucket's function gave no positive int"),
+        ("plainlib:capture_size:bs", "3 call(s) of --bucket's function gave no positive int (at"),
     ],
 )
 def test_a_bucket_option_that_groups_nothing_is_warned_of(tmp_path, spec, warning):

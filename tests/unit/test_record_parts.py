@@ -27,6 +27,8 @@ def test_size_rules_read_arguments_attributes_and_leading_dimensions():
     assert table.size_of("desc.num_tokens", {"desc": SimpleNamespace(num_tokens=512)}) == 512
     assert table.size_of("new_inputs[0]", {"new_inputs": [SimpleNamespace(shape=()), tensor]}) == 48
     assert table.size_of("bs", {"bs": 0}) is None
+    assert table.size_of("bs", {"bs": 1 << 20}) == 1 << 20
+    assert table.size_of("bs", {"bs": (1 << 20) + 1}) is None  # bytes, an address: not a size
     assert table.size_of("bs", {"bs": True}) is None
     assert table.size_of("bs", {}) is None
 
@@ -296,10 +298,11 @@ def test_unsized_bucket_calls_are_warned_of_by_the_function_that_made_them():
     assert merged.graphs_alone == 1 and merged.bucket_calls == 1
     notes = _bucket_notes(merged, ["m:f:bs"])
     assert notes == [
-        "1 call(s) of --bucket's function gave no positive int from the size argument: their "
-        "rows are numbered in capture order; check --bucket's ARG",
-        "2 call(s) of adapter torch:record_function gave no positive int from the size argument: "
-        "their rows are numbered in capture order; its size rule does not fit this program; "
+        "1 call(s) of --bucket's function gave no positive int (at most 1048576) from the size "
+        "argument: their rows are numbered in capture order; check --bucket's ARG",
+        "2 call(s) of adapter torch:record_function gave no positive int (at most 1048576) from "
+        "the size argument: their rows are numbered in capture order; its size rule does not fit "
+        "this program; "
         "give --bucket MODULE:QUALNAME:ARG",
         # the unsized call and the graph alone share graphs with bucket 8: numbered apart
         "2 graph(s) of graphs without a size (captured outside its bucket function, or by a call "
@@ -516,3 +519,50 @@ def test_show_sets_the_programs_logged_figures_and_each_ranks_span_beside_the_ro
     assert recorded_lines(_recorded(tmp_path / "none", "decode"))[0].text.startswith("rank 0")
     report.run.extra["recorded"] = {"engine_log": {"not": "a list"}, "between_buckets": [1]}
     assert recorded_lines(report) == []
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"group": "../elsewhere"}, "unknown group '../elsewhere'"),
+        ({"size": 10**30}, "is not an int from 1 to 1048576"),
+        ({"size": "8"}, "is not an int from 1 to 1048576"),
+        ({"status": "fine\nreally"}, "bucket status"),
+        ({"after": {"used": "lots"}}, "reading 'after' of the wrong shape"),
+        ({"before": {"pools": {"1,1": "x"}}}, "reading 'before' of the wrong shape"),
+        ({"before": [1, 2]}, "reading 'before' of the wrong shape"),
+        ({"warmup_ms": float("inf")}, "'warmup_ms' is not a finite number"),
+        ({"graphs": True}, "'graphs' is not a count"),
+        ({"rank": "0"}, "'rank' is not a count"),
+        ({"graph_pools": "1,1"}, "'graph_pools'"),
+    ],
+)
+def test_a_line_of_another_shape_in_the_spool_is_skipped_with_a_warning(tmp_path, change, reason):
+    """The spool lies in the report, where the program can write: a line the hook would never
+    write costs its own row and a warning, never the report (exit 2) or a traceback."""
+    a, b = _reading(0, 0, 0), _reading(2 * MIB, 2 * MIB, 4 * MIB)
+    good = _bucket(5, "decode", 4, a, b)
+    merged = merge([good, {**_bucket(5, "decode", 2, b, b), **change}])
+    assert [(r.mode, r.bucket) for r in merged.rows] == [("decode", 4)]
+    assert merged.malformed == 1 and reason in merged.malformed_first
+    notes = _bucket_notes(merged, [])
+    assert notes and notes[-1].startswith("1 line(s) in the recording's .record folder")
+    run = _run_info(
+        RecordOptions(command=["python", "x.py"], out=tmp_path / "r"),
+        merged,
+        [],
+        RunStatus.PARTIAL,
+        "now",
+    )
+    ReportWriter(tmp_path / "r", run, merged.rows)
+    assert [r.bucket for r in read_report(tmp_path / "r").buckets] == [4]
+
+
+def test_process_and_trace_lines_of_another_shape_are_skipped():
+    bad_process = {"kind": "process", "pid": 5, "rank": "zero", "gpu": "X"}
+    bad_trace = {"kind": "trace", "pid": 5, "group": "../x", "state": "written", "note": ""}
+    merged = merge(
+        [bad_process, bad_trace, _bucket(5, "decode", 4, _reading(0, 0, 0), _reading(0, 0, 0))]
+    )
+    assert merged.malformed == 2 and merged.processes == [] and merged.traces == {}
+    assert merged.rows[0].rank == 0
