@@ -53,6 +53,10 @@ class Span:
     in_rows: int = 0
     buckets: int = 0
     rank: Optional[int] = None
+    # buckets that began before the one written before them had ended: captures on several
+    # threads of the process, each one's readings (device-wide, over its pools) holding the other's
+    overlapping: int = 0
+    last_end: Optional[float] = None
 
     @property
     def total(self) -> int:
@@ -71,6 +75,7 @@ class Span:
             "span_bytes": self.total,
             "in_rows_bytes": self.in_rows,
             "between_bytes": self.between,
+            "overlapping_buckets": self.overlapping,
         }
 
 
@@ -388,6 +393,8 @@ def _reading_problem(reading: Any) -> bool:
     for key in ("allocated", "reserved", "used", "process", "free"):
         if reading.get(key) is not None and not _count(reading[key], low=0):
             return True
+    if reading.get("time") is not None and not _finite(reading["time"]):
+        return True
     pools = reading.get("pools", {})
     return not isinstance(pools, dict) or not all(
         isinstance(v, (list, tuple)) and len(v) == 2 and all(_count(x, low=0) for x in v)
@@ -423,6 +430,13 @@ def _extend_span(spans: dict[int, Span], pid: int, line: dict[str, Any]) -> None
     span.last = after["used"]
     span.in_rows += after["used"] - before["used"]
     span.buckets += 1
+    # a process's lines are written as its buckets end: one that began before the previous ended
+    # ran beside it, on another thread
+    began, ended = before.get("time"), after.get("time")
+    if isinstance(began, (int, float)) and isinstance(ended, (int, float)):
+        if span.last_end is not None and began < span.last_end:
+            span.overlapping += 1
+        span.last_end = max(ended, span.last_end or ended)
 
 
 def _assign_ranks(rank_of: dict[int, Optional[int]], out: Merged) -> dict[int, int]:

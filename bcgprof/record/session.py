@@ -462,6 +462,13 @@ def _bucket_notes(merged: Merged, user_buckets: list[str]) -> list[str]:
             f"or by a call whose size could not be read) are rows of {RecordGroup.UNBUCKETED}, "
             "numbered in capture order apart from its sized rows"
         )
+    for span in merged.spans_by_rank():
+        if span.overlapping:
+            notes.append(
+                f"rank {span.rank} (process {span.pid}): {span.overlapping} bucket(s) began while "
+                "another of its buckets was open (captures on several threads); each one's "
+                "figures, read device-wide and over the process's graph pools, include the other's"
+            )
     if merged.malformed:
         notes.append(
             f"{merged.malformed} line(s) in the recording's {SPOOL} folder were not of the hook's "

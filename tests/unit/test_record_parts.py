@@ -229,6 +229,7 @@ def test_what_the_device_gained_between_a_processs_buckets_is_kept_apart_from_it
         "span_bytes": 90 * MIB,
         "in_rows_bytes": 40 * MIB,
         "between_bytes": 50 * MIB,
+        "overlapping_buckets": 0,
     }
     assert (
         sum(r.device_used_delta_bytes for r in merged.rows if r.pid == 5 and r.bucket > 16)
@@ -566,3 +567,27 @@ def test_process_and_trace_lines_of_another_shape_are_skipped():
     )
     assert merged.malformed == 2 and merged.processes == [] and merged.traces == {}
     assert merged.rows[0].rank == 0
+
+
+def test_buckets_of_one_process_that_ran_side_by_side_are_warned_of():
+    """Two threads of one process capturing at once: each bucket's readings are device-wide and
+    cover the process's pools, so each holds the other's growth. The lines (written as buckets
+    end) tell it: a bucket that began before the previous one ended."""
+
+    def timed(size, began, ended, pid=5):
+        line = _bucket(pid, "decode", size, _reading(0, 0, 0), _reading(0, 0, MIB))
+        line["before"]["time"], line["after"]["time"] = began, ended
+        return line
+
+    merged = merge([timed(8, 1.0, 2.0), timed(4, 1.5, 3.0), timed(2, 3.5, 4.0)])
+    assert [s.overlapping for s in merged.spans_by_rank()] == [1]
+    notes = _bucket_notes(merged, [])
+    assert notes == [
+        "rank 0 (process 5): 1 bucket(s) began while another of its buckets was open (captures "
+        "on several threads); each one's figures, read device-wide and over the process's graph "
+        "pools, include the other's"
+    ]
+    in_order = merge([timed(8, 1.0, 2.0), timed(4, 2.0, 3.0), timed(4, 5.0, 6.0, pid=6)])
+    assert [s.overlapping for s in in_order.spans_by_rank()] == [0, 0]
+    assert _bucket_notes(in_order, []) == []
+    assert merge([timed(8, float("nan"), 2.0)]).malformed == 1
