@@ -24,6 +24,9 @@ SITE_LOADED = "site-loaded"
 TORCH_HOOKED = "torch-hooked"
 PROCESS, BUCKET, PHASE, TRACE = "process", "bucket", "phase", "trace"
 MAX_LINE = 1 << 16  # a bucket line is about 1 KB; longer lines are not bcgprof's
+# a process's file: 4,096 buckets of about 1 KB fit 16 times over; bytes past it are not read
+MAX_FILE = 64 << 20
+MAX_FILES = 1024  # process files read (a report holds 8 ranks); the others are not read
 
 
 def spool_of(report: Path) -> Path:
@@ -60,28 +63,38 @@ class LineWriter:
 class LineReader:
     """Every whole line of every process's file, read incrementally: each call reads only the
     bytes appended since the last (an offset per file), so a parent that polls a long recording
-    parses each line once. A torn last line is kept back until its newline arrives."""
+    parses each line once. A torn last line is kept back until its newline arrives. A file is read
+    up to :data:`MAX_FILE` bytes, so a program writing into the spool cannot fill the parent's
+    memory."""
 
     def __init__(self, spool: Path):
         self.spool = Path(spool)
         self._offsets: dict[Path, int] = {}
         self._lines: dict[Path, list[dict[str, Any]]] = {}
+        # files with bytes past MAX_FILE, and "more files" past MAX_FILES: left unread
+        self.oversized: set[str] = set()
 
     def read(self) -> list[dict[str, Any]]:
         """All lines so far, file by file in the order of their names."""
         if self.spool.is_dir():
             for path in self.spool.glob("*.jsonl"):
-                self._read_new(path)
+                if path in self._offsets or len(self._offsets) < MAX_FILES:
+                    self._read_new(path)
+                else:
+                    self.oversized.add("more files")
         return [item for path in sorted(self._lines) for item in self._lines[path]]
 
     def _read_new(self, path: Path) -> None:
-        offset = self._offsets.get(path, 0)
+        offset = self._offsets.setdefault(path, 0)
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                data = f.read()
+                data = f.read(MAX_FILE - offset + 1)
         except OSError:
             return
+        if offset + len(data) > MAX_FILE:  # the program (or anything) filling the spool
+            self.oversized.add(path.name)
+            data = data[: MAX_FILE - offset]
         end = data.rfind(b"\n") + 1  # up to the last whole line
         self._offsets[path] = offset + end
         lines = self._lines.setdefault(path, [])

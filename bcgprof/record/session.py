@@ -44,7 +44,15 @@ from bcgprof.errors import BcgprofError
 from bcgprof.record import adapters as table
 from bcgprof.record.logs import MAX_KEPT, engine_figure, serving_engine
 from bcgprof.record.merge import Merged, MergeError, merge
-from bcgprof.record.rows import SITE_LOADED, SPOOL, TORCH_HOOKED, LineReader, spool_of
+from bcgprof.record.rows import (
+    MAX_FILE,
+    MAX_FILES,
+    SITE_LOADED,
+    SPOOL,
+    TORCH_HOOKED,
+    LineReader,
+    spool_of,
+)
 from bcgprof.report.schema import RunInfo
 from bcgprof.report.write import ReportWriter
 from bcgprof.version import __version__
@@ -422,6 +430,14 @@ def record(
         shutil.rmtree(site, ignore_errors=True)
     code = proc.returncode if proc.returncode is not None else -1
     merged = merge(lines.read())
+    if lines.oversized:
+        merged.notes.append(
+            f"the recording's {SPOOL} folder held more than bcgprof reads (files over "
+            f"{MAX_FILE >> 20} MiB or more than {MAX_FILES} files: "
+            f"{', '.join(sorted(lines.oversized)[:3])}); the rest was not read"
+        )
+        if progress is not None:
+            progress(f"warning: {merged.notes[-1]}")
     for text in _bucket_notes(merged, options.buckets):
         merged.notes.append(text)
         if progress is not None:

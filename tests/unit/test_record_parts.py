@@ -461,6 +461,24 @@ def test_the_line_reader_reads_each_appended_line_once_and_waits_for_a_torn_one(
     assert reader.read()[0]["pid"] == 1
 
 
+def test_the_line_reader_reads_no_more_than_its_bounds(tmp_path, monkeypatch):
+    """The spool is the program's to fill: a file is read up to MAX_FILE bytes, and no more than
+    MAX_FILES files, so the parent's memory and polls stay bounded; what was left is said."""
+    from bcgprof.record import rows
+
+    monkeypatch.setattr(rows, "MAX_FILE", 120)
+    monkeypatch.setattr(rows, "MAX_FILES", 1)
+    line = b'{"kind": "process", "pid": 2, "pad": "xxxxxxxxxx"}\n'  # 51 bytes
+    (tmp_path / "2.jsonl").write_bytes(line * 3)
+    reader = rows.LineReader(tmp_path)
+    assert len(reader.read()) == 2 and reader.oversized == {"2.jsonl"}
+    with open(tmp_path / "2.jsonl", "ab") as f:
+        f.write(line)
+    assert len(reader.read()) == 2  # nothing past the bound, however much comes
+    (tmp_path / "3.jsonl").write_bytes(line)
+    assert len(reader.read()) == 2 and "more files" in reader.oversized
+
+
 def test_a_buckets_hook_time_counts_what_the_hook_does_at_each_graphs_capture_end(
     tmp_path, monkeypatch
 ):
