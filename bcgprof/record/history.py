@@ -67,6 +67,7 @@ class _Active:
         self.bucket_pool: Optional[tuple[int, int]] = None
         self.warmup: Optional[tuple[list, list]] = None  # (entries, segments) at capture_begin
         self.wrapped = False
+        self.stray = False  # a graph without a size came after the last bucket
 
 
 class GroupTracer:
@@ -150,7 +151,11 @@ class GroupTracer:
         if group in self.done or group in self.others:
             return
         if self.active is not None:  # the group's next bucket
-            if per_graph or size is None:  # its captures would fall in the next bucket's window
+            if per_graph or size is None:
+                # its captures fall in the next bucket's window: refused if a next bucket comes
+                self.active.stray, self.active.bucket = True, None
+                return
+            if self.active.stray:
                 self.refuse(
                     group,
                     "a graph without a size (captured outside its bucket function, or in a call "

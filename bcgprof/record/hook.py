@@ -449,7 +449,7 @@ class Recorder:
         self.lines.write(
             PROCESS,
             rank=_rank(),
-            argv=list(sys.argv)[:64],
+            argv=[str(a)[:512] for a in sys.argv[:64]],  # a line stays under rows.MAX_LINE
             torch=torch.__version__,
             cuda=str(torch.version.cuda or ""),
             hook_path=HOOK_PATH,

@@ -24,30 +24,31 @@ import re
 from typing import Any, Optional
 
 GIB = 2**30
+_NUMBER = r"-?(?:[0-9]{1,12}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})"  # a figure as engines print it
 _PATTERNS = (
     (
         "sglang",
         re.compile(
             r"Capture (?:(?P<target>target|draft) )?(?P<phase>[a-z_-]+ )?cuda graph end\..*?"
-            r"mem usage=(?P<x>-?[0-9.]+) GB",
+            rf"mem usage=(?P<x>{_NUMBER}) GB",
             re.IGNORECASE,
         ),
         "mem usage",
     ),
     (
         "vllm",
-        re.compile(r"Graph capturing finished in (?P<t>[0-9.]+) secs?, took (?P<x>-?[0-9.]+) GiB"),
+        re.compile(rf"Graph capturing finished in (?P<t>[0-9.]+) secs?, took (?P<x>{_NUMBER}) GiB"),
         "took",
     ),
     (
         "vllm",
-        re.compile(r"Estimated CUDA graph memory: (?P<x>[0-9.]+) GiB total"),
+        re.compile(rf"Estimated CUDA graph memory: (?P<x>{_NUMBER}) GiB total"),
         "estimate",
     ),
     (
         "vllm",
         re.compile(
-            r"CUDA graph pool memory: (?P<x>[0-9.]+) GiB \(actual\), (?P<y>[0-9.]+) GiB "
+            rf"CUDA graph pool memory: (?P<x>{_NUMBER}) GiB \(actual\), (?P<y>{_NUMBER}) GiB "
             r"\(estimated\)"
         ),
         "pool memory",

@@ -29,8 +29,8 @@ from bcgprof.buckets import MAX_BUCKET_SIZE
 from bcgprof.record.adapters import USER_LABEL
 from bcgprof.record.rows import BUCKET, PHASE, PROCESS, TRACE
 from bcgprof.report.ledger import Reading, ledger
-from bcgprof.report.limits import MAX_TP
-from bcgprof.report.schema import BucketRecord
+from bcgprof.report.limits import MAX_BYTES, MAX_MS, MAX_TP
+from bcgprof.report.schema import BUCKET_RULES, BucketRecord
 from bcgprof.vocab import BucketStatus, RecordGroup
 
 MAX_RECORDED_BUCKETS = 4096
@@ -220,6 +220,8 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     status: dict[tuple[int, str, int], tuple[str, str]] = {}
     first_seen: dict[tuple[int, str, int], int] = {}
     ordinals: dict[tuple[int, str], int] = {}
+    writer: dict[str, int] = {}  # group -> the process that wrote its trace
+    origin: dict[tuple[int, str, int], str] = {}  # an unbucketed row's own group
     for n, line in enumerate(lines):
         pid, kind = line["pid"], line["kind"]
         if kind == PROCESS:
@@ -235,9 +237,10 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
                 "written": line.get("state") == "written",
                 "note": str(line.get("note") or "")[:300],
             }
-            known = out.traces.get(group)
-            if known is None or known["pid"] == pid or not known["written"]:
+            if writer.get(group, pid) == pid:  # no process wrote it yet, or this one did
                 out.traces[group] = traced
+                if traced["written"]:
+                    writer[group] = pid
         elif kind == PHASE:
             if line.get("event") == "begin":
                 out.phases_open += 1
@@ -252,11 +255,14 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             size = _sized(line.get("size"))
             # one row per graph: its place among the group's graphs
             if size is None:
+                own = group
                 if group in sized:
                     out.unbucketed[group] = out.unbucketed.get(group, 0) + 1
                     group = RecordGroup.UNBUCKETED.value
                 ordinals[(pid, group)] = ordinals.get((pid, group), 0) + 1
                 size = ordinals[(pid, group)]
+                if group != own:
+                    origin[(pid, group, size)] = own
                 if line.get("alone", True):
                     out.graphs_alone += 1
                 else:
@@ -273,6 +279,16 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             first_seen.setdefault(key, n)
             if key not in status or status[key][0] == BucketStatus.OK:
                 status[key] = (str(line.get("status", "ok")), str(line.get("detail", "")))
+    for key in [k for k, figures in buckets.items() if _figures_problem(figures)]:
+        # readings of the right shape whose differences (or sums) a report cannot hold
+        out.malformed += 1
+        out.malformed_first = (
+            out.malformed_first or f"bucket {key[2]}: {_figures_problem(buckets[key])}"
+        )
+        del buckets[key]
+    for key, own in origin.items():
+        if key in status and not status[key][1]:
+            status[key] = (status[key][0], f"captured in {own}, outside its bucket function")
     ranks = _assign_ranks(rank_of, out)
     for key in sorted(buckets, key=lambda k: (ranks[k[0]], first_seen[k])):
         pid, group, size = key
@@ -324,7 +340,7 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
 
 # ----------------------------------------------------------------- lines of the wrong shape
 
-_BYTES_MAX = 1 << 60  # far above any device's memory: a larger figure is not a reading
+_PID_MAX = 2**31 - 1  # as a report's pid column
 # groups the hook writes (UNBUCKETED is the merge's own)
 _GROUPS = frozenset(g.value for g in RecordGroup) - {RecordGroup.UNBUCKETED.value}
 _STATUSES = frozenset(s.value for s in BucketStatus)
@@ -348,13 +364,15 @@ def _well_formed(lines: Iterable[dict[str, Any]], out: Merged) -> list[dict[str,
 
 def _line_problem(line: dict[str, Any]) -> Optional[str]:
     kind = line["kind"]
+    if not 0 <= line["pid"] <= _PID_MAX:
+        return f"pid {line['pid']} out of range"
     if kind == BUCKET:
-        if line.get("group") not in _GROUPS:
+        if not _word(line.get("group"), _GROUPS):
             return f"bucket line of unknown group {str(line.get('group'))[:40]!r}"
         size = line.get("size")
         if size is not None and not (_count(size) and size <= MAX_BUCKET_SIZE):
             return f"bucket size {str(size)[:40]} is not an int from 1 to {MAX_BUCKET_SIZE}"
-        if line.get("status", BucketStatus.OK.value) not in _STATUSES:
+        if not _word(line.get("status", BucketStatus.OK.value), _STATUSES):
             return f"bucket status {str(line.get('status'))[:40]!r}"
         for side in ("before", "after"):
             if _reading_problem(line.get(side)):
@@ -362,9 +380,12 @@ def _line_problem(line: dict[str, Any]) -> Optional[str]:
         for key in ("graphs", "nodes", "device_peak", "rank"):
             if line.get(key) is not None and not _count(line[key]):
                 return f"bucket field {key!r} is not a count"
+        for key in ("detail", "by"):
+            if not isinstance(line.get(key, ""), str):
+                return f"bucket field {key!r} is not text"
         for key in ("warmup_ms", "capture_ms", "hook_ms"):
-            if line.get(key) is not None and not _finite(line[key]):
-                return f"bucket field {key!r} is not a finite number"
+            if line.get(key) is not None and not (_finite(line[key]) and abs(line[key]) <= MAX_MS):
+                return f"bucket field {key!r} is not a finite number of ms"
         pools = line.get("graph_pools", [])
         if not (isinstance(pools, list) and all(isinstance(p, str) for p in pools)):
             return "bucket field 'graph_pools' is not a list of pool names"
@@ -380,9 +401,34 @@ def _line_problem(line: dict[str, Any]) -> Optional[str]:
             and all(isinstance(k, str) and isinstance(v, str) for k, v in engines.items())
         ):
             return "process field 'engines' is not a table of versions"
-    elif kind == TRACE and line.get("group") not in _GROUPS:
-        return f"trace line of unknown group {str(line.get('group'))[:40]!r}"
+        argv = line.get("argv", [])
+        if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+            return "process field 'argv' is not a list of words"
+    elif kind == TRACE:
+        if not _word(line.get("group"), _GROUPS):
+            return f"trace line of unknown group {str(line.get('group'))[:40]!r}"
+        if not isinstance(line.get("note", ""), str):
+            return "trace field 'note' is not text"
     return None
+
+
+def _word(value: Any, words: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in words
+
+
+def _figures_problem(figures: dict[str, Any]) -> str:
+    """The first figure of a row that its report column cannot hold (``BUCKET_RULES``), or ""."""
+    for name, value in figures.items():
+        rule = BUCKET_RULES.get(name)
+        if rule is None or value is None or rule.kind is str:
+            continue
+        if (
+            not _finite(value)
+            or (rule.lo is not None and value < rule.lo)
+            or (rule.hi is not None and value > rule.hi)
+        ):
+            return f"{name} {value} is out of its column's range"
+    return ""
 
 
 def _reading_problem(reading: Any) -> bool:
@@ -393,7 +439,7 @@ def _reading_problem(reading: Any) -> bool:
     for key in ("allocated", "reserved", "used", "process", "free"):
         if reading.get(key) is not None and not _count(reading[key], low=0):
             return True
-    if reading.get("time") is not None and not _finite(reading["time"]):
+    if reading.get("time") is not None and not (_finite(reading["time"]) and reading["time"] >= 0):
         return True
     pools = reading.get("pools", {})
     return not isinstance(pools, dict) or not all(
@@ -403,16 +449,12 @@ def _reading_problem(reading: Any) -> bool:
 
 
 def _count(value: Any, low: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value < _BYTES_MAX
+    """An int from ``low`` to a report's largest byte figure (no reading or count is larger)."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_BYTES
 
 
 def _finite(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and abs(value) < 1e12
-    )
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _sized(size: Any) -> Optional[int]:

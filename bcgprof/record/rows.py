@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,10 @@ class LineReader:
         self.spool = Path(spool)
         self._offsets: dict[Path, int] = {}
         self._lines: dict[Path, list[dict[str, Any]]] = {}
-        # files with bytes past MAX_FILE, and "more files" past MAX_FILES: left unread
-        self.oversized: set[str] = set()
+        # what was left unread: files with bytes past MAX_FILE, entries that are not regular files
+        # (a pipe would block the read), and "more files" past MAX_FILES
+        self.unread: set[str] = set()
+        self.unparsed = 0  # whole lines that are not a JSON object with a kind and a pid
 
     def read(self) -> list[dict[str, Any]]:
         """All lines so far, file by file in the order of their names."""
@@ -81,27 +84,37 @@ class LineReader:
                 if path in self._offsets or len(self._offsets) < MAX_FILES:
                     self._read_new(path)
                 else:
-                    self.oversized.add("more files")
+                    self.unread.add("more files")
         return [item for path in sorted(self._lines) for item in self._lines[path]]
 
     def _read_new(self, path: Path) -> None:
         offset = self._offsets.setdefault(path, 0)
+        if offset >= MAX_FILE:
+            return
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(MAX_FILE - offset + 1)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return
-        if offset + len(data) > MAX_FILE:  # the program (or anything) filling the spool
-            self.oversized.add(path.name)
-            data = data[: MAX_FILE - offset]
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                self.unread.add(path.name)
+                self._offsets[path] = MAX_FILE
+                return
+            f.seek(offset)
+            data = f.read(MAX_FILE - offset + 1)
         end = data.rfind(b"\n") + 1  # up to the last whole line
         self._offsets[path] = offset + end
+        if offset + len(data) > MAX_FILE:  # the program (or anything) filling the spool
+            self.unread.add(path.name)
+            end = data.rfind(b"\n", 0, MAX_FILE - offset) + 1
+            self._offsets[path] = MAX_FILE  # never read again
         lines = self._lines.setdefault(path, [])
         for raw in data[:end].split(b"\n")[:-1]:
             item = _parse(raw)
             if item is not None:
                 lines.append(item)
+            else:
+                self.unparsed += 1
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:

@@ -219,6 +219,9 @@ def _environment(
     return env
 
 
+MAX_TEE_LINE = 1 << 20
+
+
 class _Tee(threading.Thread):
     """Copies one of the program's streams to ours, a line at a time, keeping the engines'
     figures."""
@@ -234,19 +237,25 @@ class _Tee(threading.Thread):
         self.source, self.sink, self.found, self.serving = source, sink, found, serving
 
     def run(self) -> None:
-        for raw in iter(self.source.readline, b""):
+        # a line of at most MAX_TEE_LINE bytes at a time: a program printing without newlines
+        # cannot fill our memory
+        for raw in iter(lambda: self.source.readline(MAX_TEE_LINE), b""):
             with contextlib.suppress(OSError, ValueError):
                 self.sink.write(raw)
                 self.sink.flush()
-            line = raw.decode("utf-8", "replace")
-            if len(self.found) < MAX_KEPT:
-                figure = engine_figure(line)
-                if figure is not None:
-                    self.found.append(figure)
-            if not self.serving:
-                engine = serving_engine(line)
-                if engine is not None:
-                    self.serving.append(engine)
+            # reading a figure never stops the copy: the program would block on a full pipe
+            with contextlib.suppress(Exception):
+                self._scan(raw.decode("utf-8", "replace"))
+
+    def _scan(self, line: str) -> None:
+        if len(self.found) < MAX_KEPT:
+            figure = engine_figure(line)
+            if figure is not None:
+                self.found.append(figure)
+        if not self.serving:
+            engine = serving_engine(line)
+            if engine is not None:
+                self.serving.append(engine)
 
 
 def _run_info(
@@ -263,9 +272,8 @@ def _run_info(
     for p in merged.processes:
         engines.update(p.get("engines") or {})
     groups = merged.groups
-    phase = (
-        Phase.DECODE if groups and all(g == RecordGroup.DECODE for g in groups) else Phase.PREFILL
-    )
+    named = [g for g in groups if g != RecordGroup.UNBUCKETED]  # graphs numbered, of any phase
+    phase = Phase.DECODE if named and all(g == RecordGroup.DECODE for g in named) else Phase.PREFILL
     extra = {
         "sequences": merged.sequences,
         "recorded": {
@@ -430,11 +438,14 @@ def record(
         shutil.rmtree(site, ignore_errors=True)
     code = proc.returncode if proc.returncode is not None else -1
     merged = merge(lines.read())
-    if lines.oversized:
+    if lines.unparsed:  # whole lines that are not a JSON object with a kind and a pid
+        merged.malformed += lines.unparsed
+        merged.malformed_first = merged.malformed_first or "a line that is not the hook's JSON"
+    if lines.unread:
         merged.notes.append(
             f"the recording's {SPOOL} folder held more than bcgprof reads (files over "
-            f"{MAX_FILE >> 20} MiB or more than {MAX_FILES} files: "
-            f"{', '.join(sorted(lines.oversized)[:3])}); the rest was not read"
+            f"{MAX_FILE >> 20} MiB, more than {MAX_FILES} files, or entries that are not files: "
+            f"{', '.join(sorted(lines.unread)[:3])}); the rest was not read"
         )
         if progress is not None:
             progress(f"warning: {merged.notes[-1]}")

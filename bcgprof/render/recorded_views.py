@@ -3,18 +3,20 @@
 
 The figures are read, never recomputed: the engine's line as it printed it (free memory before
 minus after, its own definition) and the span the recording's NVML readings gave. run.json may be
-hand-edited or hostile, so an entry of the wrong shape is skipped and at most
-:data:`MAX_RECORDED_LINES` lines are shown.
+hand-edited or hostile, so an entry of the wrong shape is skipped, and at most :data:`MAX_LOGGED`
+figures and :data:`MAX_SPANS` spans are shown.
 """
 
 from __future__ import annotations
 
 from bcgprof.render.model import Line
 from bcgprof.report import Report
+from bcgprof.report.limits import MAX_TP
 from bcgprof.report_format import fmt_bytes
 from bcgprof.vocab import Source
 
-MAX_RECORDED_LINES = 8  # engine figures and rank spans a recorded report's foot shows
+MAX_LOGGED = 8  # engine figures shown (8 workers' lines, say); the others are counted
+MAX_SPANS = MAX_TP  # a span per rank
 
 
 def recorded_lines(report: Report) -> list[Line]:
@@ -37,8 +39,9 @@ def recorded_lines(report: Report) -> list[Line]:
         and _is_int(f.get("bytes"))
     ]
     if logged:
-        lines.append(Line(f": {', '.join(logged)}", lead="the program logged"))
-    for span in _dicts(recorded.get("between_buckets")):
+        more = f", and {len(logged) - MAX_LOGGED} more" if len(logged) > MAX_LOGGED else ""
+        lines.append(Line(f": {', '.join(logged[:MAX_LOGGED])}{more}", lead="the program logged"))
+    for span in _dicts(recorded.get("between_buckets"))[:MAX_SPANS]:
         if not all(_is_int(span.get(k)) for k in ("span_bytes", "in_rows_bytes", "buckets")):
             continue
         if span["buckets"] > 1:
@@ -49,7 +52,7 @@ def recorded_lines(report: Report) -> list[Line]:
                     "in its rows"
                 )
             )
-    return lines[:MAX_RECORDED_LINES]
+    return lines
 
 
 def _dicts(value) -> list[dict]:

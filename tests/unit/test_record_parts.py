@@ -106,6 +106,7 @@ def test_a_bucket_option_names_its_module_and_function():
             "prefill",
         ),
         ("Graph capturing finished in 7 secs, took -0.02 GiB", "vllm", -0.02, None),
+        ("Graph capturing finished in 7 secs, took .5 GiB", "vllm", 0.5, None),
     ],
 )
 def test_engine_log_lines_give_their_figure_in_bytes(line, engine, figure, phase):
@@ -118,6 +119,10 @@ def test_engine_log_lines_give_their_figure_in_bytes(line, engine, figure, phase
 def test_lines_that_only_look_alike_give_nothing():
     assert engine_figure("Capture cuda graph begin. mem usage unknown") is None
     assert engine_figure("took 3 GiB") is None
+    # no number: nothing, never an exception in the thread that copies the program's output
+    for figure in ("1.2.3", "-.", ".", "-"):
+        assert engine_figure(f"Graph capturing finished in 1 secs, took {figure} GiB") is None
+        assert engine_figure(f"Capture cuda graph end. mem usage={figure} GB") is None
 
 
 def _reading(pool: int, reserved: int, used: int, live: int | None = None) -> dict:
@@ -471,12 +476,40 @@ def test_the_line_reader_reads_no_more_than_its_bounds(tmp_path, monkeypatch):
     line = b'{"kind": "process", "pid": 2, "pad": "xxxxxxxxxx"}\n'  # 51 bytes
     (tmp_path / "2.jsonl").write_bytes(line * 3)
     reader = rows.LineReader(tmp_path)
-    assert len(reader.read()) == 2 and reader.oversized == {"2.jsonl"}
+    assert len(reader.read()) == 2 and reader.unread == {"2.jsonl"}
     with open(tmp_path / "2.jsonl", "ab") as f:
         f.write(line)
     assert len(reader.read()) == 2  # nothing past the bound, however much comes
     (tmp_path / "3.jsonl").write_bytes(line)
-    assert len(reader.read()) == 2 and "more files" in reader.oversized
+    assert len(reader.read()) == 2 and "more files" in reader.unread
+
+
+def test_the_line_reader_counts_what_it_cannot_parse_and_never_opens_a_pipe(tmp_path):
+    import os
+
+    from bcgprof.record import rows
+
+    (tmp_path / "2.jsonl").write_bytes(b'not json\n{"kind": "x"}\n{"kind": "x", "pid": 2}\n')
+    os.mkfifo(tmp_path / "3.jsonl")  # a read of it would wait for a writer for ever
+    reader = rows.LineReader(tmp_path)
+    assert [line["pid"] for line in reader.read()] == [2]
+    assert reader.unparsed == 2 and reader.unread == {"3.jsonl"}
+    assert reader.read() == [{"kind": "x", "pid": 2}] and reader.unparsed == 2
+
+
+def test_the_output_copy_survives_any_line_and_bounds_a_line_without_newline():
+    import io
+
+    from bcgprof.record import session
+
+    long = b"x" * (session.MAX_TEE_LINE + 10)
+    text = long + b"\nGraph capturing finished in 1 secs, took 0.5 GiB\n"
+    sink, found = io.BytesIO(), []
+    session._Tee(io.BytesIO(text), sink, found, []).run()
+    assert sink.getvalue() == text and [f["bytes"] for f in found] == [GIB // 2]
+    broken = session._Tee(io.BytesIO(b"a\nb\n"), io.BytesIO(), found, [])
+    broken._scan = lambda line: 1 / 0  # type: ignore[method-assign]
+    broken.run()  # a figure that cannot be read stops nothing
 
 
 def test_a_buckets_hook_time_counts_what_the_hook_does_at_each_graphs_capture_end(
@@ -538,6 +571,14 @@ def test_show_sets_the_programs_logged_figures_and_each_ranks_span_beside_the_ro
     assert recorded_lines(_recorded(tmp_path / "none", "decode"))[0].text.startswith("rank 0")
     report.run.extra["recorded"] = {"engine_log": {"not": "a list"}, "between_buckets": [1]}
     assert recorded_lines(report) == []
+    # nine workers' lines: eight shown and the rest counted; every rank's span, up to 8
+    span = {"rank": 0, "buckets": 2, "span_bytes": MIB, "in_rows_bytes": MIB}
+    report.run.extra["recorded"] = {
+        "engine_log": [{"engine": "vllm", "what": "took", "bytes": GIB}] * 9,
+        "between_buckets": [dict(span, rank=r) for r in range(8)],
+    }
+    lines = recorded_lines(report)
+    assert lines[0].text.endswith("vllm took 1.00 GiB, and 1 more") and len(lines) == 9
 
 
 @pytest.mark.parametrize(
@@ -554,6 +595,13 @@ def test_show_sets_the_programs_logged_figures_and_each_ranks_span_beside_the_ro
         ({"graphs": True}, "'graphs' is not a count"),
         ({"rank": "0"}, "'rank' is not a count"),
         ({"graph_pools": "1,1"}, "'graph_pools'"),
+        # shapes a set cannot hold, and figures within a count but beyond a report's columns
+        ({"group": ["decode"]}, "unknown group"),
+        ({"status": {"ok": 1}}, "bucket status"),
+        ({"after": _reading(0, 0, 2**55)}, "reading 'after' of the wrong shape"),
+        ({"warmup_ms": 5e11}, "'warmup_ms' is not a finite number of ms"),
+        ({"pid": 2**40}, "pid 1099511627776 out of range"),
+        ({"detail": ["x"]}, "'detail' is not text"),
     ],
 )
 def test_a_line_of_another_shape_in_the_spool_is_skipped_with_a_warning(tmp_path, change, reason):
@@ -578,13 +626,46 @@ def test_a_line_of_another_shape_in_the_spool_is_skipped_with_a_warning(tmp_path
 
 
 def test_process_and_trace_lines_of_another_shape_are_skipped():
-    bad_process = {"kind": "process", "pid": 5, "rank": "zero", "gpu": "X"}
-    bad_trace = {"kind": "trace", "pid": 5, "group": "../x", "state": "written", "note": ""}
-    merged = merge(
-        [bad_process, bad_trace, _bucket(5, "decode", 4, _reading(0, 0, 0), _reading(0, 0, 0))]
-    )
-    assert merged.malformed == 2 and merged.processes == [] and merged.traces == {}
+    r = _reading(0, 0, 0)
+    bad = [
+        {"kind": "process", "pid": 5, "rank": "zero", "gpu": "X"},
+        {"kind": "process", "pid": 5, "argv": {"a": 1}},
+        {"kind": "trace", "pid": 5, "group": "../x", "state": "written", "note": ""},
+        {"kind": "trace", "pid": 5, "group": ["graphs"], "state": "written", "note": ""},
+    ]
+    merged = merge([*bad, _bucket(5, "decode", 4, r, r)])
+    assert merged.malformed == 4 and merged.processes == [] and merged.traces == {}
     assert merged.rows[0].rank == 0
+
+
+def test_readings_of_the_right_shape_whose_row_a_report_cannot_hold_are_skipped(tmp_path):
+    """Each reading within a count, their sum over two calls of one bucket past a report's byte
+    column: the row is skipped as malformed, and the rest is a report that reads back."""
+    a, b = _reading(0, 0, 0), _reading(0, 0, 2**50)
+    lines = [_bucket(5, "decode", 8, a, b), _bucket(5, "decode", 8, a, b)]
+    merged = merge([*lines, _bucket(5, "decode", 4, a, a)])
+    assert [r.bucket for r in merged.rows] == [4]
+    assert merged.malformed == 1 and "device_used_delta_bytes" in merged.malformed_first
+    run = _run_info(
+        RecordOptions(command=["python", "x.py"], out=tmp_path / "r"),
+        merged,
+        [],
+        RunStatus.PARTIAL,
+        "now",
+    )
+    ReportWriter(tmp_path / "r", run, merged.rows)
+    assert [r.bucket for r in read_report(tmp_path / "r").buckets] == [4]
+
+
+def test_an_unbucketed_row_says_its_group_and_a_decode_recording_stays_decode(tmp_path):
+    r = _reading(0, 0, 0)
+    merged = merge([_bucket(5, "decode", 8, r, r), _bucket(5, "decode", None, r, r, alone=True)])
+    assert [(x.mode, x.detail) for x in merged.rows] == [
+        ("decode", ""),
+        ("unbucketed", "captured in decode, outside its bucket function"),
+    ]
+    options = RecordOptions(command=["python", "x.py"], out=tmp_path / "r")
+    assert _run_info(options, merged, [], RunStatus.COMPLETE, "now").phase == "decode"
 
 
 def test_buckets_of_one_process_that_ran_side_by_side_are_warned_of():

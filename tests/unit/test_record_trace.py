@@ -336,6 +336,23 @@ def test_a_graph_without_a_size_before_the_first_bucket_leaves_the_group_traceab
         assert not (program.report / "traces-graphs.csv.gz").exists()
 
 
+def test_a_graph_without_a_size_after_the_last_bucket_keeps_the_trace(tmp_path):
+    """Only a next bucket would take its captures into its window: after the group's last
+    bucket (vLLM's estimate captures one so), the buckets' trace stands."""
+    program = Program(tmp_path)
+    program.bucket(8, _eager, _first)
+    program.bucket(4, _eager, _second)
+    program.rec.graph_begins()
+    program.memory.alloc(GRAPH_SEG + 16 * MIB, MIB)
+    program.rec.graph_ends(Graph(POOL))
+    program.rec.tracer.stop()
+    assert [t["state"] for t in program.traces()] == ["written"]
+    assert read_columns(program.report / "traces-graphs.csv.gz").head["buckets"] == [8, 4]
+    report = program.write_report()
+    assert report.run.extra["recorded"]["traces"]["graphs"]["written"] is True
+    assert [(r.mode, r.bucket) for r in report.buckets][-1] == ("unbucketed", 1)
+
+
 def test_a_process_that_wrote_a_groups_trace_beats_one_that_said_it_has_none():
     def line(pid, state):
         return {"kind": "trace", "pid": pid, "group": "graphs", "state": state, "note": state}
@@ -345,8 +362,14 @@ def test_a_process_that_wrote_a_groups_trace_beats_one_that_said_it_has_none():
         [line(2, "none"), line(1, "written")],
     ):
         assert merge(lines).traces["graphs"]["written"] is True
-    # the process that wrote it, refusing it later (its file removed), has the last word
-    assert merge([line(1, "written"), line(1, "none")]).traces["graphs"]["written"] is False
+    # the process that wrote it, refusing it later (its file removed), has the last word, whatever
+    # another process (whose file may sort after its) said
+    for lines in (
+        [line(1, "written"), line(1, "none"), line(2, "other")],
+        [line(2, "other"), line(1, "written"), line(1, "none")],
+    ):
+        traced = merge(lines).traces["graphs"]
+        assert traced["written"] is False and traced["note"] == "none" and traced["pid"] == 1
 
 
 def test_one_process_claims_a_group_and_the_others_leave_it(tmp_path):
