@@ -20,17 +20,16 @@ process's latest line of a group counts, and a process that wrote the trace beat
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from bcgprof.buckets import MAX_BUCKET_SIZE
 from bcgprof.record.adapters import USER_LABEL
 from bcgprof.record.rows import BUCKET, PHASE, PROCESS, TRACE
+from bcgprof.record.shape import figures_problem, well_formed
 from bcgprof.report.ledger import Reading, ledger
-from bcgprof.report.limits import MAX_BYTES, MAX_MS, MAX_TP
-from bcgprof.report.schema import BUCKET_RULES, BucketRecord
+from bcgprof.report.limits import MAX_TP
+from bcgprof.report.schema import BucketRecord
 from bcgprof.vocab import BucketStatus, RecordGroup
 
 MAX_RECORDED_BUCKETS = 4096
@@ -206,7 +205,7 @@ def _combine(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     """The report rows the lines of every process make (see the module docstring)."""
     out = Merged()
-    lines = _well_formed(lines, out)
+    lines, out.malformed, out.malformed_first = well_formed(lines)
     # groups with sized rows: a line without a size there is numbered apart, in UNBUCKETED, so that
     # its number never merges with a bucket's size (a graph outside a --bucket function, a lone
     # graph inside vLLM's estimate)
@@ -279,11 +278,11 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             first_seen.setdefault(key, n)
             if key not in status or status[key][0] == BucketStatus.OK:
                 status[key] = (str(line.get("status", "ok")), str(line.get("detail", "")))
-    for key in [k for k, figures in buckets.items() if _figures_problem(figures)]:
+    for key in [k for k, figures in buckets.items() if figures_problem(figures)]:
         # readings of the right shape whose differences (or sums) a report cannot hold
         out.malformed += 1
         out.malformed_first = (
-            out.malformed_first or f"bucket {key[2]}: {_figures_problem(buckets[key])}"
+            out.malformed_first or f"bucket {key[2]}: {figures_problem(buckets[key])}"
         )
         del buckets[key]
     for key, own in origin.items():
@@ -336,125 +335,6 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     for span in out.spans.values():
         span.rank = ranks.get(span.pid)
     return out
-
-
-# ----------------------------------------------------------------- lines of the wrong shape
-
-_PID_MAX = 2**31 - 1  # as a report's pid column
-# groups the hook writes (UNBUCKETED is the merge's own)
-_GROUPS = frozenset(g.value for g in RecordGroup) - {RecordGroup.UNBUCKETED.value}
-_STATUSES = frozenset(s.value for s in BucketStatus)
-
-
-def _well_formed(lines: Iterable[dict[str, Any]], out: Merged) -> list[dict[str, Any]]:
-    """The lines of the shape the hook writes; the others are skipped and counted with the first
-    one's reason (``out.malformed``). The hook writes only well-formed lines, but the spool lies in
-    the report, where the recorded program (or anything) can write: a line of another shape must
-    cost its own row, never the report."""
-    kept = []
-    for line in lines:
-        problem = _line_problem(line)
-        if problem is None:
-            kept.append(line)
-        else:
-            out.malformed += 1
-            out.malformed_first = out.malformed_first or problem
-    return kept
-
-
-def _line_problem(line: dict[str, Any]) -> Optional[str]:
-    kind = line["kind"]
-    if not 0 <= line["pid"] <= _PID_MAX:
-        return f"pid {line['pid']} out of range"
-    if kind == BUCKET:
-        if not _word(line.get("group"), _GROUPS):
-            return f"bucket line of unknown group {str(line.get('group'))[:40]!r}"
-        size = line.get("size")
-        if size is not None and not (_count(size) and size <= MAX_BUCKET_SIZE):
-            return f"bucket size {str(size)[:40]} is not an int from 1 to {MAX_BUCKET_SIZE}"
-        if not _word(line.get("status", BucketStatus.OK.value), _STATUSES):
-            return f"bucket status {str(line.get('status'))[:40]!r}"
-        for side in ("before", "after"):
-            if _reading_problem(line.get(side)):
-                return f"bucket reading {side!r} of the wrong shape"
-        for key in ("graphs", "nodes", "device_peak", "rank"):
-            if line.get(key) is not None and not _count(line[key]):
-                return f"bucket field {key!r} is not a count"
-        for key in ("detail", "by"):
-            if not isinstance(line.get(key, ""), str):
-                return f"bucket field {key!r} is not text"
-        for key in ("warmup_ms", "capture_ms", "hook_ms"):
-            if line.get(key) is not None and not (_finite(line[key]) and abs(line[key]) <= MAX_MS):
-                return f"bucket field {key!r} is not a finite number of ms"
-        pools = line.get("graph_pools", [])
-        if not (isinstance(pools, list) and all(isinstance(p, str) for p in pools)):
-            return "bucket field 'graph_pools' is not a list of pool names"
-    elif kind == PROCESS:
-        if line.get("rank") is not None and not _count(line["rank"]):
-            return "process rank is not a count"
-        for key in ("gpu", "driver", "torch", "cuda", "memory_source", "hook_path"):
-            if not isinstance(line.get(key, ""), str):
-                return f"process field {key!r} is not text"
-        engines = line.get("engines", {})
-        if not (
-            isinstance(engines, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in engines.items())
-        ):
-            return "process field 'engines' is not a table of versions"
-        argv = line.get("argv", [])
-        if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
-            return "process field 'argv' is not a list of words"
-    elif kind == TRACE:
-        if not _word(line.get("group"), _GROUPS):
-            return f"trace line of unknown group {str(line.get('group'))[:40]!r}"
-        if not isinstance(line.get("note", ""), str):
-            return "trace field 'note' is not text"
-    return None
-
-
-def _word(value: Any, words: frozenset[str]) -> bool:
-    return isinstance(value, str) and value in words
-
-
-def _figures_problem(figures: dict[str, Any]) -> str:
-    """The first figure of a row that its report column cannot hold (``BUCKET_RULES``), or ""."""
-    for name, value in figures.items():
-        rule = BUCKET_RULES.get(name)
-        if rule is None or value is None or rule.kind is str:
-            continue
-        if (
-            not _finite(value)
-            or (rule.lo is not None and value < rule.lo)
-            or (rule.hi is not None and value > rule.hi)
-        ):
-            return f"{name} {value} is out of its column's range"
-    return ""
-
-
-def _reading_problem(reading: Any) -> bool:
-    if reading is None:
-        return False
-    if not isinstance(reading, dict):
-        return True
-    for key in ("allocated", "reserved", "used", "process", "free"):
-        if reading.get(key) is not None and not _count(reading[key], low=0):
-            return True
-    if reading.get("time") is not None and not (_finite(reading["time"]) and reading["time"] >= 0):
-        return True
-    pools = reading.get("pools", {})
-    return not isinstance(pools, dict) or not all(
-        isinstance(v, (list, tuple)) and len(v) == 2 and all(_count(x, low=0) for x in v)
-        for v in pools.values()
-    )
-
-
-def _count(value: Any, low: int = 0) -> bool:
-    """An int from ``low`` to a report's largest byte figure (no reading or count is larger)."""
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_BYTES
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _sized(size: Any) -> Optional[int]:
