@@ -614,15 +614,14 @@ def test_a_line_of_another_shape_in_the_spool_is_skipped_with_a_warning(tmp_path
     assert merged.malformed == 1 and reason in merged.malformed_first
     notes = _bucket_notes(merged, [])
     assert notes and notes[-1].startswith("1 line(s) in the recording's .record folder")
-    run = _run_info(
-        RecordOptions(command=["python", "x.py"], out=tmp_path / "r"),
-        merged,
-        [],
-        RunStatus.PARTIAL,
-        "now",
-    )
-    ReportWriter(tmp_path / "r", run, merged.rows)
-    assert [r.bucket for r in read_report(tmp_path / "r").buckets] == [4]
+    assert _written_buckets(tmp_path / "r", merged) == [4]
+
+
+def _written_buckets(path, merged) -> list[int]:
+    """The buckets of the report the merged rows make, written and read back."""
+    options = RecordOptions(command=["python", "x.py"], out=path)
+    ReportWriter(path, _run_info(options, merged, [], RunStatus.PARTIAL, "now"), merged.rows)
+    return [r.bucket for r in read_report(path).buckets]
 
 
 def test_process_and_trace_lines_of_another_shape_are_skipped():
@@ -646,15 +645,7 @@ def test_readings_of_the_right_shape_whose_row_a_report_cannot_hold_are_skipped(
     merged = merge([*lines, _bucket(5, "decode", 4, a, a)])
     assert [r.bucket for r in merged.rows] == [4]
     assert merged.malformed == 1 and "device_used_delta_bytes" in merged.malformed_first
-    run = _run_info(
-        RecordOptions(command=["python", "x.py"], out=tmp_path / "r"),
-        merged,
-        [],
-        RunStatus.PARTIAL,
-        "now",
-    )
-    ReportWriter(tmp_path / "r", run, merged.rows)
-    assert [r.bucket for r in read_report(tmp_path / "r").buckets] == [4]
+    assert _written_buckets(tmp_path / "r", merged) == [4]
 
 
 def test_an_unbucketed_row_says_its_group_and_a_decode_recording_stays_decode(tmp_path):
