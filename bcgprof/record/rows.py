@@ -96,7 +96,10 @@ class LineReader:
         except OSError:
             return
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            status = os.fstat(fd)
+            # not a regular file (a pipe would block the read), or shorter than what was read of
+            # it (a process's file only grows): read no more of it, keep what was read
+            if not stat.S_ISREG(status.st_mode) or status.st_size < offset:
                 self.unread.add(path.name)
                 self._offsets[path] = MAX_FILE
                 return

@@ -495,6 +495,8 @@ def test_the_line_reader_counts_what_it_cannot_parse_and_never_opens_a_pipe(tmp_
     assert [line["pid"] for line in reader.read()] == [2]
     assert reader.unparsed == 2 and reader.unread == {"3.jsonl"}
     assert reader.read() == [{"kind": "x", "pid": 2}] and reader.unparsed == 2
+    (tmp_path / "2.jsonl").write_bytes(b'{"kind": "y", "pid": 2}\n')  # shorter: rewritten
+    assert reader.read() == [{"kind": "x", "pid": 2}] and "2.jsonl" in reader.unread
 
 
 def test_the_output_copy_survives_any_line_and_bounds_a_line_without_newline():
