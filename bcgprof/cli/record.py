@@ -140,9 +140,10 @@ def record(
         show_report(read_report(result.report), stdout_console(), "table", "summary")
     for figure in result.engine_lines:
         phase = f" {figure['phase']}" if figure.get("phase") else ""
+        tp = f" (TP{figure['tp']})" if "tp" in figure else ""
         note(
             f"bcgprof record: {figure['engine']}{phase} logged {figure['what']} "
-            f"{figure['bytes'] / 2**30:.2f} GiB"
+            f"{figure['bytes'] / 2**30:.2f} GiB{tp}"
         )
     flush_stdout()
     if result.exit_code:

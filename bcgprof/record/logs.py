@@ -11,11 +11,12 @@
 A figure of free memory before minus after is negative where the device gained free memory (a cache
 emptied during the capture); it is kept with its sign.
 
-Each match becomes a dict with the engine, the phase where the line names one, and the figure in
-bytes (``GiB`` and SGLang's ``GB`` both as 2**30 bytes). The line a server prints once it serves
-(SGLang's ``The server is fired up and ready to roll!``, vLLM's ``Starting vLLM API server``), after
-every model runner and draft model has captured, tells ``--stop-after-capture`` that the capture is
-over. Standard library only.
+Each match becomes a dict with the engine, the phase where the line names one, the tensor-parallel
+rank and pid where the engine's prefix names them (SGLang's ``[... TP1]``, vLLM's ``(Worker_TP1
+pid=514)``), and the figure in bytes (``GiB`` and SGLang's ``GB`` both as 2**30 bytes). The line
+a server prints once it serves (SGLang's ``The server is fired up and ready to roll!``, vLLM's
+``Starting vLLM API server``), after every model runner and draft model has captured, tells
+``--stop-after-capture`` that the capture is over. Standard library only.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ _PATTERNS = (
     ),
 )
 MAX_KEPT = 64  # engine lines kept in run.json
+_TP = re.compile(r"(?<![A-Za-z0-9])TP([0-9]{1,4})(?![0-9])")
+_PID = re.compile(r"\bpid=([0-9]{1,10})\b")
 _SERVING = (
     ("sglang", "The server is fired up and ready to roll"),
     ("vllm", "Starting vLLM API server"),
@@ -89,5 +92,12 @@ def engine_figure(line: str) -> Optional[dict[str, Any]]:
             found["target"] = groups["target"].lower()
         if groups.get("y"):
             found["estimated_bytes"] = round(float(m["y"]) * GIB)
+        # who printed it, where the engine's prefix says: SGLang's "[... TP1]", vLLM's
+        # "(Worker_TP1 pid=514)" or "(EngineCore pid=75)"
+        tp, pid = _TP.search(line[: m.start()]), _PID.search(line[: m.start()])
+        if tp is not None:
+            found["tp"] = int(tp[1])
+        if pid is not None:
+            found["pid"] = int(pid[1])
         return found
     return None

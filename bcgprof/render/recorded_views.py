@@ -33,6 +33,7 @@ def recorded_lines(report: Report) -> list[Line]:
     logged = [
         f"{f['engine']}{' ' + f['phase'] if isinstance(f.get('phase'), str) else ''} "
         f"{f['what']} {f['bytes'] / 2**30:.2f} GiB"
+        + (f" (TP{f['tp']})" if _is_int(f.get("tp")) else "")
         for f in _dicts(recorded.get("engine_log"))
         if isinstance(f.get("engine"), str)
         and isinstance(f.get("what"), str)

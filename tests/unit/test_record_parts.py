@@ -116,6 +116,23 @@ def test_engine_log_lines_give_their_figure_in_bytes(line, engine, figure, phase
     assert found.get("phase") == phase
 
 
+def test_an_engine_lines_prefix_names_its_rank_and_process():
+    sglang = engine_figure(
+        "[2026-12-08 10:00:00 DP0 TP3] Capture decode CUDA graph end. elapsed=2 s, mem usage=0.5 GB"
+    )
+    vllm = engine_figure(
+        "(Worker_TP1 pid=514) INFO 07-12 [gpu_model_runner.py:6639] Estimated CUDA graph memory: "
+        "1.58 GiB total"
+    )
+    core = engine_figure("(EngineCore pid=75) Graph capturing finished in 7 secs, took 1.29 GiB")
+    assert (sglang["tp"], "pid" in sglang) == (3, False)
+    assert (vllm["tp"], vllm["pid"]) == (1, 514)
+    assert ("tp" in core, core["pid"]) == (False, 75)
+    # a TP inside the figure's own text is not the printer's
+    plain = engine_figure("Graph capturing finished in 7 secs, took 1.29 GiB (STEP2)")
+    assert plain is not None and "tp" not in plain and "pid" not in plain
+
+
 def test_lines_that_only_look_alike_give_nothing():
     assert engine_figure("Capture cuda graph begin. mem usage unknown") is None
     assert engine_figure("took 3 GiB") is None
@@ -581,6 +598,10 @@ def test_show_sets_the_programs_logged_figures_and_each_ranks_span_beside_the_ro
     }
     lines = recorded_lines(report)
     assert lines[0].text.endswith("vllm took 1.00 GiB, and 1 more") and len(lines) == 9
+    report.run.extra["recorded"]["engine_log"] = [
+        {"engine": "vllm", "what": "took", "bytes": GIB, "tp": r} for r in (0, 1)
+    ]
+    assert recorded_lines(report)[0].text == ": vllm took 1.00 GiB (TP0), vllm took 1.00 GiB (TP1)"
 
 
 @pytest.mark.parametrize(
