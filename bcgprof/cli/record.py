@@ -95,6 +95,7 @@ def record(
     from bcgprof.record.session import RecordOptions
     from bcgprof.record.session import record as run_record
     from bcgprof.render import show_report
+    from bcgprof.render.recorded_views import logged_figure
     from bcgprof.report import read_report
     from bcgprof.report_format import fmt_bytes
 
@@ -139,12 +140,8 @@ def record(
     if result.merged.rows:
         show_report(read_report(result.report), stdout_console(), "table", "summary")
     for figure in result.engine_lines:
-        phase = f" {figure['phase']}" if figure.get("phase") else ""
-        tp = f" (TP{figure['tp']})" if "tp" in figure else ""
-        note(
-            f"bcgprof record: {figure['engine']}{phase} logged {figure['what']} "
-            f"{figure['bytes'] / 2**30:.2f} GiB{tp}"
-        )
+        who, what = logged_figure(figure)
+        note(f"bcgprof record: {who} logged {what}")
     flush_stdout()
     if result.exit_code:
         raise typer.Exit(result.exit_code if 0 < result.exit_code < 256 else 1)

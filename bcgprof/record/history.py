@@ -170,18 +170,13 @@ class GroupTracer:
             # a graph that left segments in their pool gets it refused when they start
             if group not in self.unsized:
                 self.unsized.add(group)
-                self.write_line(
-                    TRACE,
-                    group=group,
-                    state=NONE,
-                    note=f"no trace of {group}: "
-                    + (
-                        "its graphs were captured outside a bucket function (one row per graph, "
-                        "numbered, not sized); name the function that captures one bucket with "
-                        "--bucket"
-                        if per_graph
-                        else "its bucket function's size argument could not be read"
-                    ),
+                self._give_up(
+                    group,
+                    "its graphs were captured outside a bucket function (one row per graph, "
+                    "numbered, not sized); name the function that captures one bucket with --bucket"
+                    if per_graph
+                    else "its bucket function's size argument could not be read",
+                    final=False,
                 )
             return
         if group == RecordGroup.COMPILED:
@@ -332,8 +327,10 @@ class GroupTracer:
             (self.report_dir / trace_name(group)).unlink()
         self._give_up(group, why)
 
-    def _give_up(self, group: str, why: str) -> None:
-        self.done.add(group)
+    def _give_up(self, group: str, why: str, final: bool = True) -> None:
+        """Say why ``group`` has no trace; ``final=False``: so far (a later trace line counts)."""
+        if final:
+            self.done.add(group)
         self.write_line(TRACE, group=group, state=NONE, note=f"no trace of {group}: {why}")
 
     # ------------------------------------------------------------ bookkeeping

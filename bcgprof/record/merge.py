@@ -209,11 +209,7 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     # groups with sized rows: a line without a size there is numbered apart, in UNBUCKETED, so that
     # its number never merges with a bucket's size (a graph outside a --bucket function, a lone
     # graph inside vLLM's estimate)
-    sized = {
-        str(line.get("group"))
-        for line in lines
-        if line["kind"] == BUCKET and _sized(line.get("size")) is not None
-    }
+    sized = {line["group"] for line in lines if line["kind"] == BUCKET and line.get("size")}
     rank_of: dict[int, Optional[int]] = {}
     buckets: dict[tuple[int, str, int], dict[str, Any]] = {}  # (pid, group, size) -> figures
     status: dict[tuple[int, str, int], tuple[str, str]] = {}
@@ -251,7 +247,8 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             if line.get("rank") is not None:
                 rank_of[pid] = line["rank"]
             rank_of.setdefault(pid, None)
-            size = _sized(line.get("size"))
+            # an int up to MAX_BUCKET_SIZE or None (shape.py); 0 is no size
+            size = line.get("size") or None
             # one row per graph: its place among the group's graphs
             if size is None:
                 own = group
@@ -278,13 +275,13 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
             first_seen.setdefault(key, n)
             if key not in status or status[key][0] == BucketStatus.OK:
                 status[key] = (str(line.get("status", "ok")), str(line.get("detail", "")))
-    for key in [k for k, figures in buckets.items() if figures_problem(figures)]:
+    for key, figures in list(buckets.items()):
         # readings of the right shape whose differences (or sums) a report cannot hold
-        out.malformed += 1
-        out.malformed_first = (
-            out.malformed_first or f"bucket {key[2]}: {figures_problem(buckets[key])}"
-        )
-        del buckets[key]
+        problem = figures_problem(figures)
+        if problem:
+            out.malformed += 1
+            out.malformed_first = out.malformed_first or f"bucket {key[2]}: {problem}"
+            del buckets[key]
     for key, own in origin.items():
         if key in status and not status[key][1]:
             status[key] = (status[key][0], f"captured in {own}, outside its bucket function")
@@ -335,11 +332,6 @@ def merge(lines: Iterable[dict[str, Any]]) -> Merged:
     for span in out.spans.values():
         span.rank = ranks.get(span.pid)
     return out
-
-
-def _sized(size: Any) -> Optional[int]:
-    """A bucket line's size, where it has one (a positive int)."""
-    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 1 else None
 
 
 def _extend_span(spans: dict[int, Span], pid: int, line: dict[str, Any]) -> None:

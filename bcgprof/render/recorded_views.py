@@ -31,9 +31,7 @@ def recorded_lines(report: Report) -> list[Line]:
         return []
     lines = []
     logged = [
-        f"{f['engine']}{' ' + f['phase'] if isinstance(f.get('phase'), str) else ''} "
-        f"{f['what']} {f['bytes'] / 2**30:.2f} GiB"
-        + (f" (TP{f['tp']})" if _is_int(f.get("tp")) else "")
+        " ".join(logged_figure(f))
         for f in _dicts(recorded.get("engine_log"))
         if isinstance(f.get("engine"), str)
         and isinstance(f.get("what"), str)
@@ -54,6 +52,14 @@ def recorded_lines(report: Report) -> list[Line]:
                 )
             )
     return lines
+
+
+def logged_figure(figure: dict) -> tuple[str, str]:
+    """A capture-memory figure the program logged (:func:`bcgprof.record.logs.engine_figure`), as
+    who logged it (engine and phase) and what (the figure, and the rank its line's prefix names)."""
+    phase = f" {figure['phase']}" if isinstance(figure.get("phase"), str) else ""
+    tp = f" (TP{figure['tp']})" if _is_int(figure.get("tp")) else ""
+    return f"{figure['engine']}{phase}", f"{figure['what']} {figure['bytes'] / 2**30:.2f} GiB{tp}"
 
 
 def _dicts(value) -> list[dict]:
